@@ -1,0 +1,109 @@
+// Scalar expressions of CuIR: index arithmetic, mask predicates, score modifications.
+//
+// One expression language serves the whole IR (grid extents, loop bounds, block classification,
+// mask_mod and score_mod bodies), so that transfer rules, the interpreter and the lowering all
+// reason about the same tree. Expressions are immutable and shared (ExprPtr); rewrites build new
+// trees.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cuir/ir/source_loc.h"
+
+namespace cubridge::cuir {
+
+// Value types. `int` is 64-bit in the interpreter and the oracle, 32-bit in generated CUDA for
+// index math; `float` is fp32 in kernels (the oracle evaluates the spec in float64).
+enum class Type { kBool, kInt, kFloat };
+const char* TypeName(Type t);
+
+enum class ExprKind {
+  kBoolLit,   // true / false
+  kIntLit,    // 42
+  kFloatLit,  // 0.5, 1e-3 (printed so that it re-parses as a float, exactly)
+  kVar,       // a named symbol: builtin, param, const, let, loop variable, `score`, ...
+  kUnary,     // op(args[0])
+  kBinary,    // args[0] op args[1]
+  kSelect,    // select(args[0], args[1], args[2]): cond ? a : b
+  kIndex,     // name[args[0]]: element of a 1-D buffer
+};
+
+enum class UnaryOp {
+  kNeg,      // -x
+  kNot,      // !x (bool)
+  kAbs,      // abs(x)
+  kExp,      // exp(x)
+  kExp2,     // exp2(x)
+  kLog,      // log(x)
+  kLog2,     // log2(x)
+  kSqrt,     // sqrt(x)
+  kTanh,     // tanh(x)
+  kSigmoid,  // sigmoid(x)
+  kFloor,    // floor(x) -> float
+  kToFloat,  // float(x)
+  kToInt,    // int(x): truncation toward zero, like torch's .to(int64)
+};
+
+enum class BinaryOp {
+  kAdd, kSub, kMul,
+  kDiv,       // true division: always float (Python / torch semantics)
+  kFloorDiv,  // a // b: floor division (Python semantics for negative operands)
+  kMod,       // a % b: result has the sign of b (Python semantics)
+  kPow,       // a ** b
+  kMin, kMax,  // min(a, b), max(a, b)
+  kCdiv,      // cdiv(a, b) = ceil(a / b) for ints
+  kLt, kLe, kGt, kGe, kEq, kNe,
+  kAnd, kOr,  // && and || on bools (no short-circuit semantics needed: expressions are pure)
+};
+
+const char* UnaryOpName(UnaryOp op);    // spelling in the text form, e.g. "exp" or "-"
+const char* BinaryOpName(BinaryOp op);  // spelling in the text form, e.g. "+" or "min"
+bool IsComparison(BinaryOp op);
+bool IsLogical(BinaryOp op);
+// Ops printed as calls `name(a, b)` rather than infix.
+bool IsCallStyle(BinaryOp op);
+
+struct Expr;
+using ExprPtr = std::shared_ptr<const Expr>;
+
+struct Expr {
+  ExprKind kind;
+  bool bool_value = false;
+  int64_t int_value = 0;
+  double float_value = 0.0;
+  std::string name;  // kVar: symbol; kIndex: buffer name
+  UnaryOp unary_op = UnaryOp::kNeg;
+  BinaryOp binary_op = BinaryOp::kAdd;
+  std::vector<ExprPtr> args;
+  SourceLoc loc;  // where it was parsed or translated from; ignored by equality and hashing
+};
+
+// Constructors. `loc` is optional everywhere.
+ExprPtr BoolLit(bool v, SourceLoc loc = {});
+ExprPtr IntLit(int64_t v, SourceLoc loc = {});
+ExprPtr FloatLit(double v, SourceLoc loc = {});
+ExprPtr Var(std::string name, SourceLoc loc = {});
+ExprPtr Unary(UnaryOp op, ExprPtr a, SourceLoc loc = {});
+ExprPtr Binary(BinaryOp op, ExprPtr a, ExprPtr b, SourceLoc loc = {});
+ExprPtr Select(ExprPtr cond, ExprPtr a, ExprPtr b, SourceLoc loc = {});
+ExprPtr Index(std::string buffer, ExprPtr index, SourceLoc loc = {});
+
+// Structural equality (locations ignored).
+bool Equal(const ExprPtr& a, const ExprPtr& b);
+
+// Canonical text form, minimal parentheses by precedence; ParseExpr(PrintExpr(e)) is Equal to e.
+std::string PrintExpr(const ExprPtr& e);
+
+// Every variable / buffer name the expression mentions.
+void CollectVars(const ExprPtr& e, std::vector<std::string>* vars);
+void CollectBuffers(const ExprPtr& e, std::vector<std::string>* buffers);
+bool Mentions(const ExprPtr& e, const std::string& name);
+
+// Replaces variables by expressions (names not in the map stay).
+ExprPtr Substitute(const ExprPtr& e,
+                   const std::vector<std::pair<std::string, ExprPtr>>& bindings);
+
+}  // namespace cubridge::cuir

@@ -1,0 +1,139 @@
+// CuIR programs: the orchestration of a forward attention kernel, made explicit.
+//
+// A program is a list of statements. Declarations (expert, param, const, buffer, role, grid,
+// table) come first; then the body that one program instance (one grid point, i.e. one CTA /
+// one tile of query rows) executes: lets, loads, the KV-block loop, the epilogue.
+// docs/cuir.md is the language reference; this header is the in-memory form.
+//
+// Text form of the base program (cuir/experts/fa2_sm80/base.cuir):
+//
+//   cuir 1
+//   kernel attn_fwd {
+//     expert "fa2_sm80"
+//     param BLOCK_M: int = 128
+//     param BLOCK_N: int = 64
+//     param STAGES: int = 2
+//     param WARPS: int = 4
+//     role compute warps WARPS
+//     grid m_block < cdiv(seqlen_q, BLOCK_M), h < heads_q, b < batch
+//     let kv_h: int = h
+//     let q_lo: int = m_block * BLOCK_M
+//     let q_hi: int = min(q_lo + BLOCK_M, seqlen_q)
+//     load Q = q[b, h, q_lo:q_hi]
+//     softmax.init
+//     for n_block in [0, cdiv(seqlen_kv, BLOCK_N)) pipeline STAGES {
+//       let kv_lo: int = n_block * BLOCK_N
+//       let kv_hi: int = min(kv_lo + BLOCK_N, seqlen_kv)
+//       load K = k[b, kv_h, kv_lo:kv_hi]
+//       load V = v[b, kv_h, kv_lo:kv_hi]
+//       S = qk Q, K scale softmax_scale
+//       P = softmax.online S
+//       pv P, V
+//     }
+//     epilogue
+//   }
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "cuir/ir/expr.h"
+
+namespace cubridge::cuir {
+
+enum class StmtKind {
+  // --- declarations (top level only) ---
+  kExpert,  // expert "NAME"                       name = expert kernel id
+  kParam,   // param NAME: TYPE = EXPR             orchestration knob (tile size, stages, warps)
+  kConst,   // const NAME: TYPE = EXPR             a spec's scalar parameter, by value
+  kBuffer,  // buffer NAME: TYPE[EXPR]             a spec's 1-D tensor buffer; value = length
+  kRole,    // role NAME warps EXPR [regs EXPR]     a warp role; value = warps, aux = regs or null
+  kGrid,    // grid AXIS < EXPR (, AXIS < EXPR)* [schedule NAME]
+            //   names = axis names, exprs = extents, attr = schedule ("" = linear)
+  kTable,   // table NAME = blocks(EXPR) [per AXIS (, AXIS)*]
+            //   block classification precomputed before the launch by evaluating the predicate
+            //   `value` on every (BLOCK_M x BLOCK_N) tile; names = the grid axes it varies over.
+  // --- body statements ---
+  kLet,          // let NAME: TYPE = EXPR
+  kLoad,         // load NAME = TENSOR[EXPR_b, EXPR_h, EXPR_lo:EXPR_hi]
+                 //   operands = {TENSOR} (q | k | v), exprs = {b, h, lo, hi}
+  kSoftmaxInit,  // softmax.init                    running max = -inf, sum = 0, acc = 0
+  kFor,          // for VAR in RANGES [pipeline EXPR] { BODY }
+                 // for VAR, FULL in table T[EXPR, ...] [pipeline EXPR] { BODY }
+  kQK,           // NAME = qk Q, K scale EXPR       S = (Q K^T) * scale, fp32 accumulate
+                 //   operands = {Q, K}, value = scale
+  kScoreMod,     // score_mod S = EXPR              elementwise; `score`, q_idx, kv_idx in scope
+                 //   operands = {S}
+  kMask,         // mask S = EXPR [when EXPR]       S = pred ? S : -inf, only when `cond` holds
+                 //   operands = {S}, value = predicate, aux = cond or null (= always)
+  kSoftmaxOnline,// NAME = softmax.online S         online softmax step; rescales acc
+                 //   operands = {S}
+  kPV,           // pv P, V                         acc += P V (P rounded to the input dtype)
+                 //   operands = {P, V}
+  kEpilogue,     // epilogue                         O = acc / l, LSE = m + log(l); 0 / -inf if l = 0
+};
+
+const char* StmtKindName(StmtKind k);
+
+// Half-open interval of block indices [lo, hi).
+struct BlockRange {
+  ExprPtr lo;
+  ExprPtr hi;
+};
+
+struct Stmt {
+  StmtKind kind;
+  SourceLoc loc;
+  std::string name;                   // declared / result name (see StmtKind)
+  Type type = Type::kInt;             // param, const, buffer element, let
+  ExprPtr value;                      // main expression (see StmtKind)
+  ExprPtr aux;                        // secondary expression (mask `when`, role `regs`)
+  std::string attr;                   // grid schedule
+  std::vector<std::string> operands;  // tile / tensor operands
+  std::vector<std::string> names;     // grid axes, table `per` axes
+  std::vector<ExprPtr> exprs;         // grid extents, load indices, table-loop row indices
+
+  // kFor only.
+  std::vector<BlockRange> ranges;  // range form: union of intervals, visited in ascending order,
+                                   // each block once
+  std::string table;               // table form: table name (ranges empty)
+  std::string full_var;            // table form: bool bound to "this block is full"
+  ExprPtr pipeline;                // stages; null = 1
+  std::vector<Stmt> body;
+};
+
+struct Program {
+  int version = 1;
+  std::string kernel;  // kernel name
+  std::vector<Stmt> stmts;
+  SourceLoc loc;
+};
+
+// Text form. Parse errors are INVALID_ARGUMENT with "file:line:col: message".
+absl::StatusOr<Program> ParseProgram(std::string_view text, std::string_view filename = "");
+absl::StatusOr<ExprPtr> ParseExpr(std::string_view text, std::string_view filename = "");
+std::string PrintProgram(const Program& p);
+
+// Structural equality (locations ignored): ParseProgram(PrintProgram(p)) equals p.
+bool Equal(const Program& a, const Program& b);
+
+// Checks names are declared before use and not redeclared, types, operand kinds (a `pv` takes a
+// softmax.online result and a loaded V, ...), statement placement (declarations at top level,
+// qk / mask / pv inside the KV loop), exactly one grid, one epilogue after the loop.
+// Errors are INVALID_ARGUMENT with "file:line:col: message".
+absl::Status Validate(const Program& p);
+
+// Builtin symbols bound from the job's attention config (all int except softmax_scale: float).
+const std::vector<std::pair<std::string, Type>>& BuiltinSymbols();
+
+// Lookup helpers for rules and backends.
+const Stmt* FindDecl(const Program& p, StmtKind kind, std::string_view name = "");
+Stmt* FindDecl(Program& p, StmtKind kind, std::string_view name = "");
+// The (single) KV-block loop at top level; null if absent.
+const Stmt* FindKvLoop(const Program& p);
+Stmt* FindKvLoop(Program& p);
+
+}  // namespace cubridge::cuir

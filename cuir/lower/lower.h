@@ -1,0 +1,35 @@
+// Reference-guided lowering: CuIR -> CUDA C++.
+//
+// The expert kernel's source is annotated with regions (`// @cuir-region NAME` ...
+// `// @cuir-end NAME`) naming the CuIR construct each implements. Lowering copies a region from
+// the expert source when its construct is unchanged and generates it when the transfer changed it
+// (mask predicate on partial blocks, score_mod, KV block bounds, block-table lookup, extra kernel
+// parameters). See docs/lowering.md.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "cuir/ir/config.h"
+#include "cuir/ir/program.h"
+
+namespace cubridge::lower {
+
+enum class Arch { kSm80, kSm90 };
+absl::StatusOr<Arch> ParseArch(const std::string& s);  // "sm_80" | "sm_90" (clear error otherwise)
+const char* ArchName(Arch a);                          // "sm_80" / "sm_90"
+
+struct LoweredKernel {
+  std::string cuda_source;     // kernel.cu: complete translation unit
+  std::string launcher_header; // kernel.h: plain C entry point declaration + params struct
+  std::string entry_point;     // extern "C" launcher name
+  std::vector<std::string> generated_regions;  // regions generated (changed by the transfer)
+  std::vector<std::string> copied_regions;     // regions copied verbatim from the expert
+};
+
+absl::StatusOr<LoweredKernel> Lower(const cuir::Program& program,
+                                    const cuir::AttentionConfig& config, Arch arch);
+
+}  // namespace cubridge::lower

@@ -1,0 +1,79 @@
+// A user's attention variant: FlexAttention-style mask_mod / score_mod in a Python file,
+// compiled by LibTorch's TorchScript frontend and translated into CuIR expressions.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "cuir/ir/config.h"
+#include "cuir/ir/expr.h"
+
+namespace torch::jit {
+struct CompilationUnit;
+}
+
+namespace cubridge::spec {
+
+using cuir::ExprPtr;
+using cuir::SourceLoc;
+using cuir::Type;
+
+// A scalar keyword parameter: `window: int = 256`. The value may be overridden by the job.
+struct SpecParam {
+  std::string name;
+  Type type = Type::kInt;  // int, float or bool
+  std::variant<bool, int64_t, double> value;
+  SourceLoc loc;
+};
+
+// A tensor parameter without default (e.g. `doc`): a 1-D integer buffer whose values come with
+// the job. `index_uses` records what indexes it (q_idx / kv_idx), which fixes its length.
+struct SpecBuffer {
+  std::string name;
+  bool indexed_by_q = false;
+  bool indexed_by_kv = false;
+  SourceLoc loc;
+};
+
+struct Spec {
+  std::string path;    // file it came from (for messages)
+  std::string source;  // full text as read
+
+  // Translated bodies, over canonical names: b, h, q_idx, kv_idx (and `score` for score_mod),
+  // the params' and buffers' own names. Null when the function is absent.
+  ExprPtr mask;   // bool
+  ExprPtr score;  // float
+  SourceLoc mask_loc, score_loc;  // the `def` lines
+
+  std::vector<SpecParam> params;    // union over both functions, each name once
+  std::vector<SpecBuffer> buffers;  // likewise
+
+  // The compiled TorchScript functions, kept for the oracle.
+  std::shared_ptr<torch::jit::CompilationUnit> compiled;
+
+  const SpecParam* FindParam(const std::string& name) const;
+};
+
+// Reads and compiles a spec file. Errors are INVALID_ARGUMENT "file:line:col: what (how to fix)";
+// an unreadable file is NOT_FOUND / PERMISSION_DENIED with the path.
+absl::StatusOr<Spec> LoadSpecFile(const std::string& path);
+absl::StatusOr<Spec> LoadSpecSource(const std::string& source, const std::string& path);
+
+// Overrides parameter values from "name=value" strings (the job's --param flags).
+absl::Status OverrideParams(Spec& spec, const std::vector<std::string>& assignments);
+
+// sha256 (hex) over the canonical form: the translated expressions with parameter values
+// substituted and buffers renamed by position, the kernel-relevant config (head_dim, dtype,
+// heads_q, heads_kv, softmax scale) and the ruleset version. See docs/spec.md.
+std::string SpecHash(const Spec& spec, const cuir::AttentionConfig& config,
+                     const std::string& ruleset_version);
+// The canonical text that SpecHash hashes (also stored in reports for debugging).
+std::string CanonicalForm(const Spec& spec, const cuir::AttentionConfig& config,
+                          const std::string& ruleset_version);
+
+}  // namespace cubridge::spec

@@ -1,0 +1,57 @@
+// IRTransfer, rule-based: rewrites the lifted base program into the user's variant.
+//
+// Each rule is a small named rewrite from the taxonomy in docs/transfer.md:
+//   (a) mask insertion      mask.analytic-range, mask.block-table
+//   (b) score modification  score.inline
+//   (c) head mapping        heads.gqa
+//   (d) buffer inputs       buffers.declare, params.const
+// A delta no rule covers fails with FAILED_PRECONDITION "not covered by the rules: <construct>
+// at file:line:col", which later goes to the LLM proposer.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "cuir/ir/config.h"
+#include "cuir/ir/program.h"
+
+namespace cubridge::transfer {
+
+// What the transfer needs to know of the spec, without LibTorch: the translated expressions and
+// declarations (filled by the pipeline from spec::Spec).
+struct VariantSpec {
+  cuir::ExprPtr mask;   // bool over b, h, q_idx, kv_idx, consts, buffers; null = no mask
+  cuir::ExprPtr score;  // float over score, b, h, q_idx, kv_idx, ...; null = identity
+  cuir::SourceLoc mask_loc, score_loc;
+  struct Const {
+    std::string name;
+    cuir::Type type;
+    cuir::ExprPtr value;  // literal
+  };
+  std::vector<Const> consts;
+  struct Buffer {
+    std::string name;
+    bool indexed_by_q = false;
+    bool indexed_by_kv = false;
+  };
+  std::vector<Buffer> buffers;
+};
+
+struct AppliedRule {
+  std::string name;    // e.g. "mask.analytic-range"
+  std::string detail;  // one line on what it did, e.g. "kv blocks [0, cdiv(q_hi, BLOCK_N))"
+};
+
+struct TransferResult {
+  cuir::Program program;
+  std::vector<AppliedRule> applied;
+};
+
+// Version of the ruleset; part of every spec hash and cache key.
+const std::string& RulesetVersion();
+
+absl::StatusOr<TransferResult> Transfer(const cuir::Program& base, const VariantSpec& spec,
+                                        const cuir::AttentionConfig& config);
+
+}  // namespace cubridge::transfer
