@@ -1,0 +1,243 @@
+#include "cuir/pipeline/adapt.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <random>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "cuir/pipeline/files.h"
+#include "cuir/spec/spec.h"
+#include "cuir/transfer/transfer.h"
+
+#ifndef CUBRIDGE_EXPERTS_DIR
+#error "CUBRIDGE_EXPERTS_DIR must be defined by the build"
+#endif
+
+namespace cubridge::pipeline {
+namespace {
+
+constexpr const char* kExpertSm80 = "fa2_sm80";
+const char* const kOutputs[] = {"kernel.cuir", "kernel.cu", "kernel.h", "report.json"};
+
+// Times one stage, reports it, and prefixes failures with the stage's name.
+class StageRunner {
+ public:
+  explicit StageRunner(const AdaptOptions& o, nlohmann::json* stages) : o_(o), stages_(stages) {}
+
+  template <typename F>
+  auto Run(const std::string& stage, F&& body) -> decltype(body(std::declval<std::string*>())) {
+    const auto start = std::chrono::steady_clock::now();
+    std::string detail;
+    auto result = body(&detail);
+    StageEvent ev{stage, result.ok(),
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+                  result.ok() ? detail : std::string(result.status().message())};
+    stages_->push_back({{"stage", stage}, {"ok", ev.ok}, {"seconds", ev.seconds},
+                        {"detail", ev.detail}});
+    if (o_.on_stage) o_.on_stage(ev);
+    if (!result.ok()) {
+      return absl::Status(result.status().code(),
+                          absl::StrFormat("%s: %s", stage, result.status().message()));
+    }
+    return result;
+  }
+
+ private:
+  const AdaptOptions& o_;
+  nlohmann::json* stages_;
+};
+
+// The base program the expert kernel was lifted to. Lift of the CUDA source itself (and its
+// check on a GPU) lives with the expert kernels; here the lifted form is loaded and validated.
+absl::StatusOr<cuir::Program> LoadLiftedExpert(lower::Arch arch, std::string* detail) {
+  // Both archs use the sm_80 expert until the Hopper expert exists (it also runs on sm_90).
+  const std::string expert = kExpertSm80;
+  const std::string path = ExpertsDir() + "/" + expert + "/base.cuir";
+  auto text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  auto program = cuir::ParseProgram(*text, path);
+  if (!program.ok()) return program.status();
+  if (auto s = cuir::Validate(*program); !s.ok()) return s;
+  *detail = absl::StrFormat("expert %s for %s (%s)", expert, lower::ArchName(arch), path);
+  return program;
+}
+
+transfer::VariantSpec ToVariantSpec(const spec::Spec& s) {
+  transfer::VariantSpec v;
+  v.mask = s.mask;
+  v.score = s.score;
+  v.mask_loc = s.mask_loc;
+  v.score_loc = s.score_loc;
+  for (const auto& p : s.params) {
+    cuir::ExprPtr lit = std::visit(
+        [](auto x) -> cuir::ExprPtr {
+          using T = decltype(x);
+          if constexpr (std::is_same_v<T, bool>) return cuir::BoolLit(x);
+          else if constexpr (std::is_same_v<T, int64_t>) return cuir::IntLit(x);
+          else return cuir::FloatLit(x);
+        },
+        p.value);
+    v.consts.push_back({p.name, p.type, lit});
+  }
+  for (const auto& b : s.buffers) v.buffers.push_back({b.name, b.indexed_by_q, b.indexed_by_kv});
+  return v;
+}
+
+nlohmann::json ConfigJson(const cuir::AttentionConfig& c) {
+  return {{"batch", c.batch},         {"heads_q", c.heads_q},     {"heads_kv", c.heads_kv},
+          {"head_dim", c.head_dim},   {"seqlen_q", c.seqlen_q},   {"seqlen_kv", c.seqlen_kv},
+          {"dtype", cuir::DTypeName(c.dtype)}, {"softmax_scale", c.scale()}};
+}
+
+uint64_t FreshSeed() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32 | rd()) | 1;
+}
+
+}  // namespace
+
+std::string DefaultCacheDir() {
+  if (const char* d = std::getenv("CUBRIDGE_CACHE_DIR"); d && *d) return d;
+  if (const char* d = std::getenv("XDG_CACHE_HOME"); d && *d) return std::string(d) + "/cubridge";
+  if (const char* d = std::getenv("HOME"); d && *d) return std::string(d) + "/.cache/cubridge";
+  return ".cubridge-cache";
+}
+
+std::string ExpertsDir() {
+  if (const char* d = std::getenv("CUBRIDGE_EXPERTS_DIR"); d && *d) return d;
+  return CUBRIDGE_EXPERTS_DIR;
+}
+
+absl::StatusOr<AdaptResult> Adapt(const AdaptOptions& o) {
+  if (o.out_dir.empty()) {
+    return absl::InvalidArgumentError("an output directory is required (--out DIR)");
+  }
+  if (auto s = cuir::ValidateConfig(o.config); !s.ok()) return s;
+
+  AdaptResult result;
+  nlohmann::json stages = nlohmann::json::array();
+  StageRunner stage(o, &stages);
+
+  auto spec = stage.Run("spec", [&](std::string* detail) -> absl::StatusOr<spec::Spec> {
+    auto s = spec::LoadSpecFile(o.spec_path);
+    if (!s.ok()) return s.status();
+    if (auto st = spec::OverrideParams(*s, o.param_overrides); !st.ok()) return st;
+    *detail = absl::StrFormat("%s: %s%s%s, %d params, %d buffers", o.spec_path,
+                              s->mask ? "mask_mod" : "", s->mask && s->score ? " + " : "",
+                              s->score ? "score_mod" : "", s->params.size(), s->buffers.size());
+    return s;
+  });
+  if (!spec.ok()) return spec.status();
+  result.spec_hash = spec::SpecHash(*spec, o.config, transfer::RulesetVersion());
+
+  const std::string arch = lower::ArchName(o.arch);
+  const std::string cache_dir =
+      (o.cache_dir.empty() ? DefaultCacheDir() : o.cache_dir) + "/" + result.spec_hash + "/" + arch;
+
+  if (o.use_cache) {
+    auto cached = stage.Run("cache", [&](std::string* detail)
+                                         -> absl::StatusOr<std::optional<std::map<std::string, std::string>>> {
+      auto files = ReadDir(cache_dir);
+      bool complete = files.has_value();
+      for (const char* name : kOutputs) complete = complete && files->count(name);
+      *detail = complete ? absl::StrFormat("hit %s/%s (%s)", result.spec_hash.substr(0, 16), arch,
+                                           cache_dir)
+                         : absl::StrFormat("miss %s/%s", result.spec_hash.substr(0, 16), arch);
+      return complete ? files : std::nullopt;
+    });
+    if (!cached.ok()) return cached.status();
+    if (cached->has_value()) {
+      auto files = **cached;
+      auto report = nlohmann::json::parse(files["report.json"], nullptr, false);
+      if (!report.is_discarded()) {
+        if (auto s = PublishFiles(o.out_dir, files); !s.ok()) return s;
+        result.cache_hit = true;
+        report["cache_hit"] = true;
+        result.report = report;
+        return result;
+      }
+    }
+  }
+
+  auto base = stage.Run("lift", [&](std::string* d) { return LoadLiftedExpert(o.arch, d); });
+  if (!base.ok()) return base.status();
+
+  auto transferred =
+      stage.Run("transfer", [&](std::string* detail) -> absl::StatusOr<transfer::TransferResult> {
+        auto t = transfer::Transfer(*base, ToVariantSpec(*spec), o.config);
+        if (!t.ok()) return t.status();
+        std::vector<std::string> names;
+        for (const auto& r : t->applied) names.push_back(r.name);
+        *detail = names.empty() ? "no rule needed (the base program is the variant)"
+                                : absl::StrJoin(names, ", ");
+        return t;
+      });
+  if (!transferred.ok()) return transferred.status();
+
+  const uint64_t seed = o.seed ? o.seed : FreshSeed();
+  auto verified = stage.Run("verify", [&](std::string* detail) -> absl::StatusOr<VerifyReport> {
+    auto r = VerifyOnCpu(transferred->program, *spec, o.config, o.buffers, seed, o.verify);
+    if (!r.ok()) return r.status();
+    if (!r->passed) {
+      return absl::InternalError(absl::StrFormat(
+          "the transferred program does not match the spec's oracle (seed %d):\n%s", seed,
+          r->FailureDetail()));
+    }
+    *detail = r->Summary();
+    return r;
+  });
+  if (!verified.ok()) return verified.status();
+
+  auto lowered = stage.Run("lower", [&](std::string* detail) -> absl::StatusOr<lower::LoweredKernel> {
+    auto k = lower::Lower(transferred->program, o.config, o.arch);
+    if (!k.ok()) return k.status();
+    *detail = absl::StrFormat("%s: generated [%s], copied [%s] from the expert", arch,
+                              absl::StrJoin(k->generated_regions, ", "),
+                              absl::StrJoin(k->copied_regions, ", "));
+    return k;
+  });
+  if (!lowered.ok()) return lowered.status();
+
+  nlohmann::json applied = nlohmann::json::array();
+  for (const auto& r : transferred->applied) {
+    applied.push_back({{"rule", r.name}, {"detail", r.detail}});
+  }
+  nlohmann::json report = {
+      {"spec", o.spec_path},
+      {"spec_hash", result.spec_hash},
+      {"canonical_form", spec::CanonicalForm(*spec, o.config, transfer::RulesetVersion())},
+      {"ruleset", transfer::RulesetVersion()},
+      {"arch", arch},
+      {"expert", kExpertSm80},
+      {"config", ConfigJson(o.config)},
+      {"transfer", applied},
+      {"verification", verified->ToJson()},
+      {"lowering",
+       {{"entry_point", lowered->entry_point},
+        {"generated_regions", lowered->generated_regions},
+        {"copied_regions", lowered->copied_regions}}},
+      {"stages", stages},
+      {"cache_hit", false},
+  };
+  std::map<std::string, std::string> files = {
+      {"kernel.cuir", cuir::PrintProgram(transferred->program)},
+      {"kernel.cu", lowered->cuda_source},
+      {"kernel.h", lowered->launcher_header},
+      {"report.json", report.dump(2) + "\n"},
+  };
+
+  auto written = stage.Run("write", [&](std::string* detail) -> absl::StatusOr<bool> {
+    if (auto s = PublishFiles(o.out_dir, files); !s.ok()) return s;
+    *detail = absl::StrFormat("%s/{kernel.cuir, kernel.cu, kernel.h, report.json}", o.out_dir);
+    // The cache only ever holds verified kernels; a cache write failure is not the user's
+    // failure, the outputs are already in place.
+    if (o.use_cache && !PublishFiles(cache_dir, files).ok()) *detail += " (cache not writable)";
+    return true;
+  });
+  if (!written.ok()) return written.status();
+  result.report = std::move(report);
+  return result;
+}
+
+}  // namespace cubridge::pipeline

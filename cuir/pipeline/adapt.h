@@ -1,0 +1,58 @@
+// The local pipeline: lift -> transfer -> verify (CPU) -> lower, with an on-disk cache.
+// `cubridge-cli adapt --local` is a thin shell over Adapt(); the service's workers run the same
+// stages one at a time.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/statusor.h"
+#include "cuir/ir/config.h"
+#include "cuir/lower/lower.h"
+#include "cuir/pipeline/verify.h"
+#include "cuir/spec/tensors.h"
+
+namespace cubridge::pipeline {
+
+// One stage's outcome, reported as it finishes (the CLI prints these live).
+struct StageEvent {
+  std::string stage;   // spec | lift | transfer | verify | lower | write | cache
+  bool ok = true;
+  double seconds = 0;
+  std::string detail;  // one line
+};
+
+struct AdaptOptions {
+  std::string spec_path;
+  cuir::AttentionConfig config;
+  std::vector<std::string> param_overrides;              // "name=value"
+  std::map<std::string, spec::BufferSource> buffers;     // name -> source; default random
+  lower::Arch arch = lower::Arch::kSm80;
+  std::string out_dir;    // required: where kernel.cuir, kernel.cu, kernel.h, report.json go
+  std::string cache_dir;  // empty = DefaultCacheDir()
+  bool use_cache = true;
+  uint64_t seed = 0;      // verification inputs; 0 = fresh random seed per run
+  VerifyOptions verify;
+  std::function<void(const StageEvent&)> on_stage;
+};
+
+struct AdaptResult {
+  std::string spec_hash;
+  bool cache_hit = false;
+  nlohmann::json report;
+};
+
+// Runs the pipeline. On any failure nothing is written to out_dir (it is not even created) and
+// the status names the stage: "transfer: not covered by the rules: ...".
+absl::StatusOr<AdaptResult> Adapt(const AdaptOptions& options);
+
+// $CUBRIDGE_CACHE_DIR, else $XDG_CACHE_HOME/cubridge, else ~/.cache/cubridge.
+std::string DefaultCacheDir();
+// $CUBRIDGE_EXPERTS_DIR, else the source tree's cuir/experts.
+std::string ExpertsDir();
+
+}  // namespace cubridge::pipeline

@@ -1,0 +1,203 @@
+#include "cuir/pipeline/verify.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "cuir/interp/interp.h"
+#include "cuir/spec/oracle.h"
+
+namespace cubridge::pipeline {
+namespace {
+
+struct Tolerance {
+  double o_atol, o_rtol, lse_atol, lse_rtol;
+};
+
+// O is rounded to the input dtype on store and P is rounded before P V, so the dtype's unit
+// roundoff (2^-8 bf16, 2^-11 fp16) bounds the relative error; the statistics are fp32.
+Tolerance ToleranceFor(cuir::DType dtype, const VerifyOptions& o) {
+  Tolerance t = dtype == cuir::DType::kBF16 ? Tolerance{1e-2, 1e-2, 1e-3, 1e-4}
+                                            : Tolerance{2e-3, 2e-3, 1e-3, 1e-4};
+  if (o.o_atol > 0) t.o_atol = o.o_atol;
+  if (o.o_rtol > 0) t.o_rtol = o.o_rtol;
+  return t;
+}
+
+std::vector<int64_t> Unravel(int64_t flat, const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> idx(sizes.size());
+  for (int i = static_cast<int>(sizes.size()) - 1; i >= 0; --i) {
+    idx[i] = flat % sizes[i];
+    flat /= sizes[i];
+  }
+  return idx;
+}
+
+nlohmann::json ErrorJson(const OutputError& e, double atol, double rtol) {
+  nlohmann::json worst = nlohmann::json::array();
+  for (const auto& m : e.worst) {
+    worst.push_back({{"index", m.index}, {"got", m.got}, {"want", m.want}});
+  }
+  return {{"max_abs", e.max_abs}, {"rel_l2", e.rel_l2},    {"violations", e.violations},
+          {"unwritten", e.unwritten}, {"atol", atol}, {"rtol", rtol}, {"worst", worst}};
+}
+
+std::string ShapeName(const VerifyShape& s) {
+  return absl::StrFormat("b=%d sq=%d skv=%d", s.batch, s.seqlen_q, s.seqlen_kv);
+}
+
+}  // namespace
+
+std::vector<VerifyShape> DefaultVerifyShapes(const cuir::AttentionConfig& config) {
+  // Ragged with respect to every tile size we use (64, 128), seqlen_q != seqlen_kv both ways,
+  // more than one batch, and a problem smaller than one tile.
+  std::vector<VerifyShape> shapes = {{1, 257, 300}, {2, 300, 257}, {1, 65, 65}};
+  const bool small = config.seqlen_q <= 1024 && config.seqlen_kv <= 1024 &&
+                     config.seqlen_q * config.seqlen_kv * config.heads_q <= (1 << 24);
+  if (small) {
+    shapes.insert(shapes.begin(),
+                  VerifyShape{std::min<int64_t>(config.batch, 2), config.seqlen_q,
+                              config.seqlen_kv});
+  }
+  return shapes;
+}
+
+OutputError CompareOutputs(const torch::Tensor& got_in, const torch::Tensor& want_in, double atol,
+                           double rtol) {
+  OutputError e;
+  auto got = got_in.to(torch::kFloat64).contiguous();
+  auto want = want_in.to(torch::kFloat64).contiguous();
+  const std::vector<int64_t> sizes(want.sizes().begin(), want.sizes().end());
+
+  auto both_inf_same = got.isinf() & want.isinf() & (got == want);
+  auto finite_want = torch::isfinite(want);
+  e.unwritten = (got.isnan() & ~want.isnan()).sum().item<int64_t>();
+  auto diff = (got - want).abs();
+  diff = torch::where(both_inf_same, torch::zeros_like(diff), diff);
+  // NaN or an infinity on one side only is a violation with infinite error.
+  diff = torch::where(diff.isnan(), torch::full_like(diff, INFINITY), diff);
+  auto bound = atol + rtol * torch::where(finite_want, want.abs(), torch::zeros_like(want));
+  e.violations = (diff > bound).sum().item<int64_t>();
+  e.max_abs = diff.numel() ? diff.max().item<double>() : 0.0;
+
+  auto fin = finite_want & torch::isfinite(got);
+  auto num = torch::where(fin, got - want, torch::zeros_like(got)).norm().item<double>();
+  auto den = torch::where(fin, want, torch::zeros_like(want)).norm().item<double>();
+  e.rel_l2 = den > 0 ? num / den : num;
+
+  if (diff.numel() > 0 && e.max_abs > 0) {
+    auto flat = diff.flatten();
+    auto top = flat.topk(std::min<int64_t>(3, flat.numel()));
+    auto idx = std::get<1>(top);
+    for (int64_t i = 0; i < idx.numel(); ++i) {
+      int64_t f = idx[i].item<int64_t>();
+      if (flat[f].item<double>() <= 0) break;
+      e.worst.push_back({Unravel(f, sizes), got.flatten()[f].item<double>(),
+                         want.flatten()[f].item<double>()});
+    }
+  }
+  return e;
+}
+
+nlohmann::json VerifyReport::ToJson() const {
+  nlohmann::json shapes_json = nlohmann::json::array();
+  for (const auto& s : shapes) {
+    shapes_json.push_back({{"batch", s.shape.batch},
+                           {"seqlen_q", s.shape.seqlen_q},
+                           {"seqlen_kv", s.shape.seqlen_kv},
+                           {"passed", s.passed},
+                           {"seconds", s.seconds},
+                           {"blocks_visited", s.blocks_visited},
+                           {"blocks_masked", s.blocks_masked},
+                           {"o", ErrorJson(s.o, s.o_atol, s.o_rtol)},
+                           {"lse", ErrorJson(s.lse, s.lse_atol, s.lse_rtol)}});
+  }
+  return {{"level", "ir"}, {"device", "cpu"}, {"passed", passed}, {"seed", seed},
+          {"shapes", shapes_json}};
+}
+
+std::string VerifyReport::Summary() const {
+  double o_abs = 0, lse_abs = 0;
+  for (const auto& s : shapes) {
+    o_abs = std::max(o_abs, s.o.max_abs);
+    lse_abs = std::max(lse_abs, s.lse.max_abs);
+  }
+  const double tol = shapes.empty() ? 0 : shapes.front().o_atol;
+  return absl::StrFormat("%d shapes %s, max |dO| %.2e (atol %.0e), max |dLSE| %.2e, seed %d",
+                         shapes.size(), passed ? "match the oracle" : "FAILED", o_abs, tol,
+                         lse_abs, seed);
+}
+
+std::string VerifyReport::FailureDetail() const {
+  std::vector<std::string> parts;
+  for (const auto& s : shapes) {
+    if (s.passed) continue;
+    auto describe = [](const char* what, const OutputError& e) {
+      std::string out = absl::StrFormat("%s: %d elements out of tolerance, %d unwritten, max abs %g",
+                                        what, e.violations, e.unwritten, e.max_abs);
+      for (const auto& m : e.worst) {
+        out += absl::StrFormat("; at [%s] got %g want %g", absl::StrJoin(m.index, ","), m.got,
+                               m.want);
+      }
+      return out;
+    };
+    parts.push_back(absl::StrFormat("%s: %s | %s", ShapeName(s.shape), describe("O", s.o),
+                                    describe("LSE", s.lse)));
+  }
+  return absl::StrJoin(parts, "\n");
+}
+
+absl::StatusOr<VerifyReport> VerifyOnCpu(const cuir::Program& program, const spec::Spec& spec,
+                                         const cuir::AttentionConfig& config,
+                                         const std::map<std::string, spec::BufferSource>& buffers,
+                                         uint64_t seed, const VerifyOptions& options) {
+  VerifyReport report;
+  report.seed = seed;
+  const Tolerance tol = ToleranceFor(config.dtype, options);
+  const auto shapes = options.shapes.empty() ? DefaultVerifyShapes(config) : options.shapes;
+  uint64_t shape_seed = seed;
+  for (const auto& shape : shapes) {
+    const auto start = std::chrono::steady_clock::now();
+    cuir::AttentionConfig c = config;
+    c.batch = shape.batch;
+    c.seqlen_q = shape.seqlen_q;
+    c.seqlen_kv = shape.seqlen_kv;
+    // The job's buffer values belong to the job's own shape; other shapes get random documents.
+    const bool own_shape =
+        shape.seqlen_q == config.seqlen_q && shape.seqlen_kv == config.seqlen_kv;
+    auto inputs = spec::MakeInputs(spec, c, own_shape ? buffers
+                                                      : std::map<std::string, spec::BufferSource>{},
+                                   ++shape_seed);
+    if (!inputs.ok()) return inputs.status();
+    auto want = spec::RunOracle(spec, c, *inputs);
+    if (!want.ok()) return want.status();
+    interp::InterpStats stats;
+    auto got = interp::Interpret(program, c, *inputs, &stats);
+    if (!got.ok()) {
+      return absl::Status(got.status().code(),
+                          absl::StrFormat("interpreting the program at %s: %s", ShapeName(shape),
+                                          got.status().message()));
+    }
+    ShapeResult r;
+    r.shape = shape;
+    r.o_atol = tol.o_atol;
+    r.o_rtol = tol.o_rtol;
+    r.lse_atol = tol.lse_atol;
+    r.lse_rtol = tol.lse_rtol;
+    r.o = CompareOutputs(got->o, want->o, tol.o_atol, tol.o_rtol);
+    r.lse = CompareOutputs(got->lse, want->lse, tol.lse_atol, tol.lse_rtol);
+    r.blocks_visited = stats.blocks_visited;
+    r.blocks_masked = stats.blocks_masked;
+    r.passed = r.o.violations == 0 && r.lse.violations == 0 && r.o.unwritten == 0 &&
+               r.lse.unwritten == 0;
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    report.shapes.push_back(std::move(r));
+  }
+  report.passed = std::all_of(report.shapes.begin(), report.shapes.end(),
+                              [](const ShapeResult& s) { return s.passed; });
+  return report;
+}
+
+}  // namespace cubridge::pipeline

@@ -1,0 +1,73 @@
+// CPU verification: a transferred CuIR program, run by the interpreter with kernel numerics,
+// against the spec's float64 oracle on fresh random inputs at several (ragged) shapes.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/statusor.h"
+#include "cuir/ir/program.h"
+#include "cuir/spec/tensors.h"
+
+namespace cubridge::pipeline {
+
+struct VerifyShape {
+  int64_t batch = 1;
+  int64_t seqlen_q = 0;
+  int64_t seqlen_kv = 0;
+};
+
+struct VerifyOptions {
+  // Empty = DefaultVerifyShapes(config). Heads, head dim, dtype and scale always come from the
+  // job's config: head-dependent variants (ALiBi) must be checked on every head.
+  std::vector<VerifyShape> shapes;
+  double o_atol = 0, o_rtol = 0;  // 0 = per-dtype default (see ToleranceFor)
+};
+
+// Element (b, h, row[, col]) and both values, for the worst mismatches.
+struct Mismatch {
+  std::vector<int64_t> index;
+  double got = 0, want = 0;
+};
+
+struct OutputError {
+  double max_abs = 0;
+  double rel_l2 = 0;      // ||got - want|| / ||want|| over finite elements
+  int64_t violations = 0; // elements outside atol + rtol * |want| (or infinities that differ)
+  int64_t unwritten = 0;  // NaN in the output where the oracle is finite (poison survived)
+  std::vector<Mismatch> worst;  // up to 3, largest abs error first
+};
+
+struct ShapeResult {
+  VerifyShape shape;
+  OutputError o, lse;
+  double o_atol = 0, o_rtol = 0, lse_atol = 0, lse_rtol = 0;
+  int64_t blocks_visited = 0, blocks_masked = 0;
+  double seconds = 0;
+  bool passed = false;
+};
+
+struct VerifyReport {
+  bool passed = false;
+  uint64_t seed = 0;
+  std::vector<ShapeResult> shapes;
+  nlohmann::json ToJson() const;
+  std::string Summary() const;  // one line for the CLI
+  std::string FailureDetail() const;  // what failed where, for error messages and LLM feedback
+};
+
+std::vector<VerifyShape> DefaultVerifyShapes(const cuir::AttentionConfig& config);
+
+// Compares got (any float dtype) against want (float64) elementwise.
+OutputError CompareOutputs(const torch::Tensor& got, const torch::Tensor& want, double atol,
+                           double rtol);
+
+absl::StatusOr<VerifyReport> VerifyOnCpu(const cuir::Program& program, const spec::Spec& spec,
+                                         const cuir::AttentionConfig& config,
+                                         const std::map<std::string, spec::BufferSource>& buffers,
+                                         uint64_t seed, const VerifyOptions& options);
+
+}  // namespace cubridge::pipeline

@@ -1,0 +1,239 @@
+// End-to-end tests of `cubridge-cli adapt --local`: the real binary, run as a user would.
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace {
+namespace fs = std::filesystem;
+
+struct RunResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+RunResult RunCli(const std::string& args) {
+  const std::string cmd = std::string(CUBRIDGE_CLI) + " " + args + " 2>&1";
+  RunResult r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.output.append(buf.data(), n);
+  const int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string Example(const std::string& name) {
+  return std::string(CUBRIDGE_SOURCE_ROOT) + "/examples/specs/" + name;
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "cubridge-cli-XXXXXX").string();
+    path_ = mkdtemp(tmpl.data());
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string operator/(const std::string& name) const { return (fs::path(path_) / name).string(); }
+
+ private:
+  std::string path_;
+};
+
+std::string WriteFile(const TempDir& dir, const std::string& name, const std::string& content) {
+  const std::string path = dir / name;
+  std::ofstream(path) << content;
+  return path;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Every example variant, for the model head layouts and head dims the issue names.
+
+struct HeadLayout {
+  const char* name;
+  int heads_q, heads_kv, head_dim;
+};
+constexpr HeadLayout kLayouts[] = {
+    {"llama2_7b", 32, 32, 128},
+    {"qwen25_72b", 64, 8, 128},
+    {"llama31_405b", 128, 8, 128},
+    {"hdim64", 16, 4, 64},
+    {"hdim256", 8, 8, 256},
+};
+
+struct Variant {
+  const char* file;
+  const char* extra;  // flags that make the mask bite at the verification sizes
+};
+constexpr Variant kVariants[] = {
+    {"full.py", ""},
+    {"causal.py", ""},
+    {"sliding_window.py", "--param window=70"},
+    {"global_sliding_window.py", "--param window=50 --param global_tokens=20"},
+    {"prefix_lm.py", "--param prefix=90"},
+    {"block_causal.py", "--param block=48"},
+    {"causal_document.py", ""},
+    {"share_question.py", ""},
+    {"relative_position.py", ""},
+    {"alibi.py", ""},
+    {"softcap.py", ""},
+    {"alibi_window_softcap.py", "--param window=70"},
+};
+
+class AdaptExample : public testing::TestWithParam<std::tuple<Variant, HeadLayout>> {};
+
+TEST_P(AdaptExample, VerifiesOnCpuAndWritesOutputs) {
+  const auto& [variant, layout] = GetParam();
+  TempDir tmp;
+  const std::string out = tmp / "out";
+  auto r = RunCli("adapt " + Example(variant.file) + " --local --no-cache --batch 2" +
+                  " --heads-q " + std::to_string(layout.heads_q) + " --heads-kv " +
+                  std::to_string(layout.heads_kv) + " --head-dim " +
+                  std::to_string(layout.head_dim) + " --seqlen-q 200 --seqlen-kv 333 " +
+                  "--arch sm_80 --out " + out + " " + variant.extra);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* f : {"kernel.cuir", "kernel.cu", "kernel.h", "report.json"}) {
+    EXPECT_TRUE(fs::exists(fs::path(out) / f)) << f << "\n" << r.output;
+  }
+  std::ifstream in(fs::path(out) / "report.json");
+  auto report = nlohmann::json::parse(in);
+  EXPECT_TRUE(report["verification"]["passed"].get<bool>());
+  EXPECT_GE(report["verification"]["shapes"].size(), 3u);
+  for (const auto& s : report["verification"]["shapes"]) {
+    EXPECT_EQ(s["o"]["violations"].get<int64_t>(), 0);
+    EXPECT_EQ(s["o"]["unwritten"].get<int64_t>(), 0);
+    EXPECT_LT(s["o"]["max_abs"].get<double>(), s["o"]["atol"].get<double>() * 4);
+  }
+  for (const char* stage : {"[spec", "[lift", "[transfer", "[verify", "[lower", "[write"}) {
+    EXPECT_NE(r.output.find(stage), std::string::npos) << stage << "\n" << r.output;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Examples, AdaptExample, testing::Combine(testing::ValuesIn(kVariants), testing::ValuesIn(kLayouts)),
+    [](const testing::TestParamInfo<AdaptExample::ParamType>& info) {
+      std::string name = std::get<0>(info.param).file;
+      name = name.substr(0, name.find('.'));
+      return name + "_" + std::get<1>(info.param).name;
+    });
+
+// ---------------------------------------------------------------------------------------------
+
+TEST(AdaptCache, SecondIdenticalRunIsACacheHit) {
+  TempDir tmp;
+  const std::string common = "adapt " + Example("causal.py") + " --local --heads-q 4 --heads-kv 2" +
+                             " --seqlen 100 --cache-dir " + (tmp / "cache");
+  auto first = RunCli(common + " --out " + (tmp / "a"));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_EQ(first.output.find("cache hit"), std::string::npos) << first.output;
+  auto second = RunCli(common + " --out " + (tmp / "b"));
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_NE(second.output.find("cache hit"), std::string::npos) << second.output;
+  std::ifstream a(tmp / "a/kernel.cu"), b(tmp / "b/kernel.cu");
+  std::string sa((std::istreambuf_iterator<char>(a)), {}), sb((std::istreambuf_iterator<char>(b)), {});
+  EXPECT_FALSE(sa.empty());
+  EXPECT_EQ(sa, sb);
+  // A different constant is a different variant: no hit.
+  auto third = RunCli(common + " --out " + (tmp / "c") + " --scale 0.5");
+  ASSERT_EQ(third.exit_code, 0) << third.output;
+  EXPECT_EQ(third.output.find("cache hit"), std::string::npos) << third.output;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bad input: what and where, non-zero exit, nothing written.
+
+struct BadInput {
+  const char* name;
+  const char* spec_source;  // null = use `spec_path` as is
+  const char* spec_path;
+  const char* flags;
+  const char* expect_in_message;
+};
+
+constexpr BadInput kBadInputs[] = {
+    {"syntax_error", "import torch\n\ndef mask_mod(b, h, q_idx, kv_idx):\n    return (q_idx >= kv_idx\n",
+     nullptr, "", "spec.py:"},
+    {"unsupported_op", "def mask_mod(b, h, q_idx, kv_idx):\n    return torch.sin(q_idx) > 0\n",
+     nullptr, "", "spec.py:2:"},
+    {"wrong_signature", "def mask_mod(b, q_idx, kv_idx):\n    return q_idx >= kv_idx\n", nullptr,
+     "", "mask_mod"},
+    {"mask_not_bool", "def mask_mod(b, h, q_idx, kv_idx):\n    return q_idx - kv_idx\n", nullptr, "",
+     "bool"},
+    {"score_wrong_shape",
+     "def score_mod(score, b, h, q_idx, kv_idx):\n    return score.sum()\n", nullptr, "",
+     "spec.py:2:"},
+    {"heads_do_not_divide", nullptr, "causal.py", "--heads-q 6 --heads-kv 4", "heads-q (6)"},
+    {"zero_size", nullptr, "causal.py", "--seqlen-q 0", "seqlen-q"},
+    {"negative_size", nullptr, "causal.py", "--batch -2", "batch"},
+    {"unknown_arch", nullptr, "causal.py", "--arch sm_75", "sm_75"},
+    {"missing_file", nullptr, "does_not_exist.py", "", "does_not_exist.py"},
+    {"unknown_param", nullptr, "sliding_window.py", "--param windw=3", "windw"},
+};
+
+class AdaptBadInput : public testing::TestWithParam<BadInput> {};
+
+TEST_P(AdaptBadInput, FailsClearlyAndWritesNothing) {
+  const BadInput& bad = GetParam();
+  TempDir tmp;
+  const std::string spec =
+      bad.spec_source ? WriteFile(tmp, "spec.py", bad.spec_source) : Example(bad.spec_path);
+  const std::string out = tmp / "out";
+  auto r = RunCli("adapt " + spec + " --local --heads-q 4 --heads-kv 4 --seqlen 64 --cache-dir " +
+                  (tmp / "cache") + " --out " + out + " " + bad.flags);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(bad.expect_in_message), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(out)) << "output directory was created for a failed run";
+  EXPECT_FALSE(fs::exists(tmp / "cache") && !fs::is_empty(tmp / "cache"))
+      << "a failed run wrote to the cache";
+}
+
+INSTANTIATE_TEST_SUITE_P(Errors, AdaptBadInput, testing::ValuesIn(kBadInputs),
+                         [](const testing::TestParamInfo<BadInput>& info) {
+                           return std::string(info.param.name);
+                         });
+
+TEST(AdaptBadInput, UnreadableFile) {
+  if (geteuid() == 0) {
+    // root reads any file regardless of mode; a directory is unreadable as a spec for everyone.
+    TempDir tmp;
+    fs::create_directory(tmp / "dir.py");
+    auto r = RunCli("adapt " + (tmp / "dir.py") + " --local --out " + (tmp / "out"));
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.output.find("dir.py"), std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(tmp / "out"));
+    return;
+  }
+  TempDir tmp;
+  const std::string spec = WriteFile(tmp, "spec.py", "def mask_mod(b, h, q, kv):\n    return q >= kv\n");
+  fs::permissions(spec, fs::perms::none);
+  auto r = RunCli("adapt " + spec + " --local --out " + (tmp / "out"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("spec.py"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(tmp / "out"));
+}
+
+TEST(AdaptBadInput, FailureLeavesEarlierOutputsIntact) {
+  TempDir tmp;
+  const std::string out = tmp / "out";
+  auto ok = RunCli("adapt " + Example("causal.py") + " --local --no-cache --heads-q 2 --heads-kv 2" +
+                   " --seqlen 64 --out " + out);
+  ASSERT_EQ(ok.exit_code, 0) << ok.output;
+  std::ifstream before_in(out + "/kernel.cu");
+  std::string before((std::istreambuf_iterator<char>(before_in)), {});
+  const std::string bad = WriteFile(tmp, "bad.py", "def mask_mod(b, h, q_idx, kv_idx):\n    return q_idx\n");
+  auto r = RunCli("adapt " + bad + " --local --no-cache --out " + out);
+  EXPECT_NE(r.exit_code, 0);
+  std::ifstream after_in(out + "/kernel.cu");
+  std::string after((std::istreambuf_iterator<char>(after_in)), {});
+  EXPECT_EQ(before, after);
+}
+
+}  // namespace
