@@ -1,0 +1,129 @@
+// The two matmuls of one KV block (CuIR: qk, pv) on tensor cores, and the score stage between
+// them (CuIR: qk scale, score_mod, mask).
+//
+// Warp w owns query rows [w * 16 * MT, (w + 1) * 16 * MT) of the CTA's tile: MT m-tiles of 16.
+// Q and K are read from swizzled shared memory with ldmatrix; P stays in registers; V is read
+// transposed with ldmatrix.trans.
+#pragma once
+
+#include <math_constants.h>
+
+#include "tile.cuh"
+
+// How many head-dim steps of QK^T the compiler may unroll: full unrolling lets it hoist every
+// ldmatrix address out of the KV loop, which costs registers the accumulators need.
+#ifndef CUBRIDGE_QK_UNROLL
+#define CUBRIDGE_QK_UNROLL 1
+#endif
+
+namespace cubridge {
+namespace fa2 {
+
+constexpr int kQkUnroll = CUBRIDGE_QK_UNROLL;
+
+// acc_s[mt][j] += Q[rows of m-tile mt] . K[kv rows of n-tile j]^T over the whole head dim.
+template <typename Elem, int MT, int NT, int D, int BM, int BN>
+__device__ __forceinline__ void gemm_qk(float (&acc_s)[MT][NT][4], const SmemTile<Elem, BM, D>& sQ,
+                                        const SmemTile<Elem, BN, D>& sK, int warp_row0, int lane) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc_s[mt][j][c] = 0.f;
+
+#pragma unroll kQkUnroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    uint32_t a[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      ldmatrix_x4(a[mt], sQ.addr(warp_row0 + mt * 16 + (lane & 15), kk * 16 + (lane >> 4) * 8));
+    }
+#pragma unroll
+    for (int j2 = 0; j2 < NT / 2; ++j2) {
+      // Four 8x8 matrices: (kv 0-7, d 0-7) (kv 0-7, d 8-15) (kv 8-15, d 0-7) (kv 8-15, d 8-15)
+      // = B fragments (b0, b1) of n-tiles 2*j2 and 2*j2+1.
+      uint32_t b[4];
+      ldmatrix_x4(b, sK.addr(j2 * 16 + (lane & 7) + ((lane >> 4) << 3),
+                             kk * 16 + ((lane >> 3) & 1) * 8));
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        ElemTraits<Elem>::mma(acc_s[mt][2 * j2], a[mt], b[0], b[1]);
+        ElemTraits<Elem>::mma(acc_s[mt][2 * j2 + 1], a[mt], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// acc_o[mt][dt] += P[m-tile mt] . V[kv block, d-tile dt], P taken from the score registers.
+template <typename Elem, int MT, int NT, int DT, int D, int BN>
+__device__ __forceinline__ void gemm_pv(float (&acc_o)[MT][DT][4], const float (&p)[MT][NT][4],
+                                        const SmemTile<Elem, BN, D>& sV, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < NT / 2; ++kk) {
+    uint32_t a[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      a[mt][0] = ElemTraits<Elem>::pack(p[mt][2 * kk][0], p[mt][2 * kk][1]);
+      a[mt][1] = ElemTraits<Elem>::pack(p[mt][2 * kk][2], p[mt][2 * kk][3]);
+      a[mt][2] = ElemTraits<Elem>::pack(p[mt][2 * kk + 1][0], p[mt][2 * kk + 1][1]);
+      a[mt][3] = ElemTraits<Elem>::pack(p[mt][2 * kk + 1][2], p[mt][2 * kk + 1][3]);
+    }
+#pragma unroll
+    for (int d2 = 0; d2 < DT / 2; ++d2) {
+      // Transposed: (kv 0-7, d 0-7) (kv 8-15, d 0-7) (kv 0-7, d 8-15) (kv 8-15, d 8-15)
+      // = B fragments (b0, b1) of d-tiles 2*d2 and 2*d2+1.
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, sV.addr(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
+                                   d2 * 16 + (lane >> 4) * 8));
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        ElemTraits<Elem>::mma(acc_o[mt][2 * d2], a[mt], b[0], b[1]);
+        ElemTraits<Elem>::mma(acc_o[mt][2 * d2 + 1], a[mt], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// Where one thread's score registers sit in the problem: element (mt, j, c) is query row
+// q0 + mt*16 + (c >= 2 ? 8 : 0) and key column kv0 + j*8 + (c & 1).
+struct FragCoord {
+  int q0;   // first query row of this thread (m-tile 0, c < 2)
+  int kv0;  // first key column of this thread (n-tile 0, c even)
+  __device__ __forceinline__ int q(int mt, int c) const { return q0 + mt * 16 + ((c >> 1) << 3); }
+  __device__ __forceinline__ int kv(int j, int c) const { return kv0 + j * 8 + (c & 1); }
+};
+
+// Scaled scores in log2 units, with the variant's score_mod and, on partial blocks, its mask;
+// key columns past seqlen_kv are always masked (ragged last block).
+template <class Variant, int MT, int NT>
+__device__ __forceinline__ void score_stage(float (&s)[MT][NT][4], const FragCoord& at, int b,
+                                            int h, bool partial, bool ragged, int seqlen_kv,
+                                            float scale, float scale_log2,
+                                            const typename Variant::Args& args) {
+  constexpr float kLog2e = 1.4426950408889634f;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        float x;
+        if constexpr (Variant::kScoreMod) {
+          x = Variant::score_mod(s[mt][j][c] * scale, b, h, at.q(mt, c), at.kv(j, c), args) *
+              kLog2e;
+        } else {
+          x = s[mt][j][c] * scale_log2;
+        }
+        if constexpr (Variant::kMask) {
+          if (partial && !Variant::mask(b, h, at.q(mt, c), at.kv(j, c), args)) x = -CUDART_INF_F;
+        }
+        if (ragged && at.kv(j, c) >= seqlen_kv) x = -CUDART_INF_F;
+        s[mt][j][c] = x;
+      }
+    }
+  }
+}
+
+}  // namespace fa2
+}  // namespace cubridge

@@ -1,0 +1,120 @@
+// Tile abstractions of the sm_80 expert: register fragments of the m16n8k16 tensor-core MMA,
+// ldmatrix loads, cp.async copies, and swizzled shared-memory tiles.
+//
+// Fragment layouts (PTX ISA, mma.m16n8k16 with 16-bit inputs), with g = lane / 4, t = lane % 4:
+//   A 16x16 (row-major):  a0 = (g, 2t..2t+1)  a1 = (g+8, 2t..)  a2 = (g, 2t+8..)  a3 = (g+8, 2t+8..)
+//   B 16x8  (K x N):      b0 = (k 2t..2t+1, n g)                b1 = (k 2t+8.., n g)
+//   C 16x8  (fp32):       c0,c1 = (g, 2t..2t+1)                 c2,c3 = (g+8, 2t..2t+1)
+// The C layout of two adjacent n-tiles equals the A layout of one k16 slice, which is why the
+// softmax output P can feed the second MMA straight from registers.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+namespace cubridge {
+namespace fa2 {
+
+template <typename Elem>
+struct ElemTraits;
+
+template <>
+struct ElemTraits<__nv_bfloat16> {
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+  static __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4],
+                                             uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+
+template <>
+struct ElemTraits<__half> {
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+  static __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4],
+                                             uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// 16-byte global -> shared copy that bypasses L1; rows past the end are zero-filled (src-size 0)
+// so ragged tiles need no separate clearing pass.
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// A ROWS x D tile of 16-bit elements in shared memory, stored in 16-byte chunks whose index is
+// XOR-ed with (row % 8): the eight rows an ldmatrix reads at one logical column then fall into
+// eight different bank groups instead of one.
+template <typename Elem, int ROWS, int D>
+struct SmemTile {
+  static_assert(D % 64 == 0, "head dim must be a multiple of 64 for the 8-chunk swizzle");
+  static constexpr int kChunks = D / 8;
+  static constexpr int kBytes = ROWS * D * 2;
+
+  Elem* base;
+
+  __device__ __forceinline__ static int offset(int row, int col) {
+    const int chunk = (col >> 3) ^ (row & 7);
+    return row * D + (chunk << 3) + (col & 7);
+  }
+  __device__ __forceinline__ uint32_t addr(int row, int col) const {
+    return smem_addr(base + offset(row, col));
+  }
+
+  // Issues cp.async for rows [0, valid_rows) of a global tile (row stride in elements); the rest
+  // are zero-filled. Every thread of the CTA takes part.
+  template <int NTHREADS>
+  __device__ __forceinline__ void load_async(const Elem* gmem, int64_t row_stride, int valid_rows,
+                                             int tid) const {
+    static_assert((ROWS * kChunks) % NTHREADS == 0, "tile copy must split evenly over threads");
+#pragma unroll
+    for (int i = 0; i < ROWS * kChunks / NTHREADS; ++i) {
+      const int idx = i * NTHREADS + tid;
+      const int row = idx / kChunks;
+      const int col = (idx % kChunks) * 8;
+      const bool valid = row < valid_rows;
+      const Elem* src = valid ? gmem + row * row_stride + col : gmem;
+      cp_async_16(addr(row, col), src, valid);
+    }
+  }
+};
+
+}  // namespace fa2
+}  // namespace cubridge
