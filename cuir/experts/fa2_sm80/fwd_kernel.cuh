@@ -128,6 +128,8 @@ __global__ void __launch_bounds__(Traits::kThreads)
   OnlineSoftmax<MT> softmax;
   softmax.init();
 
+  const MainloopAddrs<D> at(smem_addr(sQ.base), smem_addr(sK.base), smem_addr(sV.base), warp_row0,
+                            lane);
   for (int i = 0; i < count; ++i) {
     const int n_block = blocks.block(i);
     cp_async_wait<0>();
@@ -135,18 +137,18 @@ __global__ void __launch_bounds__(Traits::kThreads)
     load_kv(sV, v, p.v_stride[2], n_block);
 
     float s[MT][NT][4];
-    gemm_qk<Elem, MT, NT, D, BM, BN>(s, sQ, sK, warp_row0, lane);
+    gemm_qk<Elem, MT, NT, D>(s, at);
     const int kv_lo = n_block * BN;
     const bool partial = !Variant::full(blocks, i, n_block, q_lo, q_hi, p, args);
-    const FragCoord at{q_lo + warp_row0 + (lane >> 2), kv_lo + 2 * (lane & 3)};
-    score_stage<Variant>(s, at, b, h, partial, kv_lo + BN > p.seqlen_kv, p.seqlen_kv, p.scale,
+    const FragCoord coord{q_lo + warp_row0 + (lane >> 2), kv_lo + 2 * (lane & 3)};
+    score_stage<Variant>(s, coord, b, h, partial, kv_lo + BN > p.seqlen_kv, p.seqlen_kv, p.scale,
                          p.scale_log2, args);
     softmax.step(s, acc_o);
 
     cp_async_wait<0>();
     __syncthreads();  // V(n) landed; every warp is done with K(n)
     if (i + 1 < count) load_kv(sK, k, p.k_stride[2], blocks.block(i + 1));
-    gemm_pv<Elem, MT, NT, DT, D, BN>(acc_o, s, sV, lane);
+    gemm_pv<Elem, MT, NT, DT, D>(acc_o, s, at);
   }
   epilogue<Elem, MT, DT, BM, D, kThreads>(acc_o, softmax, sQ, o, p.o_stride[2], lse, rows,
                                           warp_row0, lane, tid);

@@ -10,10 +10,11 @@
 
 #include "tile.cuh"
 
-// How many head-dim steps of QK^T the compiler may unroll: full unrolling lets it hoist every
-// ldmatrix address out of the KV loop, which costs registers the accumulators need.
+// How many head-dim steps of QK^T are unrolled. 4 steps = 8 chunks keep every LdsmAddr index a
+// compile-time constant (fewer would put it in local memory) without letting the compiler hoist
+// a whole head dim of addresses into registers the accumulators need.
 #ifndef CUBRIDGE_QK_UNROLL
-#define CUBRIDGE_QK_UNROLL 1
+#define CUBRIDGE_QK_UNROLL 4
 #endif
 
 namespace cubridge {
@@ -22,9 +23,21 @@ namespace fa2 {
 constexpr int kQkUnroll = CUBRIDGE_QK_UNROLL;
 
 // acc_s[mt][j] += Q[rows of m-tile mt] . K[kv rows of n-tile j]^T over the whole head dim.
-template <typename Elem, int MT, int NT, int D, int BM, int BN>
-__device__ __forceinline__ void gemm_qk(float (&acc_s)[MT][NT][4], const SmemTile<Elem, BM, D>& sQ,
-                                        const SmemTile<Elem, BN, D>& sK, int warp_row0, int lane) {
+// Lane patterns of the three ldmatrix uses (see the fragment layouts in tile.cuh).
+template <int D>
+struct MainloopAddrs {
+  LdsmAddr<D> q;  // A of QK^T: rows lane & 15, chunk lane >> 4, per m-tile of the warp
+  LdsmAddr<D> k;  // B of QK^T: four 8x8 (kv, d) matrices of two n-tiles
+  LdsmAddr<D> v;  // B of PV (transposed): four 8x8 (kv, d) matrices of two d-tiles
+  __device__ __forceinline__ MainloopAddrs(uint32_t sq, uint32_t sk, uint32_t sv, int warp_row0,
+                                           int lane)
+      : q(sq, warp_row0 + (lane & 15), lane >> 4),
+        k(sk, (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1),
+        v(sv, (lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4) {}
+};
+
+template <typename Elem, int MT, int NT, int D>
+__device__ __forceinline__ void gemm_qk(float (&acc_s)[MT][NT][4], const MainloopAddrs<D>& at) {
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -37,15 +50,14 @@ __device__ __forceinline__ void gemm_qk(float (&acc_s)[MT][NT][4], const SmemTil
     uint32_t a[MT][4];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
-      ldmatrix_x4(a[mt], sQ.addr(warp_row0 + mt * 16 + (lane & 15), kk * 16 + (lane >> 4) * 8));
+      ldmatrix_x4(a[mt], at.q(mt * 16, 2 * kk));
     }
 #pragma unroll
     for (int j2 = 0; j2 < NT / 2; ++j2) {
       // Four 8x8 matrices: (kv 0-7, d 0-7) (kv 0-7, d 8-15) (kv 8-15, d 0-7) (kv 8-15, d 8-15)
       // = B fragments (b0, b1) of n-tiles 2*j2 and 2*j2+1.
       uint32_t b[4];
-      ldmatrix_x4(b, sK.addr(j2 * 16 + (lane & 7) + ((lane >> 4) << 3),
-                             kk * 16 + ((lane >> 3) & 1) * 8));
+      ldmatrix_x4(b, at.k(j2 * 16, 2 * kk));
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         ElemTraits<Elem>::mma(acc_s[mt][2 * j2], a[mt], b[0], b[1]);
@@ -56,9 +68,9 @@ __device__ __forceinline__ void gemm_qk(float (&acc_s)[MT][NT][4], const SmemTil
 }
 
 // acc_o[mt][dt] += P[m-tile mt] . V[kv block, d-tile dt], P taken from the score registers.
-template <typename Elem, int MT, int NT, int DT, int D, int BN>
+template <typename Elem, int MT, int NT, int DT, int D>
 __device__ __forceinline__ void gemm_pv(float (&acc_o)[MT][DT][4], const float (&p)[MT][NT][4],
-                                        const SmemTile<Elem, BN, D>& sV, int lane) {
+                                        const MainloopAddrs<D>& at) {
 #pragma unroll
   for (int kk = 0; kk < NT / 2; ++kk) {
     uint32_t a[MT][4];
@@ -74,8 +86,7 @@ __device__ __forceinline__ void gemm_pv(float (&acc_o)[MT][DT][4], const float (
       // Transposed: (kv 0-7, d 0-7) (kv 8-15, d 0-7) (kv 0-7, d 8-15) (kv 8-15, d 8-15)
       // = B fragments (b0, b1) of d-tiles 2*d2 and 2*d2+1.
       uint32_t b[4];
-      ldmatrix_x4_trans(b, sV.addr(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
-                                   d2 * 16 + (lane >> 4) * 8));
+      ldmatrix_x4_trans(b, at.v(kk * 16, 2 * d2));
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         ElemTraits<Elem>::mma(acc_o[mt][2 * d2], a[mt], b[0], b[1]);

@@ -99,20 +99,46 @@ struct SmemTile {
   }
 
   // Issues cp.async for rows [0, valid_rows) of a global tile (row stride in elements); the rest
-  // are zero-filled. Every thread of the CTA takes part.
+  // are zero-filled. Every thread of the CTA takes part, always at the same column, stepping
+  // down the rows: the shared-memory offsets are then compile-time steps, and the global address
+  // is one running pointer (laundered so the compiler cannot hoist a precomputed address per
+  // step out of the KV loop: that is what used to spill).
   template <int NTHREADS>
   __device__ __forceinline__ void load_async(const Elem* gmem, int64_t row_stride, int valid_rows,
                                              int tid) const {
-    static_assert((ROWS * kChunks) % NTHREADS == 0, "tile copy must split evenly over threads");
+    static_assert(NTHREADS % kChunks == 0, "threads must cover whole rows");
+    constexpr int kRowsPerPass = NTHREADS / kChunks;
+    static_assert(kRowsPerPass % 8 == 0 && ROWS % kRowsPerPass == 0, "swizzle period");
+    const int row0 = tid / kChunks, col = (tid % kChunks) * 8;
+    const uint32_t dst = addr(row0, col);
+    const Elem* src = gmem + row0 * row_stride + col;
+    const int64_t step = kRowsPerPass * row_stride;
 #pragma unroll
-    for (int i = 0; i < ROWS * kChunks / NTHREADS; ++i) {
-      const int idx = i * NTHREADS + tid;
-      const int row = idx / kChunks;
-      const int col = (idx % kChunks) * 8;
-      const bool valid = row < valid_rows;
-      const Elem* src = valid ? gmem + row * row_stride + col : gmem;
-      cp_async_16(addr(row, col), src, valid);
+    for (int i = 0; i < ROWS / kRowsPerPass; ++i) {
+      const bool valid = row0 + i * kRowsPerPass < valid_rows;
+      cp_async_16(dst + i * kRowsPerPass * D * 2, valid ? src : gmem, valid);
+      src += step;
+      asm volatile("" : "+l"(src));
     }
+  }
+};
+
+// ldmatrix addresses for one lane into a SmemTile, precomputed so that the KV loop pays nothing:
+// a lane reads row `row + R` at 16-byte chunk `chunk + C` for compile-time R (a multiple of 8)
+// and even C. Because row & 7 is fixed per lane and C is even, the swizzled chunk is
+// (C & ~7) + ((C & 7) ^ z) with z = chunk ^ (row & 7): four base registers (one per C & 7)
+// plus immediates cover every (R, C).
+template <int D>
+struct LdsmAddr {
+  uint32_t b[4];
+
+  __device__ __forceinline__ LdsmAddr(uint32_t tile_base, int row, int chunk) {
+    const int z = chunk ^ (row & 7);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) b[c] = tile_base + row * D * 2 + (((2 * c) ^ z) << 4);
+  }
+  __device__ __forceinline__ uint32_t operator()(int R, int C) const {
+    return b[(C & 7) >> 1] + R * D * 2 + ((C & ~7) << 4);
   }
 };
 
