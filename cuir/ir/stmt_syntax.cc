@@ -1,0 +1,334 @@
+// The text form of every statement construct: one section per construct with its parse and
+// print side by side, registered in the table at the end. Parse functions run after the parser
+// consumed the construct's keyword (and `NAME =` for assignment forms); they stop before the
+// end of the line.
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "cuir/ir/syntax.h"
+
+namespace cubridge::cuir {
+namespace {
+
+using absl::StrCat;
+
+std::string Kw(const Stmt& s) { return std::string(SyntaxOf(s.kind).keyword); }
+std::string E(const ExprPtr& e) { return PrintExpr(e); }
+// Statements built in code may be malformed; printing them must still work (for error dumps).
+std::string Operand(const Stmt& s, size_t i) {
+  return i < s.operands.size() ? s.operands[i] : "<missing>";
+}
+std::string ExprAt(const std::vector<ExprPtr>& es, size_t i) {
+  return E(i < es.size() ? es[i] : nullptr);
+}
+
+absl::Status ParseExprInto(Parser& p, ExprPtr* out) {
+  CUIR_ASSIGN_OR_RETURN(*out, p.ParseExpr());
+  return absl::OkStatus();
+}
+
+// NAME (, NAME)*
+absl::Status ParseNames(Parser& p, std::string_view what, std::vector<std::string>* out) {
+  do {
+    CUIR_ASSIGN_OR_RETURN(std::string name, p.ExpectName(what));
+    out->push_back(std::move(name));
+  } while (p.AcceptPunct(","));
+  return absl::OkStatus();
+}
+
+// EXPR (, EXPR)*
+absl::Status ParseExprList(Parser& p, std::vector<ExprPtr>* out) {
+  do {
+    CUIR_ASSIGN_OR_RETURN(ExprPtr e, p.ParseExpr());
+    out->push_back(std::move(e));
+  } while (p.AcceptPunct(","));
+  return absl::OkStatus();
+}
+
+std::string JoinExprs(const std::vector<ExprPtr>& es) {
+  return absl::StrJoin(es, ", ", [](std::string* out, const ExprPtr& e) { out->append(E(e)); });
+}
+
+// Optional trailing `KEYWORD EXPR` (role regs, mask when, loop pipeline).
+absl::Status ParseOptionalClause(Parser& p, std::string_view keyword, ExprPtr* out) {
+  if (!p.AcceptKeyword(keyword)) return absl::OkStatus();
+  return ParseExprInto(p, out);
+}
+
+std::string OptionalClause(std::string_view keyword, const ExprPtr& e) {
+  return e ? StrCat(" ", std::string(keyword), " ", E(e)) : "";
+}
+
+// ----- statements without operands: softmax.init, epilogue ----------------------------------
+
+absl::Status ParseBare(Parser&, Stmt&) { return absl::OkStatus(); }
+void PrintBare(const Stmt& s, StmtPrinter& out) { out.Line(Kw(s)); }
+
+// ----- expert "NAME" -------------------------------------------------------------------------
+
+absl::Status ParseExpert(Parser& p, Stmt& s) {
+  if (p.Peek().kind != TokKind::kString) return p.Expected("the expert's name in quotes");
+  s.name = p.Next().text;
+  return absl::OkStatus();
+}
+void PrintExpert(const Stmt& s, StmtPrinter& out) { out.Line(StrCat(Kw(s), " \"", s.name, "\"")); }
+
+// ----- param / const / let: KEYWORD NAME: TYPE = EXPR -----------------------------------------
+
+absl::Status ParseTypedValue(Parser& p, Stmt& s) {
+  CUIR_ASSIGN_OR_RETURN(s.name, p.ExpectName("a name"));
+  CUIR_RETURN_IF_ERROR(p.ExpectPunct(":"));
+  CUIR_ASSIGN_OR_RETURN(s.type, p.ParseType());
+  CUIR_RETURN_IF_ERROR(p.ExpectPunct("="));
+  return ParseExprInto(p, &s.value);
+}
+void PrintTypedValue(const Stmt& s, StmtPrinter& out) {
+  out.Line(StrCat(Kw(s), " ", s.name, ": ", TypeName(s.type), " = ", E(s.value)));
+}
+
+// ----- buffer NAME: TYPE[LENGTH] -------------------------------------------------------------
+
+absl::Status ParseBuffer(Parser& p, Stmt& s) {
+  CUIR_ASSIGN_OR_RETURN(s.name, p.ExpectName("a buffer name"));
+  CUIR_RETURN_IF_ERROR(p.ExpectPunct(":"));
+  CUIR_ASSIGN_OR_RETURN(s.type, p.ParseType());
+  CUIR_RETURN_IF_ERROR(p.ExpectPunct("["));
+  CUIR_RETURN_IF_ERROR(ParseExprInto(p, &s.value));
+  return p.ExpectPunct("]");
+}
+void PrintBuffer(const Stmt& s, StmtPrinter& out) {
+  out.Line(StrCat(Kw(s), " ", s.name, ": ", TypeName(s.type), "[", E(s.value), "]"));
+}
+
+// ----- role NAME warps EXPR [regs EXPR] -------------------------------------------------------
+
+absl::Status ParseRole(Parser& p, Stmt& s) {
+  CUIR_ASSIGN_OR_RETURN(s.name, p.ExpectName("a role name"));
+  CUIR_RETURN_IF_ERROR(p.ExpectKeyword("warps"));
+  CUIR_RETURN_IF_ERROR(ParseExprInto(p, &s.value));
+  return ParseOptionalClause(p, "regs", &s.aux);
+}
+void PrintRole(const Stmt& s, StmtPrinter& out) {
+  out.Line(StrCat(Kw(s), " ", s.name, " warps ", E(s.value), OptionalClause("regs", s.aux)));
+}
+
+// ----- grid AXIS < EXPR (, AXIS < EXPR)* [schedule NAME] ---------------------------------------
+
+absl::Status ParseGrid(Parser& p, Stmt& s) {
+  do {
+    CUIR_ASSIGN_OR_RETURN(std::string axis, p.ExpectName("a grid axis name"));
+    CUIR_RETURN_IF_ERROR(p.ExpectPunct("<"));
+    CUIR_ASSIGN_OR_RETURN(ExprPtr extent, p.ParseExpr());
+    s.names.push_back(std::move(axis));
+    s.exprs.push_back(std::move(extent));
+  } while (p.AcceptPunct(","));
+  if (!p.AcceptKeyword("schedule")) return absl::OkStatus();
+  CUIR_ASSIGN_OR_RETURN(s.attr, p.ExpectName("a schedule name"));
+  return absl::OkStatus();
+}
+void PrintGrid(const Stmt& s, StmtPrinter& out) {
+  std::vector<std::string> axes;
+  for (size_t i = 0; i < s.names.size(); ++i) {
+    axes.push_back(StrCat(s.names[i], " < ", ExprAt(s.exprs, i)));
+  }
+  std::string schedule = s.attr.empty() ? "" : StrCat(" schedule ", s.attr);
+  out.Line(StrCat(Kw(s), " ", absl::StrJoin(axes, ", "), schedule));
+}
+
+// ----- table NAME = blocks(PRED) [per AXIS (, AXIS)*] ------------------------------------------
+
+absl::Status ParseTable(Parser& p, Stmt& s) {
+  CUIR_ASSIGN_OR_RETURN(s.name, p.ExpectName("a table name"));
+  CUIR_RETURN_IF_ERROR(p.ExpectPunct("="));
+  CUIR_RETURN_IF_ERROR(p.ExpectKeyword("blocks"));
+  CUIR_RETURN_IF_ERROR(p.ExpectPunct("("));
+  CUIR_RETURN_IF_ERROR(ParseExprInto(p, &s.value));
+  CUIR_RETURN_IF_ERROR(p.ExpectPunct(")"));
+  if (!p.AcceptKeyword("per")) return absl::OkStatus();
+  return ParseNames(p, "a grid axis name", &s.names);
+}
+void PrintTable(const Stmt& s, StmtPrinter& out) {
+  std::string per = s.names.empty() ? "" : StrCat(" per ", absl::StrJoin(s.names, ", "));
+  out.Line(StrCat(Kw(s), " ", s.name, " = blocks(", E(s.value), ")", per));
+}
+
+// ----- load NAME = TENSOR[b, head, lo:hi] -----------------------------------------------------
+
+absl::Status ParseLoad(Parser& p, Stmt& s) {
+  CUIR_ASSIGN_OR_RETURN(s.name, p.ExpectName("a tile name"));
+  CUIR_RETURN_IF_ERROR(p.ExpectPunct("="));
+  const Token& tensor = p.Peek();
+  if (!tensor.IsIdent("q") && !tensor.IsIdent("k") && !tensor.IsIdent("v")) {
+    return p.Expected("an input tensor (q, k or v)");
+  }
+  s.operands = {p.Next().text};
+  s.exprs.resize(4);
+  CUIR_RETURN_IF_ERROR(p.ExpectPunct("["));
+  CUIR_RETURN_IF_ERROR(ParseExprInto(p, &s.exprs[0]));
+  CUIR_RETURN_IF_ERROR(p.ExpectPunct(","));
+  CUIR_RETURN_IF_ERROR(ParseExprInto(p, &s.exprs[1]));
+  CUIR_RETURN_IF_ERROR(p.ExpectPunct(","));
+  CUIR_RETURN_IF_ERROR(ParseExprInto(p, &s.exprs[2]));
+  CUIR_RETURN_IF_ERROR(p.ExpectPunct(":"));
+  CUIR_RETURN_IF_ERROR(ParseExprInto(p, &s.exprs[3]));
+  return p.ExpectPunct("]");
+}
+void PrintLoad(const Stmt& s, StmtPrinter& out) {
+  out.Line(StrCat(Kw(s), " ", s.name, " = ", Operand(s, 0), "[", ExprAt(s.exprs, 0), ", ",
+                  ExprAt(s.exprs, 1), ", ", ExprAt(s.exprs, 2), ":", ExprAt(s.exprs, 3), "]"));
+}
+
+// ----- for: range form and table form ---------------------------------------------------------
+//   for VAR in [LO, HI) (union [LO, HI))* [pipeline EXPR] {
+//   for VAR, FULL in table NAME[EXPR (, EXPR)*] [pipeline EXPR] {
+
+absl::Status ParseRange(Parser& p, BlockRange* r) {
+  CUIR_RETURN_IF_ERROR(p.ExpectPunct("["));
+  CUIR_RETURN_IF_ERROR(ParseExprInto(p, &r->lo));
+  CUIR_RETURN_IF_ERROR(p.ExpectPunct(","));
+  CUIR_RETURN_IF_ERROR(ParseExprInto(p, &r->hi));
+  if (p.Peek().IsPunct("]")) return p.Expected("')' (block ranges are half-open: [lo, hi))");
+  return p.ExpectPunct(")");
+}
+
+absl::Status ParseForIteration(Parser& p, Stmt& s) {
+  bool table_form = p.Peek().IsIdent("table");
+  if (table_form && s.full_var.empty()) {
+    return p.Expected("a block range [lo, hi) (only a loop binding 'VAR, FULL' walks a table)");
+  }
+  if (!table_form && !s.full_var.empty()) {
+    return p.Expected("'table' (a loop binding 'VAR, FULL' walks a block table)");
+  }
+  if (table_form) {
+    p.Next();
+    CUIR_ASSIGN_OR_RETURN(s.table, p.ExpectName("a table name"));
+    CUIR_RETURN_IF_ERROR(p.ExpectPunct("["));
+    CUIR_RETURN_IF_ERROR(ParseExprList(p, &s.exprs));
+    return p.ExpectPunct("]");
+  }
+  do {
+    s.ranges.emplace_back();
+    CUIR_RETURN_IF_ERROR(ParseRange(p, &s.ranges.back()));
+  } while (p.AcceptKeyword("union"));
+  return absl::OkStatus();
+}
+
+absl::Status ParseFor(Parser& p, Stmt& s) {
+  CUIR_ASSIGN_OR_RETURN(s.name, p.ExpectName("a loop variable"));
+  if (p.AcceptPunct(",")) {
+    CUIR_ASSIGN_OR_RETURN(s.full_var, p.ExpectName("the 'full block' variable"));
+  }
+  CUIR_RETURN_IF_ERROR(p.ExpectKeyword("in"));
+  CUIR_RETURN_IF_ERROR(ParseForIteration(p, s));
+  CUIR_RETURN_IF_ERROR(ParseOptionalClause(p, "pipeline", &s.pipeline));
+  return p.ParseBlock(&s.body);
+}
+
+void PrintFor(const Stmt& s, StmtPrinter& out) {
+  std::string header = StrCat(Kw(s), " ", s.name);
+  if (!s.table.empty()) {
+    absl::StrAppend(&header, ", ", s.full_var, " in table ", s.table, "[", JoinExprs(s.exprs), "]");
+  } else {
+    std::vector<std::string> ranges;
+    for (const BlockRange& r : s.ranges) ranges.push_back(StrCat("[", E(r.lo), ", ", E(r.hi), ")"));
+    absl::StrAppend(&header, " in ", absl::StrJoin(ranges, " union "));
+  }
+  absl::StrAppend(&header, OptionalClause("pipeline", s.pipeline));
+  out.OpenBlock(header);
+  out.Stmts(s.body);
+  out.CloseBlock();
+}
+
+// ----- NAME = qk Q, K scale EXPR --------------------------------------------------------------
+
+absl::Status ParseQK(Parser& p, Stmt& s) {
+  CUIR_RETURN_IF_ERROR(ParseNames(p, "a tile name", &s.operands));
+  if (s.operands.size() != 2) {
+    return p.ErrorAt(s.loc, StrCat("qk takes two tiles (Q, K), got ", s.operands.size()));
+  }
+  CUIR_RETURN_IF_ERROR(p.ExpectKeyword("scale"));
+  return ParseExprInto(p, &s.value);
+}
+void PrintQK(const Stmt& s, StmtPrinter& out) {
+  out.Line(StrCat(s.name, " = ", Kw(s), " ", absl::StrJoin(s.operands, ", "), " scale ",
+                  E(s.value)));
+}
+
+// ----- score_mod S = EXPR / mask S = PRED [when COND] -----------------------------------------
+
+absl::Status ParseScoreMod(Parser& p, Stmt& s) {
+  CUIR_ASSIGN_OR_RETURN(std::string scores, p.ExpectName("a score tile name"));
+  s.operands = {std::move(scores)};
+  CUIR_RETURN_IF_ERROR(p.ExpectPunct("="));
+  return ParseExprInto(p, &s.value);
+}
+void PrintScoreMod(const Stmt& s, StmtPrinter& out) {
+  out.Line(StrCat(Kw(s), " ", Operand(s, 0), " = ", E(s.value)));
+}
+
+absl::Status ParseMask(Parser& p, Stmt& s) {
+  CUIR_RETURN_IF_ERROR(ParseScoreMod(p, s));  // same `S = EXPR` shape
+  return ParseOptionalClause(p, "when", &s.aux);
+}
+void PrintMask(const Stmt& s, StmtPrinter& out) {
+  out.Line(StrCat(Kw(s), " ", Operand(s, 0), " = ", E(s.value), OptionalClause("when", s.aux)));
+}
+
+// ----- NAME = softmax.online S ----------------------------------------------------------------
+
+absl::Status ParseSoftmaxOnline(Parser& p, Stmt& s) {
+  CUIR_ASSIGN_OR_RETURN(std::string scores, p.ExpectName("a score tile name"));
+  s.operands = {std::move(scores)};
+  return absl::OkStatus();
+}
+void PrintSoftmaxOnline(const Stmt& s, StmtPrinter& out) {
+  out.Line(StrCat(s.name, " = ", Kw(s), " ", Operand(s, 0)));
+}
+
+// ----- pv P, V --------------------------------------------------------------------------------
+
+absl::Status ParsePV(Parser& p, Stmt& s) {
+  CUIR_RETURN_IF_ERROR(ParseNames(p, "a tile name", &s.operands));
+  if (s.operands.size() != 2) {
+    return p.ErrorAt(s.loc, StrCat("pv takes two tiles (P, V), got ", s.operands.size()));
+  }
+  return absl::OkStatus();
+}
+void PrintPV(const Stmt& s, StmtPrinter& out) {
+  out.Line(StrCat(Kw(s), " ", absl::StrJoin(s.operands, ", ")));
+}
+
+}  // namespace
+
+const std::vector<StmtSyntax>& StmtSyntaxTable() {
+  static const std::vector<StmtSyntax> table = {
+      {StmtKind::kExpert, "expert", false, ParseExpert, PrintExpert},
+      {StmtKind::kParam, "param", false, ParseTypedValue, PrintTypedValue},
+      {StmtKind::kConst, "const", false, ParseTypedValue, PrintTypedValue},
+      {StmtKind::kBuffer, "buffer", false, ParseBuffer, PrintBuffer},
+      {StmtKind::kRole, "role", false, ParseRole, PrintRole},
+      {StmtKind::kGrid, "grid", false, ParseGrid, PrintGrid},
+      {StmtKind::kTable, "table", false, ParseTable, PrintTable},
+      {StmtKind::kLet, "let", false, ParseTypedValue, PrintTypedValue},
+      {StmtKind::kLoad, "load", false, ParseLoad, PrintLoad},
+      {StmtKind::kSoftmaxInit, "softmax.init", false, ParseBare, PrintBare},
+      {StmtKind::kFor, "for", false, ParseFor, PrintFor},
+      {StmtKind::kQK, "qk", true, ParseQK, PrintQK},
+      {StmtKind::kScoreMod, "score_mod", false, ParseScoreMod, PrintScoreMod},
+      {StmtKind::kMask, "mask", false, ParseMask, PrintMask},
+      {StmtKind::kSoftmaxOnline, "softmax.online", true, ParseSoftmaxOnline, PrintSoftmaxOnline},
+      {StmtKind::kPV, "pv", false, ParsePV, PrintPV},
+      {StmtKind::kEpilogue, "epilogue", false, ParseBare, PrintBare},
+  };
+  return table;
+}
+
+const StmtSyntax& SyntaxOf(StmtKind kind) {
+  for (const StmtSyntax& s : StmtSyntaxTable()) {
+    if (s.kind == kind) return s;
+  }
+  return StmtSyntaxTable().front();  // unreachable: every kind is registered (tested)
+}
+
+}  // namespace cubridge::cuir

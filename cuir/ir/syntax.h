@@ -1,0 +1,106 @@
+// Internal to cuir/ir: the machinery shared by the parser, the printer and the per-construct
+// statement syntax (stmt_syntax.cc). Each statement construct registers one StmtSyntax entry
+// holding both its parse and its print function, so a construct's text form is defined once.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "cuir/ir/expr.h"
+#include "cuir/ir/lexer.h"
+#include "cuir/ir/program.h"
+
+#define CUIR_STATUS_CONCAT_INNER(a, b) a##b
+#define CUIR_STATUS_CONCAT(a, b) CUIR_STATUS_CONCAT_INNER(a, b)
+
+#define CUIR_RETURN_IF_ERROR(expr)             \
+  do {                                         \
+    if (absl::Status _st = (expr); !_st.ok()) { \
+      return _st;                              \
+    }                                          \
+  } while (0)
+
+#define CUIR_ASSIGN_OR_RETURN(lhs, expr) \
+  CUIR_ASSIGN_OR_RETURN_IMPL(CUIR_STATUS_CONCAT(_statusor_, __LINE__), lhs, expr)
+#define CUIR_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
+  auto tmp = (expr);                               \
+  if (!tmp.ok()) return tmp.status();              \
+  lhs = std::move(*tmp)
+
+namespace cubridge::cuir {
+
+// Recursive-descent parser over a token list; every error names file:line:col.
+class Parser {
+ public:
+  explicit Parser(std::vector<Token> tokens) : toks_(std::move(tokens)) {}
+
+  const Token& Peek(size_t ahead = 0) const;
+  const Token& Next();
+  bool AcceptPunct(std::string_view p);
+  bool AcceptKeyword(std::string_view kw);
+  absl::Status ExpectPunct(std::string_view p);
+  absl::Status ExpectKeyword(std::string_view kw);
+  // An identifier; `what` names it in the error ("a loop variable").
+  absl::StatusOr<std::string> ExpectName(std::string_view what);
+  absl::StatusOr<Type> ParseType();
+  absl::StatusOr<ExprPtr> ParseExpr();
+  // A newline ends a statement; the end of input does too (the missing '}' is reported next).
+  absl::Status ExpectEndOfLine();
+  void SkipNewlines();
+
+  // `{` NEWLINE (statement NEWLINE)* `}`.
+  absl::Status ParseBlock(std::vector<Stmt>* body);
+  absl::Status ParseStmt(Stmt* stmt);
+
+  // "expected WHAT, found <next token>" at the next token.
+  absl::Status Expected(std::string_view what) const;
+  absl::Status ErrorAt(const SourceLoc& loc, std::string_view msg) const;
+
+ private:
+  absl::StatusOr<ExprPtr> ParseOr();
+  absl::StatusOr<ExprPtr> ParseAnd();
+  absl::StatusOr<ExprPtr> ParseComparison();
+  absl::StatusOr<ExprPtr> ParseAdditive();
+  absl::StatusOr<ExprPtr> ParseMultiplicative();
+  absl::StatusOr<ExprPtr> ParseUnary();
+  absl::StatusOr<ExprPtr> ParsePower();
+  absl::StatusOr<ExprPtr> ParsePrimary();
+  absl::StatusOr<ExprPtr> ParseCall(const Token& name);
+  absl::StatusOr<ExprPtr> NumberLiteral(const Token& tok, bool negate, const SourceLoc& loc);
+
+  std::vector<Token> toks_;
+  size_t pos_ = 0;
+};
+
+// Accumulates the canonical text: two spaces of indentation per nesting level.
+class StmtPrinter {
+ public:
+  void Line(std::string_view text);
+  void OpenBlock(std::string_view header);  // "header {", then indents
+  void CloseBlock();                        // dedents, then "}"
+  void Stmts(const std::vector<Stmt>& body);
+  const std::string& text() const { return out_; }
+
+ private:
+  std::string out_;
+  int depth_ = 0;
+};
+
+struct StmtSyntax {
+  StmtKind kind;
+  // Leading keyword (`let`, `for`, ...), or for assignment forms the keyword after `NAME =`.
+  std::string_view keyword;
+  bool assign_form;  // `NAME = keyword ...`: the parser fills stmt.name before `parse`
+  // Parses what follows the keyword (the parser has consumed it), up to the end of the line.
+  absl::Status (*parse)(Parser& p, Stmt& stmt);
+  void (*print)(const Stmt& stmt, StmtPrinter& out);
+};
+
+const std::vector<StmtSyntax>& StmtSyntaxTable();
+const StmtSyntax& SyntaxOf(StmtKind kind);
+
+}  // namespace cubridge::cuir

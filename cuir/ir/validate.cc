@@ -1,0 +1,698 @@
+// cuir::Validate: the static rules of a CuIR program (docs/cuir.md, "Validity").
+//
+// The checks are organised like MLIR verifiers: one table (kStmtRules) says, for each statement
+// kind, where it may appear and which member function verifies it, so a new construct adds one
+// row and one function. Scoping is a stack of frames (top level, loop body); names may be
+// neither redeclared nor shadowed, which keeps rewrites by transfer rules free of capture bugs.
+#include <initializer_list>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "cuir/ir/eval.h"
+#include "cuir/ir/program.h"
+#include "cuir/ir/syntax.h"
+
+namespace cubridge::cuir {
+namespace {
+
+enum class SymKind {
+  kBuiltin, kParam, kConst, kBuffer, kAxis, kLet, kLoopVar, kFullVar,
+  kTile,    // a `load` result; Symbol::tensor says which tensor
+  kScores,  // a `qk` result
+  kProbs,   // a `softmax.online` result
+  kTable,
+};
+
+const char* Describe(SymKind k) {
+  switch (k) {
+    case SymKind::kBuiltin: return "a builtin symbol";
+    case SymKind::kParam: return "a param";
+    case SymKind::kConst: return "a const";
+    case SymKind::kBuffer: return "a buffer";
+    case SymKind::kAxis: return "a grid axis";
+    case SymKind::kLet: return "a let";
+    case SymKind::kLoopVar: return "the loop variable";
+    case SymKind::kFullVar: return "the loop's full-block flag";
+    case SymKind::kTile: return "a loaded tile";
+    case SymKind::kScores: return "a qk result";
+    case SymKind::kProbs: return "a softmax.online result";
+    case SymKind::kTable: return "a table";
+  }
+  return "a symbol";
+}
+
+bool IsScalar(SymKind k) {
+  return k != SymKind::kBuffer && k != SymKind::kTile && k != SymKind::kScores &&
+         k != SymKind::kProbs && k != SymKind::kTable;
+}
+
+struct Symbol {
+  Symbol() = default;
+  Symbol(SymKind k, Type t, SourceLoc l = {}, std::string tensor_name = "",
+         const Stmt* declaration = nullptr)
+      : kind(k), type(t), loc(std::move(l)), tensor(std::move(tensor_name)), decl(declaration) {}
+
+  SymKind kind = SymKind::kLet;
+  Type type = Type::kInt;
+  SourceLoc loc;
+  std::string tensor;                // kTile: "q", "k" or "v"
+  const Stmt* decl = nullptr;        // kTable: its declaration (the `per` axes)
+  const Stmt* softmaxed = nullptr;   // kScores: the softmax.online that consumed it
+};
+
+// Names bound per element by mask / score_mod / table predicates; never declarable.
+constexpr absl::string_view kElementNames[] = {"score", "q_idx", "kv_idx"};
+
+bool IsElementName(absl::string_view n) {
+  for (auto r : kElementNames) {
+    if (r == n) return true;
+  }
+  return false;
+}
+
+// What an expression may see beyond the frames: element names, and for table predicates a
+// restriction to static symbols plus the table's `per` axes.
+struct ExprScope {
+  std::vector<std::pair<std::string, Type>> element;
+  const Stmt* table = nullptr;
+};
+
+const ExprScope kPlain{};
+const ExprScope kMaskScope{{{"q_idx", Type::kInt}, {"kv_idx", Type::kInt}}};
+const ExprScope kScoreModScope{
+    {{"score", Type::kFloat}, {"q_idx", Type::kInt}, {"kv_idx", Type::kInt}}};
+
+std::string TypeList(std::initializer_list<Type> types) {
+  std::vector<std::string> names;
+  for (Type t : types) names.push_back(TypeName(t));
+  return absl::StrJoin(names, " or ");
+}
+
+bool Contains(const std::vector<std::string>& v, absl::string_view s) {
+  for (const auto& x : v) {
+    if (x == s) return true;
+  }
+  return false;
+}
+
+class Validator;
+using Verifier = absl::Status (Validator::*)(const Stmt&);
+
+struct StmtRule {
+  StmtKind kind;
+  bool decl;     // top level, before any body statement
+  bool top;      // may appear at top level
+  bool in_loop;  // may appear inside the KV loop
+  Verifier verify;
+};
+
+class Validator {
+ public:
+  explicit Validator(const Program& p) : p_(p) {}
+  absl::Status Run();
+
+  absl::Status VerifyExpert(const Stmt& s);
+  absl::Status VerifyParam(const Stmt& s) { return VerifyTypedDecl(s, SymKind::kParam); }
+  absl::Status VerifyConst(const Stmt& s) { return VerifyTypedDecl(s, SymKind::kConst); }
+  absl::Status VerifyLet(const Stmt& s) { return VerifyTypedDecl(s, SymKind::kLet); }
+  absl::Status VerifyBuffer(const Stmt& s);
+  absl::Status VerifyRole(const Stmt& s);
+  absl::Status VerifyGrid(const Stmt& s);
+  absl::Status VerifyTable(const Stmt& s);
+  absl::Status VerifyLoad(const Stmt& s);
+  absl::Status VerifySoftmaxInit(const Stmt& s);
+  absl::Status VerifyFor(const Stmt& s);
+  absl::Status VerifyQK(const Stmt& s);
+  absl::Status VerifyScoreMod(const Stmt& s);
+  absl::Status VerifyMask(const Stmt& s);
+  absl::Status VerifySoftmaxOnline(const Stmt& s);
+  absl::Status VerifyPV(const Stmt& s);
+  absl::Status VerifyEpilogue(const Stmt& s);
+
+ private:
+  absl::Status Visit(const Stmt& s, bool in_loop);
+  absl::Status CheckPlacement(const Stmt& s, const StmtRule& rule, bool in_loop);
+  absl::Status CheckFinished() const;
+  absl::Status VerifyTypedDecl(const Stmt& s, SymKind kind);
+  absl::Status VerifyTableLoop(const Stmt& s);
+
+  // Scopes.
+  const Symbol* Find(const std::string& name) const;
+  Symbol* FindMutable(const std::string& name);
+  absl::Status Declare(const std::string& name, Symbol sym);
+  void CollectDeclarations(const std::vector<Stmt>& stmts);
+
+  // Expressions.
+  absl::Status CheckNames(const ExprPtr& e, const ExprScope& scope, const SourceLoc& outer) const;
+  absl::Status CheckVisible(const ExprPtr& e, const ExprScope& scope, const SourceLoc& loc) const;
+  TypeEnv MakeTypeEnv(const ExprScope& scope) const;
+  absl::StatusOr<Type> TypeIn(const ExprPtr& e, const ExprScope& scope, const Stmt& s) const;
+  absl::Status Expect(const ExprPtr& e, const ExprScope& scope, const Stmt& s,
+                      std::initializer_list<Type> allowed, absl::string_view what,
+                      absl::string_view hint = "") const;
+
+  // Operands.
+  absl::StatusOr<Symbol*> Operand(const Stmt& s, size_t i, SymKind want,
+                                  absl::string_view tensor = "");
+  absl::Status ScoresNotYetConsumed(const Stmt& s, const Symbol& scores) const;
+
+  const Program& p_;
+  std::vector<absl::flat_hash_map<std::string, Symbol>> frames_;
+  absl::flat_hash_map<std::string, SourceLoc> all_decls_;  // anywhere in the program, for hints
+  absl::flat_hash_map<std::string, SourceLoc> roles_;
+  const Stmt* first_body_ = nullptr;
+  const Stmt* expert_ = nullptr;
+  const Stmt* grid_ = nullptr;
+  const Stmt* softmax_init_ = nullptr;
+  const Stmt* q_load_ = nullptr;
+  const Stmt* loop_ = nullptr;
+  const Stmt* epilogue_ = nullptr;
+};
+
+constexpr StmtRule kStmtRules[] = {
+    {StmtKind::kExpert, true, true, false, &Validator::VerifyExpert},
+    {StmtKind::kParam, true, true, false, &Validator::VerifyParam},
+    {StmtKind::kConst, true, true, false, &Validator::VerifyConst},
+    {StmtKind::kBuffer, true, true, false, &Validator::VerifyBuffer},
+    {StmtKind::kRole, true, true, false, &Validator::VerifyRole},
+    {StmtKind::kGrid, true, true, false, &Validator::VerifyGrid},
+    {StmtKind::kTable, true, true, false, &Validator::VerifyTable},
+    {StmtKind::kLet, false, true, true, &Validator::VerifyLet},
+    {StmtKind::kLoad, false, true, true, &Validator::VerifyLoad},
+    {StmtKind::kSoftmaxInit, false, true, false, &Validator::VerifySoftmaxInit},
+    {StmtKind::kFor, false, true, false, &Validator::VerifyFor},
+    {StmtKind::kQK, false, false, true, &Validator::VerifyQK},
+    {StmtKind::kScoreMod, false, false, true, &Validator::VerifyScoreMod},
+    {StmtKind::kMask, false, false, true, &Validator::VerifyMask},
+    {StmtKind::kSoftmaxOnline, false, false, true, &Validator::VerifySoftmaxOnline},
+    {StmtKind::kPV, false, false, true, &Validator::VerifyPV},
+    {StmtKind::kEpilogue, false, true, false, &Validator::VerifyEpilogue},
+};
+
+const StmtRule* RuleFor(StmtKind kind) {
+  for (const auto& r : kStmtRules) {
+    if (r.kind == kind) return &r;
+  }
+  return nullptr;
+}
+
+absl::Status ErrorAt(const SourceLoc& loc, absl::string_view msg) {
+  return absl::InvalidArgumentError(absl::StrCat(loc.ToString(), ": ", msg));
+}
+
+absl::Status MissingGrid(const SourceLoc& loc) {
+  return ErrorAt(loc, "missing `grid` before the body; declare the launch grid, e.g. `grid "
+                      "m_block < cdiv(seqlen_q, BLOCK_M), h < heads_q, b < batch`");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Program structure.
+
+absl::Status Validator::Run() {
+  if (p_.version != 1) {
+    return ErrorAt(p_.loc, absl::StrCat("unsupported CuIR version ", p_.version,
+                                        "; this build reads `cuir 1`"));
+  }
+  frames_.emplace_back();
+  for (const auto& [name, type] : BuiltinSymbols()) {
+    frames_.back()[name] = Symbol{SymKind::kBuiltin, type};
+  }
+  CollectDeclarations(p_.stmts);
+  for (const Stmt& s : p_.stmts) CUIR_RETURN_IF_ERROR(Visit(s, /*in_loop=*/false));
+  return CheckFinished();
+}
+
+absl::Status Validator::Visit(const Stmt& s, bool in_loop) {
+  const StmtRule* rule = RuleFor(s.kind);
+  if (rule == nullptr) return ErrorAt(s.loc, "unknown statement kind");
+  CUIR_RETURN_IF_ERROR(CheckPlacement(s, *rule, in_loop));
+  return (this->*rule->verify)(s);
+}
+
+absl::Status Validator::CheckPlacement(const Stmt& s, const StmtRule& rule, bool in_loop) {
+  const std::string kw = absl::StrCat("`", StmtKindName(s.kind), "`");
+  if (in_loop && !rule.in_loop) {
+    absl::string_view where = rule.decl ? "declarations go at the top of the kernel"
+                             : s.kind == StmtKind::kFor ? "loops do not nest"
+                                                        : "move it out of the loop";
+    return ErrorAt(s.loc, absl::StrCat(kw, " is not allowed inside the KV loop; ", where));
+  }
+  if (!in_loop && !rule.top) {
+    return ErrorAt(s.loc, absl::StrCat(kw, " must be inside the KV loop (`for ... { ... }`)"));
+  }
+  if (rule.decl && first_body_ != nullptr) {
+    return ErrorAt(s.loc, absl::StrCat("declaration ", kw, " must come before the body, which "
+                                       "starts at ", first_body_->loc.ToString(),
+                                       "; move it up"));
+  }
+  if (!rule.decl && first_body_ == nullptr) {
+    first_body_ = &s;
+    // The body runs per grid point, so its grid axes must exist by now.
+    if (grid_ == nullptr) return MissingGrid(s.loc);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Validator::CheckFinished() const {
+  if (grid_ == nullptr) return MissingGrid(p_.loc);
+  if (loop_ == nullptr) {
+    return ErrorAt(p_.loc, "missing the KV loop; add `for n_block in [0, cdiv(seqlen_kv, "
+                           "BLOCK_N)) { ... }` after `softmax.init`");
+  }
+  if (epilogue_ == nullptr) {
+    return ErrorAt(loop_->loc, "the KV loop is not followed by `epilogue`; add `epilogue` after "
+                               "the loop's closing `}` to write O and LSE");
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scopes.
+
+const Symbol* Validator::Find(const std::string& name) const {
+  for (auto it = frames_.rbegin(); it != frames_.rend(); ++it) {
+    auto found = it->find(name);
+    if (found != it->end()) return &found->second;
+  }
+  return nullptr;
+}
+
+Symbol* Validator::FindMutable(const std::string& name) {
+  return const_cast<Symbol*>(static_cast<const Validator*>(this)->Find(name));
+}
+
+absl::Status Validator::Declare(const std::string& name, Symbol sym) {
+  if (IsElementName(name)) {
+    return ErrorAt(sym.loc, absl::StrCat("`", name, "` is reserved: mask, score_mod and table "
+                                         "predicates bind it per element; pick another name"));
+  }
+  if (const Symbol* prev = Find(name)) {
+    if (prev->kind == SymKind::kBuiltin) {
+      return ErrorAt(sym.loc, absl::StrCat("`", name, "` is a builtin symbol bound from the "
+                                           "job's config; pick another name"));
+    }
+    return ErrorAt(sym.loc, absl::StrCat("`", name, "` is already declared at ",
+                                         prev->loc.ToString(), " as ", Describe(prev->kind),
+                                         "; names may not be redeclared or shadowed, pick "
+                                         "another name"));
+  }
+  frames_.back()[name] = std::move(sym);
+  return absl::OkStatus();
+}
+
+void Validator::CollectDeclarations(const std::vector<Stmt>& stmts) {
+  for (const Stmt& s : stmts) {
+    const bool named = s.kind != StmtKind::kExpert && s.kind != StmtKind::kRole &&
+                       !s.name.empty();
+    if (named) all_decls_.try_emplace(s.name, s.loc);
+    if (s.kind == StmtKind::kGrid) {
+      for (const auto& axis : s.names) all_decls_.try_emplace(axis, s.loc);
+    }
+    if (s.kind == StmtKind::kFor) {
+      all_decls_.try_emplace(s.name, s.loc);
+      if (!s.full_var.empty()) all_decls_.try_emplace(s.full_var, s.loc);
+      CollectDeclarations(s.body);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Expressions.
+
+absl::Status Validator::CheckNames(const ExprPtr& e, const ExprScope& scope,
+                                   const SourceLoc& outer) const {
+  const SourceLoc& loc = e->loc.known() ? e->loc : outer;
+  if (e->kind == ExprKind::kVar || e->kind == ExprKind::kIndex) {
+    CUIR_RETURN_IF_ERROR(CheckVisible(e, scope, loc));
+  }
+  for (const auto& a : e->args) CUIR_RETURN_IF_ERROR(CheckNames(a, scope, loc));
+  return absl::OkStatus();
+}
+
+// OK when e (a name or a buffer element) refers to something visible and of the right sort.
+absl::Status Validator::CheckVisible(const ExprPtr& e, const ExprScope& scope,
+                                   const SourceLoc& loc) const {
+  const std::string& n = e->name;
+  const bool indexed = e->kind == ExprKind::kIndex;
+  if (!indexed) {
+    for (const auto& [name, type] : scope.element) {
+      if (name == n) return absl::OkStatus();
+    }
+  }
+  const Symbol* sym = Find(n);
+  if (sym == nullptr) {
+    if (!indexed && IsElementName(n)) {
+      return ErrorAt(loc, absl::StrCat("`", n, "` is only defined in ",
+                                       n == "score" ? "score_mod expressions"
+                                                    : "mask, score_mod and table predicates"));
+    }
+    auto later = all_decls_.find(n);
+    if (later != all_decls_.end()) {
+      return ErrorAt(loc, absl::StrCat("`", n, "` is not declared here: its declaration at ",
+                                       later->second.ToString(), " comes later or is inside "
+                                       "the loop; declare it before this use"));
+    }
+    if (indexed) {
+      return ErrorAt(loc, absl::StrCat("undeclared buffer `", n, "`; declare it at the top with "
+                                       "`buffer ", n, ": int[LENGTH]`"));
+    }
+    return ErrorAt(loc, absl::StrCat("undeclared name `", n, "`; declare it before use, e.g. "
+                                     "`const ", n, ": int = ...` for a spec parameter or `let ",
+                                     n, ": int = ...`"));
+  }
+  if (indexed && sym->kind != SymKind::kBuffer) {
+    return ErrorAt(loc, absl::StrCat("`", n, "` is ", Describe(sym->kind),
+                                     ", not a buffer; only buffers can be indexed"));
+  }
+  if (!indexed && !IsScalar(sym->kind)) {
+    std::string hint = sym->kind == SymKind::kBuffer ? absl::StrCat("; index it: `", n, "[i]`")
+                                                     : "; expressions take scalars only";
+    return ErrorAt(loc, absl::StrCat("`", n, "` is ", Describe(sym->kind), " (declared at ",
+                                     sym->loc.ToString(), "), not a scalar", hint));
+  }
+  if (scope.table == nullptr) return absl::OkStatus();
+  switch (sym->kind) {
+    case SymKind::kBuiltin: case SymKind::kParam: case SymKind::kConst: case SymKind::kBuffer:
+      return absl::OkStatus();
+    case SymKind::kAxis:
+      if (Contains(scope.table->names, n)) return absl::OkStatus();
+      return ErrorAt(loc, absl::StrCat("table `", scope.table->name, "` uses grid axis `", n,
+                                       "`, but is not computed per `", n, "`; add `per ", n,
+                                       "` to its declaration"));
+    default:
+      return ErrorAt(loc, absl::StrCat("`", n, "` is ", Describe(sym->kind),
+                                       ", not visible in a table predicate; it may use consts, "
+                                       "params, builtins, buffers, q_idx, kv_idx and its `per` "
+                                       "axes"));
+  }
+}
+
+TypeEnv Validator::MakeTypeEnv(const ExprScope& scope) const {
+  TypeEnv env;
+  for (const auto& frame : frames_) {
+    for (const auto& [name, sym] : frame) {
+      if (sym.kind == SymKind::kBuffer) env.buffers[name] = sym.type;
+      if (IsScalar(sym.kind)) env.vars[name] = sym.type;
+    }
+  }
+  for (const auto& [name, type] : scope.element) env.vars[name] = type;
+  return env;
+}
+
+absl::StatusOr<Type> Validator::TypeIn(const ExprPtr& e, const ExprScope& scope,
+                                       const Stmt& s) const {
+  if (!e) return ErrorAt(s.loc, absl::StrCat("`", StmtKindName(s.kind), "` lacks an expression"));
+  CUIR_RETURN_IF_ERROR(CheckNames(e, scope, s.loc));
+  auto t = TypeOf(e, MakeTypeEnv(scope));
+  // Expressions built by rewrites may carry no position: fall back to the statement's.
+  if (!t.ok() && !e->loc.known()) return ErrorAt(s.loc, t.status().message());
+  return t;
+}
+
+absl::Status Validator::Expect(const ExprPtr& e, const ExprScope& scope, const Stmt& s,
+                               std::initializer_list<Type> allowed, absl::string_view what,
+                               absl::string_view hint) const {
+  CUIR_ASSIGN_OR_RETURN(Type t, TypeIn(e, scope, s));
+  for (Type a : allowed) {
+    if (a == t) return absl::OkStatus();
+  }
+  const SourceLoc& loc = e->loc.known() ? e->loc : s.loc;
+  return ErrorAt(loc, absl::StrCat(what, " must be ", TypeList(allowed), ", but `",
+                                   PrintExpr(e), "` is ", TypeName(t), hint));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Operands.
+
+absl::StatusOr<Symbol*> Validator::Operand(const Stmt& s, size_t i, SymKind want,
+                                           absl::string_view tensor) {
+  const std::string kw = absl::StrCat("`", StmtKindName(s.kind), "`");
+  std::string wanted = tensor.empty() ? Describe(want)
+                                      : absl::StrCat("a tile loaded from ", tensor);
+  if (i >= s.operands.size()) {
+    return ErrorAt(s.loc, absl::StrCat(kw, " is missing operand ", i + 1, " (", wanted, ")"));
+  }
+  const std::string& n = s.operands[i];
+  Symbol* sym = FindMutable(n);
+  if (sym == nullptr) {
+    return ErrorAt(s.loc, absl::StrCat(kw, " operand `", n, "` is not declared; it must be ",
+                                       wanted, " defined earlier"));
+  }
+  if (sym->kind == want && (tensor.empty() || sym->tensor == tensor)) return sym;
+  std::string got = sym->kind == SymKind::kTile
+                        ? absl::StrCat("a tile loaded from ", sym->tensor)
+                        : std::string(Describe(sym->kind));
+  std::string hint;
+  if (s.kind == StmtKind::kQK && sym->kind == SymKind::kTile) {
+    hint = "; qk takes the Q tile first, then the K tile: `S = qk Q, K scale ...`";
+  }
+  return ErrorAt(s.loc, absl::StrCat(kw, " operand ", i + 1, " must be ", wanted, ", but `", n,
+                                     "` is ", got, " (declared at ", sym->loc.ToString(), ")",
+                                     hint));
+}
+
+absl::Status Validator::ScoresNotYetConsumed(const Stmt& s, const Symbol& scores) const {
+  if (scores.softmaxed == nullptr) return absl::OkStatus();
+  return ErrorAt(s.loc, absl::StrCat("`", StmtKindName(s.kind), "` on `", s.operands[0],
+                                     "` after its softmax.online at ",
+                                     scores.softmaxed->loc.ToString(),
+                                     " has no effect; move it before the softmax"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Per-statement verifiers.
+
+absl::Status Validator::VerifyExpert(const Stmt& s) {
+  if (expert_ != nullptr) {
+    return ErrorAt(s.loc, absl::StrCat("second `expert` (the first is at ",
+                                       expert_->loc.ToString(),
+                                       "); a program is lifted from one expert kernel"));
+  }
+  expert_ = &s;
+  return absl::OkStatus();
+}
+
+absl::Status Validator::VerifyTypedDecl(const Stmt& s, SymKind kind) {
+  CUIR_ASSIGN_OR_RETURN(Type t, TypeIn(s.value, kPlain, s));
+  if (t != s.type && !(s.type == Type::kFloat && t == Type::kInt)) {
+    const SourceLoc& loc = s.value->loc.known() ? s.value->loc : s.loc;
+    return ErrorAt(loc, absl::StrCat("`", s.name, "` is declared ", TypeName(s.type),
+                                     " but its value `", PrintExpr(s.value), "` is ", TypeName(t),
+                                     "; change the declared type to ", TypeName(t),
+                                     " or convert the value"));
+  }
+  return Declare(s.name, Symbol{kind, s.type, s.loc});
+}
+
+absl::Status Validator::VerifyBuffer(const Stmt& s) {
+  if (s.type != Type::kInt) {
+    return ErrorAt(s.loc, absl::StrCat("buffer `", s.name, "` has element type ",
+                                       TypeName(s.type), "; buffers hold ints: `buffer ", s.name,
+                                       ": int[LENGTH]`"));
+  }
+  CUIR_RETURN_IF_ERROR(Expect(s.value, kPlain, s, {Type::kInt}, "a buffer length"));
+  return Declare(s.name, Symbol{SymKind::kBuffer, s.type, s.loc});
+}
+
+absl::Status Validator::VerifyRole(const Stmt& s) {
+  auto [it, inserted] = roles_.try_emplace(s.name, s.loc);
+  if (!inserted) {
+    return ErrorAt(s.loc, absl::StrCat("role `", s.name, "` is already declared at ",
+                                       it->second.ToString(), "; pick another name"));
+  }
+  CUIR_RETURN_IF_ERROR(Expect(s.value, kPlain, s, {Type::kInt}, "a role's warp count"));
+  if (s.aux) CUIR_RETURN_IF_ERROR(Expect(s.aux, kPlain, s, {Type::kInt}, "a role's registers"));
+  return absl::OkStatus();
+}
+
+absl::Status Validator::VerifyGrid(const Stmt& s) {
+  if (grid_ != nullptr) {
+    return ErrorAt(s.loc, absl::StrCat("second `grid` (the first is at ", grid_->loc.ToString(),
+                                       "); a kernel has one launch grid, list all axes in it"));
+  }
+  grid_ = &s;
+  if (s.names.size() != s.exprs.size() || s.names.empty()) {
+    return ErrorAt(s.loc, "a grid needs one extent per axis: `grid AXIS < EXTENT, ...`");
+  }
+  // Extents are checked before the axes exist: an extent may not depend on another axis.
+  for (size_t i = 0; i < s.names.size(); ++i) {
+    CUIR_RETURN_IF_ERROR(Expect(s.exprs[i], kPlain, s, {Type::kInt},
+                                absl::StrCat("the extent of grid axis `", s.names[i], "`")));
+  }
+  for (const auto& axis : s.names) {
+    CUIR_RETURN_IF_ERROR(Declare(axis, Symbol{SymKind::kAxis, Type::kInt, s.loc}));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Validator::VerifyTable(const Stmt& s) {
+  absl::flat_hash_set<std::string> seen;
+  for (const auto& axis : s.names) {
+    if (grid_ == nullptr) {
+      return ErrorAt(s.loc, absl::StrCat("table `", s.name, "` is per `", axis,
+                                         "`, but no grid is declared yet; declare the grid "
+                                         "before the table"));
+    }
+    if (!Contains(grid_->names, axis)) {
+      return ErrorAt(s.loc, absl::StrCat("`", axis, "` in the `per` list of table `", s.name,
+                                         "` is not a grid axis; the grid's axes are ",
+                                         absl::StrJoin(grid_->names, ", ")));
+    }
+    if (!seen.insert(axis).second) {
+      return ErrorAt(s.loc, absl::StrCat("`", axis, "` appears twice in the `per` list of table `",
+                                         s.name, "`"));
+    }
+  }
+  CUIR_RETURN_IF_ERROR(Declare(s.name, Symbol{SymKind::kTable, Type::kBool, s.loc, "", &s}));
+  ExprScope scope = kMaskScope;
+  scope.table = &s;
+  return Expect(s.value, scope, s, {Type::kBool}, "a table predicate",
+                " (write a condition on q_idx and kv_idx, e.g. `q_idx >= kv_idx`)");
+}
+
+absl::Status Validator::VerifyLoad(const Stmt& s) {
+  const std::string tensor = s.operands.empty() ? "" : s.operands[0];
+  if (tensor != "q" && tensor != "k" && tensor != "v") {
+    return ErrorAt(s.loc, absl::StrCat("`load` reads q, k or v, not `", tensor,
+                                       "`: `load NAME = k[b, head, lo:hi]`"));
+  }
+  constexpr absl::string_view kWhat[] = {"the batch index", "the head index", "the first row",
+                                        "the row end"};
+  if (s.exprs.size() != 4) {
+    return ErrorAt(s.loc, "`load` takes [batch, head, lo:hi]");
+  }
+  for (size_t i = 0; i < 4; ++i) {
+    CUIR_RETURN_IF_ERROR(Expect(s.exprs[i], kPlain, s, {Type::kInt},
+                                absl::StrCat(kWhat[i], " of a load")));
+  }
+  if (tensor == "q" && frames_.size() == 1 && q_load_ == nullptr) q_load_ = &s;
+  return Declare(s.name, Symbol{SymKind::kTile, Type::kFloat, s.loc, tensor});
+}
+
+absl::Status Validator::VerifySoftmaxInit(const Stmt& s) {
+  if (softmax_init_ != nullptr) {
+    return ErrorAt(s.loc, absl::StrCat("second `softmax.init` (the first is at ",
+                                       softmax_init_->loc.ToString(), "); remove one"));
+  }
+  softmax_init_ = &s;
+  return absl::OkStatus();
+}
+
+absl::Status Validator::VerifyFor(const Stmt& s) {
+  if (loop_ != nullptr) {
+    return ErrorAt(s.loc, absl::StrCat("second KV loop (the first is at ", loop_->loc.ToString(),
+                                       "); a program has one top-level `for`"));
+  }
+  loop_ = &s;
+  if (q_load_ == nullptr) {
+    return ErrorAt(s.loc, "the KV loop needs the Q tile loaded before it, e.g. "
+                          "`load Q = q[b, h, q_lo:q_hi]`");
+  }
+  if (softmax_init_ == nullptr) {
+    return ErrorAt(s.loc, "`softmax.init` must come before the KV loop");
+  }
+  if (s.table.empty()) {
+    if (s.ranges.empty()) return ErrorAt(s.loc, "the loop has no range: `for VAR in [LO, HI)`");
+    for (const auto& r : s.ranges) {
+      CUIR_RETURN_IF_ERROR(Expect(r.lo, kPlain, s, {Type::kInt}, "a loop bound"));
+      CUIR_RETURN_IF_ERROR(Expect(r.hi, kPlain, s, {Type::kInt}, "a loop bound"));
+    }
+  } else {
+    CUIR_RETURN_IF_ERROR(VerifyTableLoop(s));
+  }
+  if (s.pipeline) {
+    CUIR_RETURN_IF_ERROR(Expect(s.pipeline, kPlain, s, {Type::kInt}, "the pipeline depth"));
+  }
+  frames_.emplace_back();
+  absl::Status status = Declare(s.name, Symbol{SymKind::kLoopVar, Type::kInt, s.loc});
+  if (status.ok() && !s.full_var.empty()) {
+    status = Declare(s.full_var, Symbol{SymKind::kFullVar, Type::kBool, s.loc});
+  }
+  for (size_t i = 0; status.ok() && i < s.body.size(); ++i) status = Visit(s.body[i], true);
+  frames_.pop_back();
+  return status;
+}
+
+absl::Status Validator::VerifyTableLoop(const Stmt& s) {
+  const Symbol* table = Find(s.table);
+  if (table == nullptr) {
+    return ErrorAt(s.loc, absl::StrCat("undeclared table `", s.table, "`; declare it at the top "
+                                       "with `table ", s.table, " = blocks(PREDICATE)`"));
+  }
+  if (table->kind != SymKind::kTable) {
+    return ErrorAt(s.loc, absl::StrCat("`", s.table, "` is ", Describe(table->kind),
+                                       ", not a table"));
+  }
+  const std::vector<std::string>& per = table->decl->names;
+  if (s.exprs.size() != per.size() + 1) {
+    std::vector<std::string> want = per;
+    want.push_back("m_block");
+    return ErrorAt(s.loc, absl::StrCat("table `", s.table, "` is indexed by its `per` axes and "
+                                       "the query block: `", s.table, "[",
+                                       absl::StrJoin(want, ", "), "]` (", want.size(),
+                                       " indices), but the loop gives ", s.exprs.size()));
+  }
+  for (const auto& index : s.exprs) {
+    CUIR_RETURN_IF_ERROR(Expect(index, kPlain, s, {Type::kInt}, "a table row index"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Validator::VerifyQK(const Stmt& s) {
+  CUIR_RETURN_IF_ERROR(Operand(s, 0, SymKind::kTile, "q").status());
+  CUIR_RETURN_IF_ERROR(Operand(s, 1, SymKind::kTile, "k").status());
+  CUIR_RETURN_IF_ERROR(Expect(s.value, kPlain, s, {Type::kInt, Type::kFloat}, "the qk scale"));
+  return Declare(s.name, Symbol{SymKind::kScores, Type::kFloat, s.loc});
+}
+
+absl::Status Validator::VerifyScoreMod(const Stmt& s) {
+  CUIR_ASSIGN_OR_RETURN(Symbol * scores, Operand(s, 0, SymKind::kScores));
+  CUIR_RETURN_IF_ERROR(ScoresNotYetConsumed(s, *scores));
+  return Expect(s.value, kScoreModScope, s, {Type::kInt, Type::kFloat}, "a score_mod value",
+                " (a score_mod computes the new score; use `mask` for conditions)");
+}
+
+absl::Status Validator::VerifyMask(const Stmt& s) {
+  CUIR_ASSIGN_OR_RETURN(Symbol * scores, Operand(s, 0, SymKind::kScores));
+  CUIR_RETURN_IF_ERROR(ScoresNotYetConsumed(s, *scores));
+  CUIR_RETURN_IF_ERROR(Expect(s.value, kMaskScope, s, {Type::kBool}, "a mask predicate",
+                              " (write the condition that keeps a score, e.g. "
+                              "`q_idx >= kv_idx`)"));
+  if (!s.aux) return absl::OkStatus();
+  return Expect(s.aux, kPlain, s, {Type::kBool}, "a mask's `when` condition");
+}
+
+absl::Status Validator::VerifySoftmaxOnline(const Stmt& s) {
+  CUIR_ASSIGN_OR_RETURN(Symbol * scores, Operand(s, 0, SymKind::kScores));
+  CUIR_RETURN_IF_ERROR(Declare(s.name, Symbol{SymKind::kProbs, Type::kFloat, s.loc}));
+  scores->softmaxed = &s;
+  return absl::OkStatus();
+}
+
+absl::Status Validator::VerifyPV(const Stmt& s) {
+  CUIR_RETURN_IF_ERROR(Operand(s, 0, SymKind::kProbs).status());
+  return Operand(s, 1, SymKind::kTile, "v").status();
+}
+
+absl::Status Validator::VerifyEpilogue(const Stmt& s) {
+  if (epilogue_ != nullptr) {
+    return ErrorAt(s.loc, absl::StrCat("second `epilogue` (the first is at ",
+                                       epilogue_->loc.ToString(), "); remove one"));
+  }
+  if (loop_ == nullptr) {
+    return ErrorAt(s.loc, "`epilogue` must come after the KV loop");
+  }
+  epilogue_ = &s;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Validate(const Program& p) { return Validator(p).Run(); }
+
+}  // namespace cubridge::cuir

@@ -1,0 +1,335 @@
+// cuir::Validate: the base program and the transferred shapes pass; each rule's violation, made
+// by editing the base text, fails with the offending statement's or expression's line:col and a
+// message that says what is wrong (and how to fix it where that is obvious).
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cuir/ir/program.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace cubridge::cuir {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+const char kFile[] = "base.cuir";
+
+std::string BaseText() {
+  std::ifstream in(std::string(CUBRIDGE_SOURCE_ROOT) + "/cuir/experts/fa2_sm80/base.cuir");
+  EXPECT_TRUE(in.good()) << "cannot read base.cuir under " << CUBRIDGE_SOURCE_ROOT;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Replaces the one occurrence of `from`; a missing or ambiguous anchor fails the test, so an
+// edit can never silently leave the base program unchanged.
+std::string Replace(std::string text, const std::string& from, const std::string& to) {
+  const size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << "anchor not found: " << from;
+  if (at == std::string::npos) return text;
+  EXPECT_EQ(text.find(from, at + 1), std::string::npos) << "anchor not unique: " << from;
+  return text.replace(at, from.size(), to);
+}
+
+// Inserts `lines` after the line that contains `anchor`.
+std::string InsertAfter(const std::string& text, const std::string& anchor,
+                        const std::string& lines) {
+  const size_t at = text.find(anchor);
+  EXPECT_NE(at, std::string::npos) << "anchor not found: " << anchor;
+  if (at == std::string::npos) return text;
+  const size_t eol = text.find('\n', at);
+  return text.substr(0, eol + 1) + lines + text.substr(eol + 1);
+}
+
+// "line:col" (1-based) of the first occurrence of `needle`, `skip` characters into it.
+std::string PosOf(const std::string& text, const std::string& needle, size_t skip = 0) {
+  const size_t found = text.find(needle);
+  EXPECT_NE(found, std::string::npos) << "not in text: " << needle;
+  if (found == std::string::npos) return "?";
+  const size_t at = found + skip;
+  const size_t newline = text.rfind('\n', at);
+  const size_t line_start = newline == std::string::npos ? 0 : newline + 1;
+  const int line = 1 + static_cast<int>(std::count(text.begin(), text.begin() + at, '\n'));
+  return std::to_string(line) + ":" + std::to_string(at - line_start + 1);
+}
+
+absl::Status ValidateText(const std::string& text) {
+  auto p = ParseProgram(text, kFile);
+  EXPECT_TRUE(p.ok()) << p.status();
+  if (!p.ok()) return absl::OkStatus();  // already failed; keep the caller's checks quiet
+  return Validate(*p);
+}
+
+void ExpectInvalid(const std::string& text, const std::string& pos,
+                   const std::vector<std::string>& says) {
+  absl::Status s = ValidateText(text);
+  ASSERT_FALSE(s.ok()) << "accepted:\n" << text;
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), StartsWith(std::string(kFile) + ":" + pos + ": "));
+  for (const auto& part : says) EXPECT_THAT(std::string(s.message()), HasSubstr(part));
+}
+
+const char kKvHi[] = "    let kv_hi: int = min(kv_lo + BLOCK_N, seqlen_kv)\n";
+const char kQK[] = "S = qk Q, K scale softmax_scale";
+const char kLoop[] = "for n_block in [0, cdiv(seqlen_kv, BLOCK_N)) pipeline STAGES {";
+
+std::string WithMask(const std::string& mask_line) {
+  return InsertAfter(BaseText(), kQK, "    " + mask_line + "\n");
+}
+
+// The document-mask shape; `per` and the loop's indices are parameters so that the table rules
+// can be broken one at a time.
+std::string DocumentMask(const std::string& table_decl, const std::string& loop_indices,
+                         bool declare_buffer = true) {
+  std::string decls = declare_buffer ? "  buffer doc: int[max(seqlen_q, seqlen_kv)]\n" : "";
+  std::string text = InsertAfter(BaseText(), "  grid ", decls + "  " + table_decl + "\n");
+  text = Replace(text, kLoop, "for n_block, full in table T[" + loop_indices +
+                                  "] pipeline STAGES {");
+  return InsertAfter(text, kQK,
+                     "    mask S = q_idx >= kv_idx && doc[q_idx] == doc[kv_idx] when !full\n");
+}
+
+const char kDocTable[] = "table T = blocks(q_idx >= kv_idx && doc[q_idx] == doc[kv_idx])";
+
+// ---------------------------------------------------------------------------------------------
+// Valid programs.
+
+TEST(ValidateTest, BaseProgramIsValid) {
+  EXPECT_TRUE(ValidateText(BaseText()).ok()) << ValidateText(BaseText());
+}
+
+TEST(ValidateTest, TransferredShapesAreValid) {
+  std::string causal = Replace(BaseText(), kLoop,
+                               "for n_block in [0, min(cdiv(seqlen_kv, BLOCK_N), cdiv(q_hi, "
+                               "BLOCK_N))) pipeline STAGES {");
+  causal = InsertAfter(causal, kKvHi, "    let full: bool = kv_hi - 1 <= q_lo\n");
+  causal = InsertAfter(causal, kQK, "    mask S = q_idx >= kv_idx when !full\n");
+
+  std::string softcap = InsertAfter(BaseText(), "param WARPS", "  const cap: float = 20.0\n");
+  softcap = InsertAfter(softcap, kQK, "    score_mod S = cap * tanh(score / cap)\n");
+
+  const std::string gqa = Replace(BaseText(), "let kv_h: int = h\n",
+                                  "let kv_h: int = h // (heads_q // heads_kv)\n");
+  const std::string per_head =
+      DocumentMask("table T = blocks(q_idx >= kv_idx + h) per h", "h, m_block");
+  const std::string windows = Replace(BaseText(), kLoop,
+                                      "for n_block in [0, 1) union [2, cdiv(seqlen_kv, BLOCK_N))"
+                                      " pipeline STAGES {");
+
+  for (const std::string& text :
+       {causal, softcap, gqa, DocumentMask(kDocTable, "m_block"), per_head, windows}) {
+    absl::Status s = ValidateText(text);
+    EXPECT_TRUE(s.ok()) << s << "\n" << text;
+  }
+}
+
+TEST(ValidateTest, IntValueForFloatDeclarationIsAllowed) {
+  EXPECT_TRUE(ValidateText(InsertAfter(BaseText(), "param WARPS", "  const cap: float = 20\n"))
+                  .ok());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Names.
+
+TEST(ValidateTest, UndeclaredName) {
+  const std::string text =
+      Replace(BaseText(), "let kv_h: int = h\n", "let kv_h: int = h // group\n");
+  ExpectInvalid(text, PosOf(text, "group"),
+                {"undeclared name `group`", "const group: int = ..."});
+}
+
+TEST(ValidateTest, NameUsedBeforeItsDeclaration) {
+  const std::string text = Replace(BaseText(), "let kv_h: int = h\n", "let kv_h: int = q_lo\n");
+  ExpectInvalid(text, PosOf(text, "q_lo\n"), {"`q_lo`", PosOf(text, "let q_lo"), "before"});
+}
+
+TEST(ValidateTest, Redeclaration) {
+  const std::string text = InsertAfter(BaseText(), kKvHi, "    let q_lo: int = 0\n");
+  ExpectInvalid(text, PosOf(text, "let q_lo: int = 0"),
+                {"`q_lo`", "another name",
+                 "already declared at " + std::string(kFile) + ":" + PosOf(text, "let q_lo")});
+}
+
+TEST(ValidateTest, BuiltinCannotBeRedeclared) {
+  const std::string text = InsertAfter(BaseText(), "param WARPS", "  const seqlen_q: int = 3\n");
+  ExpectInvalid(text, PosOf(text, "const seqlen_q"), {"`seqlen_q` is a builtin"});
+}
+
+TEST(ValidateTest, ElementNamesAreReserved) {
+  const std::string text = InsertAfter(BaseText(), "let q_hi", "  let q_idx: int = 0\n");
+  ExpectInvalid(text, PosOf(text, "let q_idx"), {"`q_idx` is reserved"});
+}
+
+TEST(ValidateTest, ScoreIsOnlyVisibleInScoreMod) {
+  const std::string text = WithMask("mask S = score > 0.0");
+  ExpectInvalid(text, PosOf(text, "score >"), {"`score`", "score_mod"});
+}
+
+TEST(ValidateTest, UndeclaredBuffer) {
+  const std::string text = DocumentMask(kDocTable, "m_block", /*declare_buffer=*/false);
+  ExpectInvalid(text, PosOf(text, "doc[q_idx]"),
+                {"undeclared buffer `doc`", "buffer doc: int[LENGTH]"});
+}
+
+// ---------------------------------------------------------------------------------------------
+// Types.
+
+TEST(ValidateTest, DeclaredTypeMustMatchValue) {
+  const std::string text = Replace(BaseText(), "let q_lo: int", "let q_lo: bool");
+  ExpectInvalid(text, PosOf(text, "* BLOCK_M"), {"`q_lo` is declared bool", "is int"});
+}
+
+TEST(ValidateTest, MaskPredicateMustBeBool) {
+  const std::string text = WithMask("mask S = q_idx - kv_idx");
+  ExpectInvalid(text, PosOf(text, "- kv_idx"), {"mask predicate must be bool", "is int"});
+}
+
+TEST(ValidateTest, MaskConditionMustBeBool) {
+  const std::string text = WithMask("mask S = q_idx >= kv_idx when n_block");
+  ExpectInvalid(text, PosOf(text, "n_block\n"), {"`when` condition must be bool"});
+}
+
+TEST(ValidateTest, LoopBoundMustBeInt) {
+  const std::string text = Replace(BaseText(), "[0, cdiv", "[0.5, cdiv");
+  ExpectInvalid(text, PosOf(text, "0.5"), {"loop bound must be int", "is float"});
+}
+
+// ---------------------------------------------------------------------------------------------
+// Operand kinds.
+
+TEST(ValidateTest, QKOperandsSwapped) {
+  const std::string text = Replace(BaseText(), kQK, "S = qk K, Q scale softmax_scale");
+  ExpectInvalid(text, PosOf(text, "S = qk"),
+                {"must be a tile loaded from q", "`K` is a tile loaded from k", "Q tile first"});
+}
+
+TEST(ValidateTest, PVNeedsSoftmaxResult) {
+  const std::string text = Replace(BaseText(), "pv P, V", "pv S, V");
+  ExpectInvalid(text, PosOf(text, "pv S"), {"softmax.online result", "`S` is a qk result"});
+}
+
+TEST(ValidateTest, MaskAfterSoftmaxHasNoEffect) {
+  const std::string text =
+      InsertAfter(BaseText(), "P = softmax.online S", "    mask S = q_idx >= kv_idx\n");
+  ExpectInvalid(text, PosOf(text, "mask S"), {"after its softmax.online", "before the softmax"});
+}
+
+// ---------------------------------------------------------------------------------------------
+// Placement and structure.
+
+TEST(ValidateTest, MaskOutsideTheLoop) {
+  const std::string text = InsertAfter(BaseText(), "softmax.init", "  mask S = q_idx >= kv_idx\n");
+  ExpectInvalid(text, PosOf(text, "mask S"), {"`mask` must be inside the KV loop"});
+}
+
+TEST(ValidateTest, DeclarationInsideTheLoop) {
+  const std::string text = InsertAfter(BaseText(), kKvHi, "    const cap: float = 1.0\n");
+  ExpectInvalid(text, PosOf(text, "const cap"), {"not allowed inside the KV loop"});
+}
+
+TEST(ValidateTest, DeclarationAfterTheBodyStarts) {
+  const std::string text = InsertAfter(BaseText(), "let q_hi", "  const cap: float = 1.0\n");
+  ExpectInvalid(text, PosOf(text, "const cap"),
+                {"must come before the body", PosOf(text, "let kv_h")});
+}
+
+TEST(ValidateTest, TwoGrids) {
+  const std::string text = InsertAfter(BaseText(), "  grid ", "  grid x < 4\n");
+  ExpectInvalid(text, PosOf(text, "grid x"), {"second `grid`", PosOf(text, "grid m_block")});
+}
+
+TEST(ValidateTest, MissingGrid) {
+  const std::string base = BaseText();
+  const size_t start = base.find("  grid ");
+  const std::string text = base.substr(0, start) + base.substr(base.find('\n', start) + 1);
+  ExpectInvalid(text, PosOf(text, "let kv_h"), {"missing `grid`"});
+}
+
+TEST(ValidateTest, MissingEpilogue) {
+  const std::string text = Replace(BaseText(), "  epilogue\n", "");
+  ExpectInvalid(text, PosOf(text, "for n_block"), {"`epilogue`"});
+}
+
+TEST(ValidateTest, LoopNeedsSoftmaxInit) {
+  const std::string text = Replace(BaseText(), "  softmax.init\n", "");
+  ExpectInvalid(text, PosOf(text, "for n_block"), {"`softmax.init` must come before"});
+}
+
+TEST(ValidateTest, SecondExpert) {
+  const std::string text = InsertAfter(BaseText(), "expert \"", "  expert \"fa3_sm90\"\n");
+  ExpectInvalid(text, PosOf(text, "expert \"fa3"), {"second `expert`"});
+}
+
+TEST(ValidateTest, UnsupportedVersion) {
+  auto p = ParseProgram(BaseText(), kFile);
+  ASSERT_TRUE(p.ok()) << p.status();
+  p->version = 2;
+  absl::Status s = Validate(*p);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()), HasSubstr("version 2"));
+}
+
+// Transfer rules build statements and expressions in code, without source positions.
+TEST(ValidateTest, BuiltExpressionsWithoutPositionsReportTheStatement) {
+  const std::string text = WithMask("mask S = q_idx >= kv_idx");
+  auto p = ParseProgram(text, kFile);
+  ASSERT_TRUE(p.ok()) << p.status();
+  Stmt* loop = FindKvLoop(*p);
+  ASSERT_NE(loop, nullptr);
+  auto mask = std::find_if(loop->body.begin(), loop->body.end(),
+                           [](const Stmt& s) { return s.kind == StmtKind::kMask; });
+  ASSERT_NE(mask, loop->body.end());
+  const std::string at = std::string(kFile) + ":" + PosOf(text, "mask S") + ": ";
+
+  mask->value = Binary(BinaryOp::kSub, Var("q_idx"), Var("kv_idx"));
+  EXPECT_THAT(std::string(Validate(*p).message()), AllOf(StartsWith(at), HasSubstr("bool")));
+  mask->value = Binary(BinaryOp::kGe, Var("q_idx"), Var("window"));
+  EXPECT_THAT(std::string(Validate(*p).message()), AllOf(StartsWith(at), HasSubstr("`window`")));
+}
+
+TEST(ValidateTest, LoadReadsOnlyQKV) {
+  const std::string text = BaseText();
+  auto p = ParseProgram(text, kFile);
+  ASSERT_TRUE(p.ok()) << p.status();
+  Stmt* load = FindDecl(*p, StmtKind::kLoad, "Q");
+  ASSERT_NE(load, nullptr);
+  load->operands = {"o"};
+  absl::Status s = Validate(*p);
+  EXPECT_THAT(std::string(s.message()),
+              AllOf(StartsWith(std::string(kFile) + ":" + PosOf(text, "load Q")),
+                    HasSubstr("q, k or v")));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tables.
+
+TEST(ValidateTest, TablePerAxisMustBeAGridAxis) {
+  const std::string text = DocumentMask(std::string(kDocTable) + " per x", "x, m_block");
+  ExpectInvalid(text, PosOf(text, "table T"),
+                {"`x`", "not a grid axis", "m_block, h, b"});
+}
+
+TEST(ValidateTest, TablePredicateUsesAxisNotInPer) {
+  const std::string text = DocumentMask("table T = blocks(q_idx >= kv_idx + h)", "m_block");
+  ExpectInvalid(text, PosOf(text, "+ h)", 2), {"grid axis `h`", "per h"});
+}
+
+TEST(ValidateTest, TableLoopIndexCount) {
+  const std::string text = DocumentMask("table T = blocks(q_idx >= kv_idx + h) per h", "m_block");
+  ExpectInvalid(text, PosOf(text, "for n_block"), {"T[h, m_block]", "2 indices", "gives 1"});
+}
+
+TEST(ValidateTest, TableLoopNeedsDeclaredTable) {
+  const std::string text = Replace(BaseText(), kLoop, "for n_block, full in table T[m_block] {");
+  ExpectInvalid(text, PosOf(text, "for n_block"), {"undeclared table `T`", "table T = blocks("});
+}
+
+}  // namespace
+}  // namespace cubridge::cuir
