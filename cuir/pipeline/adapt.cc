@@ -78,9 +78,11 @@ transfer::VariantSpec ToVariantSpec(const spec::Spec& s) {
           else return cuir::FloatLit(x);
         },
         p.value);
-    v.consts.push_back({p.name, p.type, lit});
+    v.consts.push_back({p.name, p.type, lit, p.loc});
   }
-  for (const auto& b : s.buffers) v.buffers.push_back({b.name, b.indexed_by_q, b.indexed_by_kv});
+  for (const auto& b : s.buffers) {
+    v.buffers.push_back({b.name, b.indexed_by_q, b.indexed_by_kv, cuir::Type::kInt, b.loc});
+  }
   return v;
 }
 

@@ -28,12 +28,15 @@ struct VariantSpec {
     std::string name;
     cuir::Type type;
     cuir::ExprPtr value;  // literal
+    cuir::SourceLoc loc;  // where the spec declares it (for messages)
   };
   std::vector<Const> consts;
   struct Buffer {
     std::string name;
     bool indexed_by_q = false;
     bool indexed_by_kv = false;
+    cuir::Type type = cuir::Type::kInt;  // element type; only int buffers are covered
+    cuir::SourceLoc loc;                 // where the spec declares it (for messages)
   };
   std::vector<Buffer> buffers;
 };

@@ -1,0 +1,172 @@
+// Finding the base program's structure, the claims book and the not-covered error.
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "cuir/transfer/rule.h"
+
+namespace cubridge::transfer {
+namespace {
+
+using cuir::ExprPtr;
+using cuir::Program;
+using cuir::Stmt;
+using cuir::StmtKind;
+
+absl::Status Missing(const std::string& what) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("transfer: the base program has no ", what,
+                   " (the rules need the shape of cuir/experts/fa2_sm80/base.cuir)"));
+}
+
+const Stmt* FindLoad(const std::vector<Stmt>& stmts, const std::string& tensor) {
+  for (const Stmt& s : stmts) {
+    if (s.kind == StmtKind::kLoad && !s.operands.empty() && s.operands[0] == tensor &&
+        s.exprs.size() == 4) {
+      return &s;
+    }
+  }
+  return nullptr;
+}
+
+void CollectDeclared(const std::vector<Stmt>& stmts, absl::flat_hash_set<std::string>* out) {
+  for (const Stmt& s : stmts) {
+    if (!s.name.empty()) out->insert(s.name);
+    if (!s.full_var.empty()) out->insert(s.full_var);
+    if (s.kind == StmtKind::kGrid) out->insert(s.names.begin(), s.names.end());
+    CollectDeclared(s.body, out);
+  }
+}
+
+// The grid axis the Q tile's first row depends on, through the top-level lets.
+absl::StatusOr<std::string> QueryTileAxis(const Program& p, const Layout& l) {
+  std::vector<std::pair<std::string, ExprPtr>> lets;
+  for (const Stmt& s : p.stmts) {
+    if (s.kind == StmtKind::kLet) lets.emplace_back(s.name, cuir::Substitute(s.value, lets));
+  }
+  ExprPtr q_lo = cuir::Substitute(l.q_lo, lets);
+  std::vector<std::string> axes;
+  for (const std::string& axis : l.grid_axes) {
+    bool batch_or_head = cuir::Mentions(l.batch, axis) || cuir::Mentions(l.head, axis);
+    if (!batch_or_head && cuir::Mentions(q_lo, axis)) axes.push_back(axis);
+  }
+  if (axes.size() != 1) {
+    return Missing(absl::StrCat("single grid axis enumerating Q tiles (the Q load's first row ",
+                                cuir::PrintExpr(l.q_lo), " depends on [", absl::StrJoin(axes, ", "),
+                                "])"));
+  }
+  return axes[0];
+}
+
+}  // namespace
+
+size_t FindStmt(const std::vector<Stmt>& stmts, StmtKind kind) {
+  for (size_t i = 0; i < stmts.size(); ++i) {
+    if (stmts[i].kind == kind) return i;
+  }
+  return stmts.size();
+}
+
+size_t AfterLast(const std::vector<Stmt>& stmts, StmtKind kind, size_t fallback) {
+  size_t at = fallback;
+  for (size_t i = 0; i < stmts.size(); ++i) {
+    if (stmts[i].kind == kind) at = i + 1;
+  }
+  return at;
+}
+
+absl::StatusOr<Layout> FindLayout(const Program& p) {
+  Layout l;
+  l.loop_index = FindStmt(p.stmts, StmtKind::kFor);
+  if (l.loop_index == p.stmts.size()) return Missing("top-level KV loop (`for ... {`)");
+  const Stmt& loop = p.stmts[l.loop_index];
+  size_t grid = FindStmt(p.stmts, StmtKind::kGrid);
+  if (grid == p.stmts.size()) return Missing("`grid` statement");
+  l.grid_axes = p.stmts[grid].names;
+
+  const Stmt* q = FindLoad(p.stmts, "q");
+  if (!q) return Missing("top-level `load ... = q[b, h, lo:hi]`");
+  l.batch = q->exprs[0];
+  l.head = q->exprs[1];
+  l.q_lo = q->exprs[2];
+  l.q_hi = q->exprs[3];
+  const Stmt* k = FindLoad(loop.body, "k");
+  if (!k) return Missing("`load ... = k[b, kv_h, lo:hi]` inside the KV loop");
+  l.kv_head = k->exprs[1];
+  l.kv_lo = k->exprs[2];
+  l.kv_hi = k->exprs[3];
+  size_t qk = FindStmt(loop.body, StmtKind::kQK);
+  if (qk == loop.body.size()) return Missing("`S = qk Q, K scale ...` inside the KV loop");
+  l.qk_result = loop.body[qk].name;
+
+  absl::StatusOr<std::string> axis = QueryTileAxis(p, l);
+  if (!axis.ok()) return axis.status();
+  l.m_axis = *axis;
+  CollectDeclared(p.stmts, &l.declared);
+  return l;
+}
+
+std::string FreshName(const Layout& layout, const VariantSpec& spec, const std::string& wanted) {
+  absl::flat_hash_set<std::string> taken = layout.declared;
+  for (const auto& [name, type] : cuir::BuiltinSymbols()) taken.insert(name);
+  for (const auto& c : spec.consts) taken.insert(c.name);
+  for (const auto& b : spec.buffers) taken.insert(b.name);
+  for (const char* canonical : {"b", "h", "q_idx", "kv_idx", "score"}) taken.insert(canonical);
+  std::string name = wanted;
+  for (int i = 1; taken.contains(name); ++i) name = absl::StrCat(wanted, "_", i);
+  return name;
+}
+
+absl::Status NotCovered(const std::string& construct, const cuir::SourceLoc& loc,
+                        const std::string& why) {
+  return absl::FailedPreconditionError(absl::StrCat("not covered by the rules: ", construct, " at ",
+                                                    loc.ToString(), " (", why, ")"));
+}
+
+void Claims::Add(const std::string& key, const std::string& construct, const cuir::SourceLoc& loc) {
+  entries_.push_back(Entry{key, construct, "", loc, false});
+}
+
+Claims::Entry* Claims::Find(const std::string& key) {
+  auto it =
+      std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.key == key; });
+  return it == entries_.end() ? nullptr : &*it;
+}
+
+const Claims::Entry* Claims::Find(const std::string& key) const {
+  auto it =
+      std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.key == key; });
+  return it == entries_.end() ? nullptr : &*it;
+}
+
+void Claims::Claim(const std::string& key) {
+  if (Entry* e = Find(key)) e->claimed = true;
+}
+
+void Claims::Decline(const std::string& key, const std::string& why, const cuir::SourceLoc& loc) {
+  Entry* e = Find(key);
+  if (!e || !e->why.empty()) return;  // the first reason given is the most specific
+  e->why = why;
+  if (loc.known()) e->loc = loc;
+}
+
+bool Claims::Claimed(const std::string& key) const {
+  const Entry* e = Find(key);
+  return e && e->claimed;
+}
+
+absl::Status Claims::CheckAllClaimed() const {
+  for (const Entry& e : entries_) {
+    if (e.claimed) continue;
+    std::string why =
+        e.why.empty() ? "no rule of ruleset " + RulesetVersion() + " matches it" : e.why;
+    return NotCovered(e.construct, e.loc,
+                      why +
+                          "; rewrite it with the supported constructs of docs/transfer.md or "
+                          "let the LLM proposer handle it");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace cubridge::transfer
