@@ -1,0 +1,524 @@
+// Each generator writes one region's replacement from the program's statements, in the scope the
+// expert has at that region: what the expert declares before it (builtins, grid axes, q_lo,
+// kv_lo, ...) plus what earlier generated regions declared.
+#include "cuir/lower/codegen.h"
+
+#include <algorithm>
+#include <set>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "cuir/lower/cuda_emit.h"
+#include "cuir/lower/names.h"
+
+namespace cubridge::lower {
+namespace {
+
+using cuir::ExprPtr;
+using cuir::Stmt;
+using cuir::StmtKind;
+
+#define LOWER_RETURN_IF_ERROR(expr)  \
+  do {                               \
+    absl::Status _st = (expr);       \
+    if (!_st.ok()) return _st;       \
+  } while (0)
+
+#define LOWER_ASSIGN_OR_RETURN(lhs, expr) \
+  auto lhs##_or = (expr);                 \
+  if (!lhs##_or.ok()) return lhs##_or.status(); \
+  auto lhs = *std::move(lhs##_or)
+
+constexpr int kMaxBuffers = 8;  // CUBRIDGE_MAX_BUFFERS of the launcher ABI
+constexpr int kMaxTables = 8;   // kMaxTables of the expert launcher
+constexpr int kTableThreads = 128;
+
+// "// <statement>  (file:line:col)": generated code says which CuIR it came from.
+std::string Origin(const Stmt& s) {
+  return absl::StrCat("// ", StmtHeader(s), s.loc.known() ? "  (" + s.loc.ToString() + ")" : "",
+                      "\n");
+}
+
+CType BaseCType(cuir::Type t) {
+  switch (t) {
+    case cuir::Type::kBool: return CType::kBool;
+    case cuir::Type::kFloat: return CType::kFloat;
+    case cuir::Type::kInt: return CType::kInt;
+  }
+  return CType::kInt;
+}
+
+absl::Status InvalidAt(const Stmt& s, absl::string_view what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(s.loc.known() ? s.loc.ToString() + ": " : "", what));
+}
+
+struct BufferInfo {
+  const Stmt* decl;
+  std::string cpp;
+  int slot;
+};
+
+struct TableInfo {
+  const Stmt* decl;
+  std::string cpp;       // device pointer to the table (kernel parameter, launcher local)
+  std::string rows_fn;   // host+device: number of rows
+  std::string classify;  // the classifier kernel
+  std::vector<std::string> axes;
+  std::vector<ExprPtr> extents;  // grid extents of `axes`
+  int slot;
+};
+
+class RegionWriter {
+ public:
+  RegionWriter(const LoweringPlan& plan, const cuir::Program& base, const Expert& expert)
+      : plan_(plan),
+        base_(base),
+        namer_(expert.code_identifiers),
+        params_type_(absl::StrCat("cubridge_", base.kernel, "_params")) {}
+
+  absl::StatusOr<std::map<std::string, std::string>> Run() {
+    LOWER_RETURN_IF_ERROR(Params());
+    LOWER_RETURN_IF_ERROR(Consts());
+    LOWER_RETURN_IF_ERROR(Buffers());
+    LOWER_RETURN_IF_ERROR(Tables());
+    LOWER_RETURN_IF_ERROR(TopLets());
+    LOWER_RETURN_IF_ERROR(LoopHeader());
+    LOWER_RETURN_IF_ERROR(LoopBody());
+    LOWER_RETURN_IF_ERROR(LaunchPlumbing());
+    return out_;
+  }
+
+ private:
+  // ---- symbols ------------------------------------------------------------------------------
+
+  std::string Fresh(const std::string& want) {
+    std::string name = namer_.Fresh(want);
+    assigned_.insert(name);
+    return name;
+  }
+  void Bind(EmitScope* scope, const std::string& cuir_name, const std::string& cpp, CType t) {
+    scope->Bind(cuir_name, cpp, t);
+    assigned_.insert(cpp);
+  }
+  // Builtins read as `<prefix>name` (a params struct) or as the expert's locals (prefix "").
+  static void BindBuiltins(EmitScope* scope, const std::string& prefix) {
+    for (const auto& [name, type] : cuir::BuiltinSymbols()) {
+      scope->Bind(name, prefix + name, BaseCType(type));
+    }
+  }
+  void BindBuffers(EmitScope* scope) const {
+    for (const BufferInfo& b : buffers_) scope->BindBuffer(b.decl->name, b.cpp);
+  }
+  bool InBase(StmtKind kind, const std::string& name) const {
+    return cuir::FindDecl(base_, kind, name) != nullptr;
+  }
+
+  // `const T cpp = value;` for a let-like declaration, binding it in `scope`.
+  absl::StatusOr<std::string> Declare(const Stmt& s, const std::string& cpp, EmitScope* scope,
+                                      absl::string_view qualifier = "const") {
+    LOWER_ASSIGN_OR_RETURN(value, EmitExpr(s.value, *scope));
+    const CType t = DeclaredCType(s.type, value.type);
+    if ((t == CType::kBool) != (value.type == CType::kBool)) {
+      return InvalidAt(s, absl::StrCat("`", s.name, "` is declared ", cuir::TypeName(s.type),
+                                       " but its value is ", CTypeName(value.type)));
+    }
+    Bind(scope, s.name, cpp, t);
+    return absl::StrCat(Origin(s), qualifier, " ", CTypeName(t), " ", cpp, " = ",
+                        Convert(value, t), ";\n");
+  }
+
+  // ---- declarations ---------------------------------------------------------------------------
+
+  absl::Status Params() {
+    std::string text;
+    for (const Stmt* s : plan_.params) {
+      const std::string cpp = InBase(StmtKind::kParam, s->name) ? s->name : Fresh(s->name);
+      LOWER_ASSIGN_OR_RETURN(line, Declare(*s, cpp, &ns_, "constexpr"));
+      text += line;
+    }
+    if (plan_.params_changed) out_["tile_params"] = text;
+    return absl::OkStatus();
+  }
+
+  absl::Status Consts() {
+    std::string text;
+    for (const Stmt* s : plan_.consts) {
+      LOWER_ASSIGN_OR_RETURN(line, Declare(*s, Fresh(s->name), &ns_, "constexpr"));
+      text += line;
+    }
+    if (!plan_.consts.empty()) out_["variant_consts"] = text;
+    kernel_ = ns_;
+    BindBuiltins(&kernel_, "");
+    host_ = ns_.WithTarget(EmitTarget::kHost);
+    BindBuiltins(&host_, "");
+    return absl::OkStatus();
+  }
+
+  absl::Status Buffers() {
+    for (const Stmt* s : plan_.buffers) {
+      if (static_cast<int>(buffers_.size()) == kMaxBuffers) {
+        return absl::UnimplementedError(absl::StrCat(
+            s->loc.ToString(), ": the lowering does not know more than ", kMaxBuffers,
+            " buffers (`", StmtHeader(*s), "`): the launcher ABI has ", kMaxBuffers, " slots"));
+      }
+      buffers_.push_back({s, Fresh(s->name), static_cast<int>(buffers_.size())});
+    }
+    BindBuffers(&kernel_);
+    return absl::OkStatus();
+  }
+
+  // ---- block tables ---------------------------------------------------------------------------
+
+  absl::Status Tables() {
+    std::string kernels;
+    for (const Stmt* s : plan_.tables) {
+      if (static_cast<int>(tables_.size()) == kMaxTables) {
+        return absl::UnimplementedError(absl::StrCat(
+            s->loc.ToString(), ": the lowering does not know more than ", kMaxTables,
+            " block tables (`", StmtHeader(*s), "`)"));
+      }
+      TableInfo t{s, Fresh(s->name), Fresh(s->name + "_rows"), Fresh(s->name + "_classify"),
+                  s->names, {}, static_cast<int>(tables_.size())};
+      for (const std::string& axis : t.axes) {
+        auto it = std::find(plan_.grid->names.begin(), plan_.grid->names.end(), axis);
+        if (it == plan_.grid->names.end()) {
+          return InvalidAt(*s, absl::StrCat("table `", s->name, "`: `per ", axis,
+                                            "` is not a grid axis"));
+        }
+        t.extents.push_back(plan_.grid->exprs[it - plan_.grid->names.begin()]);
+      }
+      tables_.push_back(t);
+      LOWER_ASSIGN_OR_RETURN(rows, RowsFunction(t));
+      LOWER_ASSIGN_OR_RETURN(classify, ClassifyKernel(t));
+      absl::StrAppend(&kernels, Origin(*s), rows, classify);
+    }
+    if (tables_.empty()) return absl::OkStatus();
+    out_["table_kernel"] = kernels;
+    out_["workspace"] = WorkspaceFunction();
+    return absl::OkStatus();
+  }
+
+  // Rows of a table: one per (per-axes values..., m_block).
+  absl::StatusOr<std::string> RowsFunction(const TableInfo& t) {
+    EmitScope scope = ns_;
+    BindBuiltins(&scope, "p.");
+    std::string product = "static_cast<long long>(cuir_cdiv(p.seqlen_q, BLOCK_M))";
+    for (const ExprPtr& extent : t.extents) {
+      LOWER_ASSIGN_OR_RETURN(e, EmitExpr(extent, scope));
+      absl::StrAppend(&product, " * ", Convert(e, CType::kLong));
+    }
+    return absl::StrCat("__host__ __device__ __forceinline__ long long ", t.rows_fn, "(const ",
+                        params_type_, "& p) {\n  return ", product, ";\n}\n");
+  }
+
+  // One CTA per tile (axes..., m_block, n_block): evaluates the predicate on every element of the
+  // tile inside the sequence bounds and stores 0 (empty), 1 (partial) or 2 (full) into the
+  // table's entry array, which cuir_compact_table then turns into the row's block list.
+  absl::StatusOr<std::string> ClassifyKernel(const TableInfo& t) {
+    std::set<std::string> seed = assigned_;
+    seed.insert({params_type_, "BLOCK_M", "BLOCK_N"});
+    Namer local(seed);
+    const std::string p = local.Fresh("p"), table = local.Fresh("table"),
+                      num_m = local.Fresh("num_m"), num_n = local.Fresh("num_n"),
+                      tile = local.Fresh("tile"), row = local.Fresh("row"),
+                      rest = local.Fresh("rest"), m_block = local.Fresh("m_block"),
+                      n_block = local.Fresh("n_block"), q_end = local.Fresh("q_end"),
+                      kv_end = local.Fresh("kv_end"), e = local.Fresh("e"),
+                      any = local.Fresh("any"), all = local.Fresh("all"),
+                      keep = local.Fresh("keep");
+    EmitScope scope = ns_;
+    BindBuiltins(&scope, p + ".");
+    BindBuffers(&scope);
+    std::string decode = absl::StrCat("  const int ", n_block, " = static_cast<int>(", tile, " % ",
+                                      num_n, ");\n  const long long ", row, " = ", tile, " / ",
+                                      num_n, ";\n  const int ", m_block, " = static_cast<int>(",
+                                      row, " % ", num_m, ");\n");
+    if (!t.axes.empty()) absl::StrAppend(&decode, "  long long ", rest, " = ", row, " / ", num_m, ";\n");
+    for (size_t i = t.axes.size(); i-- > 0;) {
+      LOWER_ASSIGN_OR_RETURN(extent, EmitExpr(t.extents[i], scope));
+      const std::string axis = local.Fresh(t.axes[i]);
+      absl::StrAppend(&decode, "  const int ", axis, " = static_cast<int>(", rest, " % ",
+                      Convert(extent, CType::kLong), ");\n  ", rest, " /= ",
+                      Convert(extent, CType::kLong), ";\n");
+      scope.Bind(t.axes[i], axis, CType::kInt);
+    }
+    scope.Bind("q_idx", "q_idx", CType::kInt);
+    scope.Bind("kv_idx", "kv_idx", CType::kInt);
+    LOWER_ASSIGN_OR_RETURN(pred, EmitExpr(t.decl->value, scope));
+    if (pred.type != CType::kBool) {
+      return InvalidAt(*t.decl, absl::StrCat("table `", t.decl->name, "`: blocks(...) needs a bool"));
+    }
+    return absl::StrCat(
+        "__global__ void __launch_bounds__(", kTableThreads, ") ", t.classify, "(const ",
+        params_type_, " ", p, ", int* __restrict__ ", table, BufferParams(), ") {\n",
+        "  const int ", num_m, " = cuir_cdiv(", p, ".seqlen_q, BLOCK_M);\n",
+        "  const int ", num_n, " = cuir_cdiv(", p, ".seqlen_kv, BLOCK_N);\n",
+        "  const long long ", tile, " = static_cast<long long>(blockIdx.x);\n", decode,
+        "  const int ", q_end, " = min(", m_block, " * BLOCK_M + BLOCK_M, ", p, ".seqlen_q);\n",
+        "  const int ", kv_end, " = min(", n_block, " * BLOCK_N + BLOCK_N, ", p, ".seqlen_kv);\n",
+        "  bool ", any, " = false;\n  bool ", all, " = true;\n",
+        "  for (int ", e, " = threadIdx.x; ", e, " < BLOCK_M * BLOCK_N; ", e, " += blockDim.x) {\n",
+        "    const int q_idx = ", m_block, " * BLOCK_M + ", e, " / BLOCK_N;\n",
+        "    const int kv_idx = ", n_block, " * BLOCK_N + ", e, " % BLOCK_N;\n",
+        "    if (q_idx < ", q_end, " && kv_idx < ", kv_end, ") {\n",
+        "      const bool ", keep, " = ", pred.text, ";\n",
+        "      ", any, " = ", any, " || ", keep, ";\n      ", all, " = ", all, " && ", keep, ";\n",
+        "    }\n  }\n",
+        "  ", any, " = __syncthreads_or(", any, ");\n  ", all, " = __syncthreads_and(", all, ");\n",
+        "  if (threadIdx.x == 0) ", table, "[", t.rows_fn, "(", p, ") + ", row, " * ", num_n,
+        " + ", n_block, "] = ", any, " ? (", all, " ? 2 : 1) : 0;\n}\n");
+  }
+
+  // Tables are laid out one after the other, 256-byte aligned: counts[rows], entries[rows][num_n].
+  std::string WorkspaceFunction() const {
+    std::string text = absl::StrCat(
+        "// Block tables, each counts[rows] then entries[rows][num_n], 256-byte aligned.\n"
+        "static size_t variant_workspace(const ",
+        params_type_, "* p, size_t* offsets) {\n  size_t bytes = 0;\n");
+    for (const TableInfo& t : tables_) {
+      absl::StrAppend(&text, "  if (offsets != nullptr) offsets[", t.slot, "] = bytes;  // ",
+                      t.decl->name, "\n  bytes += static_cast<size_t>(", t.rows_fn,
+                      "(*p)) * static_cast<size_t>(1 + cuir_cdiv(p->seqlen_kv, BLOCK_N)) * "
+                      "sizeof(int);\n  bytes = (bytes + 255) / 256 * 256;\n");
+    }
+    return text + "  return bytes;\n}\n";
+  }
+
+  std::string BufferParams() const {
+    std::string text;
+    for (const BufferInfo& b : buffers_) {
+      absl::StrAppend(&text, ", const int* __restrict__ ", b.cpp);
+    }
+    return text;
+  }
+
+  // ---- kernel body ----------------------------------------------------------------------------
+
+  // Base lets first (the expert declares q_lo / q_hi before its head_map region), then the head
+  // map, then the lets the transfer added (program_lets).
+  absl::Status TopLets() {
+    for (const std::string& axis : plan_.grid->names) kernel_.Bind(axis, axis, CType::kInt);
+    for (const Stmt& s : base_.stmts) {
+      if (s.kind == StmtKind::kLet && s.name != kHeadMapLet) {
+        kernel_.Bind(s.name, s.name, BaseCType(s.type));
+      }
+    }
+    if (plan_.head_map != nullptr && plan_.head_map_changed) {
+      LOWER_ASSIGN_OR_RETURN(line, Declare(*plan_.head_map, kHeadMapLet, &kernel_));
+      out_["head_map"] = line;
+    } else {
+      kernel_.Bind(kHeadMapLet, kHeadMapLet, CType::kInt);
+    }
+    std::string lets;
+    for (const Stmt* s : plan_.program_lets) {
+      LOWER_ASSIGN_OR_RETURN(line, Declare(*s, Fresh(s->name), &kernel_));
+      lets += line;
+    }
+    if (!plan_.program_lets.empty()) out_["program_lets"] = lets;
+    return absl::OkStatus();
+  }
+
+  absl::Status LoopHeader() {
+    const Stmt& loop = *plan_.loop;
+    loop_ = kernel_;
+    loop_.Bind(loop.name, loop.name, CType::kInt);
+    if (plan_.table_loop) return TableLoop(loop);
+    if (!plan_.range_changed) return absl::OkStatus();
+    // The expert's kv_loop iterates `kv_blocks`, a KvUnion<N> of half-open block intervals.
+    std::vector<std::string> los, his;
+    for (const cuir::BlockRange& r : loop.ranges) {
+      LOWER_ASSIGN_OR_RETURN(lo, EmitExpr(r.lo, kernel_));
+      LOWER_ASSIGN_OR_RETURN(hi, EmitExpr(r.hi, kernel_));
+      if (lo.type == CType::kFloat || hi.type == CType::kFloat || lo.type == CType::kBool ||
+          hi.type == CType::kBool) {
+        return InvalidAt(loop, "KV block bounds must be ints");
+      }
+      los.push_back(Convert(lo, CType::kInt));
+      his.push_back(Convert(hi, CType::kInt));
+    }
+    out_["kv_range"] = absl::StrCat(Origin(loop), "const KvUnion<", loop.ranges.size(),
+                                    "> kv_blocks = {{", absl::StrJoin(los, ", "), "}, {",
+                                    absl::StrJoin(his, ", "), "}};\n");
+    return absl::OkStatus();
+  }
+
+  // for VAR, FULL in table T[axes..., m_block]: the row's count, then its entries
+  // (n_block << 1 | full), ascending.
+  absl::Status TableLoop(const Stmt& loop) {
+    const TableInfo* t = nullptr;
+    for (const TableInfo& info : tables_) {
+      if (info.decl->name == loop.table) t = &info;
+    }
+    if (t == nullptr) return InvalidAt(loop, absl::StrCat("no table `", loop.table, "`"));
+    if (loop.exprs.size() != t->axes.size() + 1) {
+      return InvalidAt(loop, absl::StrCat("table `", loop.table, "` has ", t->axes.size() + 1,
+                                          " indices (its per axes, then m_block)"));
+    }
+    std::string row;
+    for (size_t i = 0; i < loop.exprs.size(); ++i) {
+      LOWER_ASSIGN_OR_RETURN(index, EmitExpr(loop.exprs[i], kernel_));
+      if (i == 0) {
+        row = Convert(index, CType::kLong);
+        continue;
+      }
+      std::string extent = "cuir_cdiv(seqlen_q, BLOCK_M)";
+      if (i < t->axes.size()) {
+        LOWER_ASSIGN_OR_RETURN(e, EmitExpr(t->extents[i], kernel_));
+        extent = e.text;
+      }
+      row = absl::StrCat("(", row, " * ", extent, " + ", index.text, ")");
+    }
+    const std::string row_var = Fresh(t->cpp + "_row"), entries = Fresh(t->cpp + "_entries"),
+                      count = Fresh(t->cpp + "_count"), i = Fresh(t->cpp + "_i"),
+                      entry = Fresh(t->cpp + "_entry"), full = Fresh(loop.full_var);
+    loop_.Bind(loop.full_var, full, CType::kBool);
+    out_["kv_range"] = absl::StrCat("// table form: the blocks come from table ", loop.table,
+                                    " (kv_loop)\n");
+    out_["kv_loop"] = absl::StrCat(
+        "// table_loop\n", Origin(loop), "const long long ", row_var, " = ", row, ";\n", "const int* const ",
+        entries, " = ", t->cpp, " + ", t->rows_fn, "(p) + ", row_var,
+        " * cuir_cdiv(seqlen_kv, BLOCK_N);\n", "const int ", count, " = __ldg(", t->cpp, " + ",
+        row_var, ");\n", "for (int ", i, " = 0; ", i, " < ", count, "; ++", i, ") {\n",
+        "  const int ", entry, " = __ldg(", entries, " + ", i, ");\n", "  const int ", loop.name,
+        " = ", entry, " >> 1;\n", "  const bool ", full, " = (", entry, " & 1) != 0;\n");
+    return absl::OkStatus();
+  }
+
+  absl::Status LoopBody() {
+    const Stmt* base_loop = cuir::FindKvLoop(base_);
+    for (const Stmt& s : base_loop->body) {
+      if (s.kind == StmtKind::kLet) loop_.Bind(s.name, s.name, BaseCType(s.type));
+    }
+    std::string lets;
+    for (const Stmt* s : plan_.block_lets) {
+      LOWER_ASSIGN_OR_RETURN(line, Declare(*s, Fresh(s->name), &loop_));
+      lets += line;
+    }
+    if (!plan_.block_lets.empty()) out_["block_class"] = lets;
+    if (plan_.scale_changed) {
+      LOWER_ASSIGN_OR_RETURN(scale, EmitExpr(plan_.qk->value, loop_));
+      out_["qk_scale"] =
+          absl::StrCat(Origin(*plan_.qk), "const float qk_scale = ", AsFloat(scale), ";\n");
+    }
+    std::string mods;
+    for (const Stmt* s : plan_.score_mods) {
+      LOWER_ASSIGN_OR_RETURN(text, ScoreMod(*s));
+      mods += text;
+    }
+    if (!plan_.score_mods.empty()) out_["score_mod"] = mods;
+    std::string masks;
+    for (const Stmt* s : plan_.masks) {
+      LOWER_ASSIGN_OR_RETURN(text, Mask(*s));
+      masks += text;
+    }
+    if (!plan_.masks.empty()) out_["mask"] = masks;
+    return absl::OkStatus();
+  }
+
+  // The expert's for_each_score visits the in-bounds score elements a thread owns.
+  static std::string ForEachScore(const ExprPtr& e, absl::string_view body) {
+    const bool q = cuir::Mentions(e, "q_idx"), kv = cuir::Mentions(e, "kv_idx");
+    return absl::StrCat("for_each_score([&](const int ", q ? "q_idx" : "/*q_idx*/",
+                        ", const int ", kv ? "kv_idx" : "/*kv_idx*/", ", float& score) {\n  ",
+                        body, "\n});\n");
+  }
+
+  EmitScope ElementScope(bool with_score) const {
+    EmitScope scope = loop_;
+    scope.Bind("q_idx", "q_idx", CType::kInt);
+    scope.Bind("kv_idx", "kv_idx", CType::kInt);
+    if (with_score) scope.Bind("score", "score", CType::kFloat);
+    return scope;
+  }
+
+  absl::StatusOr<std::string> ScoreMod(const Stmt& s) {
+    LOWER_ASSIGN_OR_RETURN(value, EmitExpr(s.value, ElementScope(true)));
+    if (value.type == CType::kBool) return InvalidAt(s, "score_mod must give a number");
+    return absl::StrCat(Origin(s),
+                        ForEachScore(s.value, absl::StrCat("score = ", AsFloat(value), ";")));
+  }
+
+  // The predicate runs only on blocks where `when` holds (the partial ones).
+  absl::StatusOr<std::string> Mask(const Stmt& s) {
+    LOWER_ASSIGN_OR_RETURN(pred, EmitExpr(s.value, ElementScope(false)));
+    if (pred.type != CType::kBool) return InvalidAt(s, "a mask predicate must be a bool");
+    const std::string apply = ForEachScore(
+        s.value, absl::StrCat("if (!", pred.text, ") score = -INFINITY;"));
+    if (s.aux == nullptr) return absl::StrCat(Origin(s), apply);
+    LOWER_ASSIGN_OR_RETURN(when, EmitExpr(s.aux, loop_));
+    if (when.type != CType::kBool) return InvalidAt(s, "a mask's `when` must be a bool");
+    std::string indented;
+    for (absl::string_view line : absl::StrSplit(apply, '\n', absl::SkipEmpty())) {
+      absl::StrAppend(&indented, "  ", line, "\n");
+    }
+    return absl::StrCat(Origin(s), "if (", when.text, ") {\n", indented, "}\n");
+  }
+
+  // ---- launcher -------------------------------------------------------------------------------
+
+  absl::Status LaunchPlumbing() {
+    if (buffers_.empty() && tables_.empty()) return absl::OkStatus();
+    std::string params, args, setup;
+    for (const BufferInfo& b : buffers_) {
+      absl::StrAppend(&params, ", const int* __restrict__ ", b.cpp, "\n");
+      absl::StrAppend(&args, ", ", b.cpp, "\n");
+      LOWER_ASSIGN_OR_RETURN(check, BufferCheck(b));
+      absl::StrAppend(&setup, check);
+    }
+    std::string buffer_args;
+    for (const BufferInfo& b : buffers_) absl::StrAppend(&buffer_args, ", ", b.cpp);
+    for (const TableInfo& t : tables_) {
+      absl::StrAppend(&params, ", const int* __restrict__ ", t.cpp, "\n");
+      absl::StrAppend(&args, ", ", t.cpp, "\n");
+      const std::string tiles = Fresh(t.cpp + "_tiles");
+      absl::StrAppend(
+          &setup, Origin(*t.decl), "int* const ", t.cpp, " = reinterpret_cast<int*>(workspace + offsets[",
+          t.slot, "]);\n", "const long long ", tiles, " = ", t.rows_fn,
+          "(*p) * cuir_cdiv(seqlen_kv, BLOCK_N);\n", "if (", tiles,
+          " > INT_MAX) return cudaErrorInvalidValue;\n", t.classify, "<<<static_cast<unsigned>(",
+          tiles, "), ", kTableThreads, ", 0, stream>>>(*p, ", t.cpp, buffer_args, ");\n",
+          "cuir_compact_table<<<static_cast<unsigned>(cuir_cdiv(", t.rows_fn, "(*p), 128LL)), 128, 0, "
+          "stream>>>(",
+          t.cpp, ", ", t.rows_fn, "(*p), cuir_cdiv(seqlen_kv, BLOCK_N));\n");
+    }
+    out_["variant_params"] = params;
+    out_["variant_args"] = args;
+    out_["variant_setup"] = setup;
+    return absl::OkStatus();
+  }
+
+  // A buffer must be given and at least as long as declared (lengths in elements).
+  absl::StatusOr<std::string> BufferCheck(const BufferInfo& b) {
+    LOWER_ASSIGN_OR_RETURN(length, EmitExpr(b.decl->value, host_));
+    const std::string need = Convert(length, CType::kLong);
+    return absl::StrCat(Origin(*b.decl), "const int* const ", b.cpp, " = p->buffers[", b.slot,
+                        "];\nif (", b.cpp, " == nullptr || p->buffer_lengths[", b.slot, "] < ",
+                        need, ") return cudaErrorInvalidValue;\n");
+  }
+
+  const LoweringPlan& plan_;
+  const cuir::Program& base_;
+  Namer namer_;
+  std::set<std::string> assigned_;  // C++ names given to CuIR symbols and generated helpers
+  const std::string params_type_;
+  EmitScope ns_;      // namespace scope: params, consts
+  EmitScope kernel_;  // kernel body before the loop
+  EmitScope loop_;    // inside the KV loop
+  EmitScope host_;    // the launcher
+  std::vector<BufferInfo> buffers_;
+  std::vector<TableInfo> tables_;
+  std::map<std::string, std::string> out_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::map<std::string, std::string>> GenerateRegions(const LoweringPlan& plan,
+                                                                   const cuir::Program& base,
+                                                                   const Expert& expert) {
+  return RegionWriter(plan, base, expert).Run();
+}
+
+}  // namespace cubridge::lower

@@ -1,0 +1,348 @@
+#include "cuir/lower/cuda_emit.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <variant>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "cuir/ir/eval.h"
+
+namespace cubridge::lower {
+namespace {
+
+using cuir::BinaryOp;
+using cuir::ExprKind;
+using cuir::ExprPtr;
+using cuir::SourceLoc;
+using cuir::UnaryOp;
+
+bool IsInt(CType t) { return t == CType::kInt || t == CType::kLong; }
+bool IsNumber(CType t) { return t != CType::kBool; }
+CType WiderInt(CType a, CType b) {
+  return (a == CType::kLong || b == CType::kLong) ? CType::kLong : CType::kInt;
+}
+
+std::string IntLiteral(int64_t v) {
+  if (v >= std::numeric_limits<int32_t>::min() && v <= std::numeric_limits<int32_t>::max()) {
+    return v < 0 ? absl::StrCat("(", v, ")") : absl::StrCat(v);
+  }
+  if (v == std::numeric_limits<int64_t>::min()) return "(-9223372036854775807LL - 1)";
+  return v < 0 ? absl::StrCat("(", v, "LL)") : absl::StrCat(v, "LL");
+}
+
+bool IsPlainDecimal(const std::string& s) {
+  if (s.empty()) return false;
+  for (char c : s) {
+    if (!absl::ascii_isdigit(c)) return false;
+  }
+  return true;
+}
+
+// A closed int expression (no symbols) with a value >= 0: the exponent that keeps int ** int an
+// int, exactly as the evaluator decides it.
+std::optional<int64_t> ConstNonNegativeInt(const ExprPtr& e) {
+  std::vector<std::string> names;
+  cuir::CollectVars(e, &names);
+  std::vector<std::string> buffers;
+  cuir::CollectBuffers(e, &buffers);
+  if (!names.empty() || !buffers.empty()) return std::nullopt;
+  auto v = cuir::EvalScalar(e, cuir::ScalarEnv{});
+  if (!v.ok() || !std::holds_alternative<int64_t>(*v) || std::get<int64_t>(*v) < 0) {
+    return std::nullopt;
+  }
+  return std::get<int64_t>(*v);
+}
+
+std::string Call(absl::string_view fn, absl::string_view a) { return absl::StrCat(fn, "(", a, ")"); }
+std::string Call(absl::string_view fn, absl::string_view a, absl::string_view b) {
+  return absl::StrCat(fn, "(", a, ", ", b, ")");
+}
+std::string IntTemplate(absl::string_view fn, CType t) {
+  return absl::StrCat(fn, "<", CTypeName(t), ">");
+}
+
+class Emitter {
+ public:
+  explicit Emitter(const EmitScope& scope) : scope_(scope) {}
+
+  absl::StatusOr<CExpr> Emit(const ExprPtr& e, const SourceLoc& outer) {
+    const SourceLoc& loc = e->loc.known() ? e->loc : outer;
+    switch (e->kind) {
+      case ExprKind::kBoolLit: return CExpr{e->bool_value ? "true" : "false", CType::kBool};
+      case ExprKind::kIntLit: {
+        const bool narrow = e->int_value >= std::numeric_limits<int32_t>::min() &&
+                            e->int_value <= std::numeric_limits<int32_t>::max();
+        return CExpr{IntLiteral(e->int_value), narrow ? CType::kInt : CType::kLong};
+      }
+      case ExprKind::kFloatLit: return CExpr{FloatLiteral(e->float_value), CType::kFloat};
+      case ExprKind::kVar: return EmitVar(e, loc);
+      case ExprKind::kIndex: return EmitIndex(e, loc);
+      case ExprKind::kUnary: return EmitUnary(e, loc);
+      case ExprKind::kBinary: return EmitBinary(e, loc);
+      case ExprKind::kSelect: return EmitSelect(e, loc);
+    }
+    return Error(e, loc, "unknown expression kind");
+  }
+
+ private:
+  absl::Status Error(const ExprPtr& e, const SourceLoc& loc, absl::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat(loc.known() ? loc.ToString() + ": " : "",
+                                                   "cannot lower `", cuir::PrintExpr(e),
+                                                   "` to CUDA: ", what));
+  }
+
+  absl::StatusOr<CExpr> EmitVar(const ExprPtr& e, const SourceLoc& loc) {
+    if (const CExpr* v = scope_.Find(e->name)) return *v;
+    return Error(e, loc,
+                 absl::StrCat("`", e->name,
+                              "` is not visible at this point of the kernel (the lowering binds "
+                              "builtins, params, consts, grid axes, lets and loop variables; a "
+                              "table predicate sees only its `per` axes, q_idx and kv_idx)"));
+  }
+
+  absl::StatusOr<CExpr> EmitIndex(const ExprPtr& e, const SourceLoc& loc) {
+    const std::string* buffer = scope_.FindBuffer(e->name);
+    if (buffer == nullptr) return Error(e, loc, absl::StrCat("no buffer `", e->name, "`"));
+    if (scope_.target() == EmitTarget::kHost) {
+      return Error(e, loc, "buffers live on the device and cannot size the launch");
+    }
+    auto index = Emit(e->args[0], loc);
+    if (!index.ok()) return index.status();
+    if (!IsInt(index->type)) return Error(e, loc, "a buffer index must be an int");
+    return CExpr{absl::StrCat("__ldg(", *buffer, " + ", index->text, ")"), CType::kInt};
+  }
+
+  absl::StatusOr<CExpr> EmitUnary(const ExprPtr& e, const SourceLoc& loc) {
+    auto a = Emit(e->args[0], loc);
+    if (!a.ok()) return a.status();
+    const UnaryOp op = e->unary_op;
+    if (op == UnaryOp::kNot) {
+      if (a->type != CType::kBool) return Error(e, loc, "`!` needs a bool");
+      return CExpr{absl::StrCat("(!", a->text, ")"), CType::kBool};
+    }
+    if (op == UnaryOp::kToFloat) return CExpr{AsFloat(*a), CType::kFloat};
+    if (op == UnaryOp::kToInt) {
+      if (IsInt(a->type)) return *a;
+      if (a->type == CType::kBool) return CExpr{Convert(*a, CType::kInt), CType::kInt};
+      return CExpr{Convert(*a, CType::kLong), CType::kLong};  // truncates toward zero
+    }
+    if (!IsNumber(a->type)) return Error(e, loc, "a bool is not a number here");
+    if (op == UnaryOp::kNeg) return CExpr{absl::StrCat("(-", a->text, ")"), a->type};
+    if (op == UnaryOp::kAbs) {
+      const char* fn = a->type == CType::kInt ? "abs" : a->type == CType::kLong ? "llabs" : "fabsf";
+      return CExpr{Call(fn, a->text), a->type};
+    }
+    const char* fn = nullptr;
+    switch (op) {
+      case UnaryOp::kExp: fn = "expf"; break;
+      case UnaryOp::kExp2: fn = "exp2f"; break;
+      case UnaryOp::kLog: fn = "logf"; break;
+      case UnaryOp::kLog2: fn = "log2f"; break;
+      case UnaryOp::kSqrt: fn = "sqrtf"; break;
+      case UnaryOp::kTanh: fn = "tanhf"; break;
+      case UnaryOp::kSigmoid: fn = "cuir_sigmoid"; break;
+      case UnaryOp::kFloor: fn = "floorf"; break;
+      default: return Error(e, loc, "unknown unary operator");
+    }
+    return CExpr{Call(fn, AsFloat(*a)), CType::kFloat};
+  }
+
+  absl::StatusOr<CExpr> EmitBinary(const ExprPtr& e, const SourceLoc& loc) {
+    auto a = Emit(e->args[0], loc);
+    if (!a.ok()) return a.status();
+    auto b = Emit(e->args[1], loc);
+    if (!b.ok()) return b.status();
+    const BinaryOp op = e->binary_op;
+    if (cuir::IsLogical(op)) {
+      if (a->type != CType::kBool || b->type != CType::kBool) {
+        return Error(e, loc, "`&&` / `||` need bools");
+      }
+      return Infix(*a, op == BinaryOp::kAnd ? "&&" : "||", *b, CType::kBool);
+    }
+    if (cuir::IsComparison(op)) return EmitComparison(e, loc, *a, *b);
+    if (!IsNumber(a->type) || !IsNumber(b->type)) {
+      return Error(e, loc, "arithmetic needs numbers, not bools");
+    }
+    const bool is_float = a->type == CType::kFloat || b->type == CType::kFloat;
+    const CType ints = WiderInt(a->type, b->type);
+    switch (op) {
+      case BinaryOp::kAdd:
+      case BinaryOp::kSub: {
+        const char* sym = op == BinaryOp::kAdd ? "+" : "-";
+        if (is_float) return FloatInfix(*a, sym, *b);
+        return Infix(*a, sym, *b, ints);
+      }
+      case BinaryOp::kMul:
+        if (is_float) return FloatInfix(*a, "*", *b);
+        // Products are where index arithmetic overflows int: compute them in 64 bits.
+        return Infix(CExpr{Convert(*a, CType::kLong), CType::kLong}, "*", *b, CType::kLong);
+      case BinaryOp::kDiv: return FloatInfix(*a, "/", *b);
+      case BinaryOp::kFloorDiv:
+        if (is_float) return CExpr{Call("cuir_floordiv_f", AsFloat(*a), AsFloat(*b)), CType::kFloat};
+        return CExpr{Call(IntTemplate("cuir_floordiv", ints), a->text, b->text), ints};
+      case BinaryOp::kMod:
+        if (is_float) return CExpr{Call("cuir_mod_f", AsFloat(*a), AsFloat(*b)), CType::kFloat};
+        return CExpr{Call(IntTemplate("cuir_mod", ints), a->text, b->text), ints};
+      case BinaryOp::kMin:
+      case BinaryOp::kMax: {
+        const bool is_min = op == BinaryOp::kMin;
+        if (is_float) {
+          return CExpr{Call(is_min ? "cuir_min_f" : "cuir_max_f", AsFloat(*a), AsFloat(*b)),
+                       CType::kFloat};
+        }
+        return CExpr{Call(IntTemplate(is_min ? "cuir_min" : "cuir_max", ints), a->text, b->text),
+                     ints};
+      }
+      case BinaryOp::kCdiv:
+        if (is_float) return Error(e, loc, "`cdiv` needs ints");
+        return CExpr{Call(IntTemplate("cuir_cdiv", ints), a->text, b->text), ints};
+      case BinaryOp::kPow: {
+        const auto exponent = is_float ? std::nullopt : ConstNonNegativeInt(e->args[1]);
+        if (exponent && *exponent <= std::numeric_limits<int32_t>::max()) {
+          return CExpr{Call("cuir_ipow", a->text, absl::StrCat(*exponent)), CType::kLong};
+        }
+        return CExpr{Call("powf", AsFloat(*a), AsFloat(*b)), CType::kFloat};
+      }
+      default: break;
+    }
+    return Error(e, loc, "unknown binary operator");
+  }
+
+  absl::StatusOr<CExpr> EmitComparison(const ExprPtr& e, const SourceLoc& loc, const CExpr& a,
+                                       const CExpr& b) {
+    const BinaryOp op = e->binary_op;
+    const char* sym = op == BinaryOp::kLt   ? "<"
+                      : op == BinaryOp::kLe ? "<="
+                      : op == BinaryOp::kGt ? ">"
+                      : op == BinaryOp::kGe ? ">="
+                      : op == BinaryOp::kEq ? "=="
+                                            : "!=";
+    const bool bools = a.type == CType::kBool && b.type == CType::kBool;
+    if (bools && (op == BinaryOp::kEq || op == BinaryOp::kNe)) {
+      return Infix(a, sym, b, CType::kBool);
+    }
+    if (!IsNumber(a.type) || !IsNumber(b.type)) {
+      return Error(e, loc, "only `==` / `!=` compare bools");
+    }
+    if (a.type == CType::kFloat || b.type == CType::kFloat) {
+      return Infix(CExpr{AsFloat(a), CType::kFloat}, sym, CExpr{AsFloat(b), CType::kFloat},
+                   CType::kBool);
+    }
+    return Infix(a, sym, b, CType::kBool);
+  }
+
+  absl::StatusOr<CExpr> EmitSelect(const ExprPtr& e, const SourceLoc& loc) {
+    CExpr v[3];
+    for (int i = 0; i < 3; ++i) {
+      auto r = Emit(e->args[i], loc);
+      if (!r.ok()) return r.status();
+      v[i] = *r;
+    }
+    if (v[0].type != CType::kBool) return Error(e, loc, "`select` needs a bool condition");
+    if ((v[1].type == CType::kBool) != (v[2].type == CType::kBool)) {
+      return Error(e, loc, "`select` branches must both be bools or both numbers");
+    }
+    CType t = v[1].type;
+    if (v[1].type != v[2].type) {
+      t = (v[1].type == CType::kFloat || v[2].type == CType::kFloat) ? CType::kFloat
+                                                                       : CType::kLong;
+    }
+    return CExpr{absl::StrCat("(", v[0].text, " ? ", Convert(v[1], t), " : ", Convert(v[2], t), ")"),
+                 t};
+  }
+
+  static CExpr Infix(const CExpr& a, absl::string_view sym, const CExpr& b, CType t) {
+    return CExpr{absl::StrCat("(", a.text, " ", sym, " ", b.text, ")"), t};
+  }
+  static CExpr FloatInfix(const CExpr& a, absl::string_view sym, const CExpr& b) {
+    return Infix(CExpr{AsFloat(a), CType::kFloat}, sym, CExpr{AsFloat(b), CType::kFloat},
+                 CType::kFloat);
+  }
+
+  const EmitScope& scope_;
+};
+
+}  // namespace
+
+const char* CTypeName(CType t) {
+  switch (t) {
+    case CType::kBool: return "bool";
+    case CType::kInt: return "int";
+    case CType::kLong: return "long long";
+    case CType::kFloat: return "float";
+  }
+  return "?";
+}
+
+void EmitScope::Bind(const std::string& cuir_name, std::string cpp_name, CType type) {
+  vars_[cuir_name] = CExpr{std::move(cpp_name), type};
+}
+
+void EmitScope::BindBuffer(const std::string& cuir_name, std::string cpp_name) {
+  buffers_[cuir_name] = std::move(cpp_name);
+}
+
+const CExpr* EmitScope::Find(const std::string& cuir_name) const {
+  auto it = vars_.find(cuir_name);
+  return it == vars_.end() ? nullptr : &it->second;
+}
+
+const std::string* EmitScope::FindBuffer(const std::string& cuir_name) const {
+  auto it = buffers_.find(cuir_name);
+  return it == buffers_.end() ? nullptr : &it->second;
+}
+
+EmitScope EmitScope::WithTarget(EmitTarget target) const {
+  EmitScope s = *this;
+  s.target_ = target;
+  return s;
+}
+
+absl::StatusOr<CExpr> EmitExpr(const cuir::ExprPtr& e, const EmitScope& scope) {
+  return Emitter(scope).Emit(e, e->loc);
+}
+
+std::string Convert(const CExpr& e, CType to) {
+  if (e.type == to) return e.text;
+  // Int literals convert by suffix: "8" -> "8LL" / "8.0f", "(-8)" -> "(-8LL)" / "(-8.0f)".
+  const bool negative = e.text.size() > 3 && e.text.rfind("(-", 0) == 0 && e.text.back() == ')' &&
+                        IsPlainDecimal(e.text.substr(2, e.text.size() - 3));
+  if (e.type == CType::kInt && (IsPlainDecimal(e.text) || negative)) {
+    const std::string digits = negative ? e.text.substr(1, e.text.size() - 2) : e.text;
+    const char* suffix = to == CType::kLong ? "LL" : to == CType::kFloat ? ".0f" : nullptr;
+    if (suffix != nullptr) {
+      return negative ? absl::StrCat("(", digits, suffix, ")") : absl::StrCat(digits, suffix);
+    }
+  }
+  return absl::StrCat("static_cast<", CTypeName(to), ">(", e.text, ")");
+}
+
+std::string AsFloat(const CExpr& e) { return Convert(e, CType::kFloat); }
+
+CType DeclaredCType(cuir::Type t, CType value_type) {
+  switch (t) {
+    case cuir::Type::kBool: return CType::kBool;
+    case cuir::Type::kFloat: return CType::kFloat;
+    case cuir::Type::kInt: return value_type == CType::kLong ? CType::kLong : CType::kInt;
+  }
+  return value_type;
+}
+
+std::string FloatLiteral(double v) {
+  const float f = static_cast<float>(v);
+  if (std::isnan(f)) return "NAN";
+  if (std::isinf(f)) return f > 0 ? "INFINITY" : "(-INFINITY)";
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), f);
+  std::string s(buf, end);
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";
+  s += "f";
+  return f < 0 || std::signbit(f) ? absl::StrCat("(", s, ")") : s;
+}
+
+}  // namespace cubridge::lower

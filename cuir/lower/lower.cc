@@ -1,0 +1,129 @@
+#include "cuir/lower/lower.h"
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "cuir/lower/codegen.h"
+#include "cuir/lower/expert.h"
+#include "cuir/lower/plan.h"
+#include "cuir/lower/regions.h"
+
+namespace cubridge::lower {
+namespace {
+
+constexpr char kAbiRegion[] = "abi";
+
+// What each region implements, for messages (docs/lowering.md has the full table).
+std::string RegionConstruct(const std::string& region) {
+  static const std::map<std::string, std::string> kConstructs = {
+      {"tile_params", "changed params"},
+      {"variant_consts", "const declarations"},
+      {"variant_params", "buffer / table kernel parameters"},
+      {"variant_args", "buffer / table kernel arguments"},
+      {"variant_setup", "buffer checks and table construction"},
+      {"table_kernel", "table declarations"},
+      {"workspace", "table workspace"},
+      {"head_map", "a changed `let kv_h`"},
+      {"program_lets", "new top-level lets"},
+      {"kv_range", "changed KV loop bounds"},
+      {"kv_loop", "a table-form KV loop"},
+      {"block_class", "new lets in the KV loop"},
+      {"qk_scale", "a changed qk scale"},
+      {"score_mod", "score_mod statements"},
+      {"mask", "mask statements"},
+  };
+  auto it = kConstructs.find(region);
+  return it == kConstructs.end() ? region : it->second;
+}
+
+bool IdentChar(char c) { return absl::ascii_isalnum(c) || c == '_'; }
+
+// Renames identifiers that start with `from` (followed by the end of the identifier or '_') so
+// that a lowered kernel's entry points carry the program's kernel name.
+std::string RenamePrefix(const std::string& text, const std::string& from, const std::string& to) {
+  if (from == to) return text;
+  std::string out;
+  size_t i = 0;
+  while (i < text.size()) {
+    const size_t hit = text.find(from, i);
+    if (hit == std::string::npos) break;
+    const size_t after = hit + from.size();
+    const bool starts = hit == 0 || !IdentChar(text[hit - 1]);
+    const bool ends = after == text.size() || !IdentChar(text[after]) || text[after] == '_';
+    out.append(text, i, hit - i);
+    out.append(starts && ends ? to : from);
+    i = after;
+  }
+  out.append(text, i, std::string::npos);
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<Arch> ParseArch(const std::string& s) {
+  if (s == "sm_80") return Arch::kSm80;
+  if (s == "sm_90") return Arch::kSm90;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown GPU architecture \"", s,
+      "\"; accepted values: sm_80 (A100), sm_90 (H100)"));
+}
+
+const char* ArchName(Arch a) { return a == Arch::kSm80 ? "sm_80" : "sm_90"; }
+
+absl::StatusOr<LoweredKernel> Lower(const cuir::Program& program,
+                                    const cuir::AttentionConfig& config, Arch arch) {
+  if (auto st = cuir::ValidateConfig(config); !st.ok()) return st;
+  if (auto st = cuir::Validate(program); !st.ok()) return st;
+  const cuir::Stmt* expert_decl = cuir::FindDecl(program, cuir::StmtKind::kExpert);
+  if (expert_decl == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "kernel `", program.kernel,
+        "` names no expert; lowering needs the expert it was lifted from, e.g. `expert "
+        "\"fa2_sm80\"`"));
+  }
+  auto expert = LoadExpert(expert_decl->name);
+  if (!expert.ok()) return expert.status();
+  auto plan = MatchToBase(program, expert->base);
+  if (!plan.ok()) return plan.status();
+  auto generated = GenerateRegions(*plan, expert->base, *expert);
+  if (!generated.ok()) return generated.status();
+
+  LoweredKernel out;
+  for (const auto& [name, text] : *generated) {
+    if (expert->source.Find(name) == nullptr) {
+      return absl::UnimplementedError(absl::StrCat(
+          "expert \"", expert->name, "\" has no region `", name, "` (", expert->source.filename,
+          "), so the lowering cannot place ", RegionConstruct(name), " of kernel `",
+          program.kernel, "`"));
+    }
+  }
+  for (const Region& r : expert->source.regions) {
+    (generated->count(r.name) ? out.generated_regions : out.copied_regions).push_back(r.name);
+  }
+  const Region* abi = expert->source.Find(kAbiRegion);
+  if (abi == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "expert \"", expert->name, "\": ", expert->source.filename,
+        " has no `abi` region (the launcher declarations every expert must mark)"));
+  }
+
+  auto source = InlineLocalIncludes(RenderRegions(expert->source, *generated), expert->dir);
+  if (!source.ok()) return source.status();
+  const std::string from = absl::StrCat("cubridge_", expert->base.kernel);
+  const std::string to = absl::StrCat("cubridge_", program.kernel);
+  out.entry_point = to;
+  out.cuda_source = absl::StrCat(
+      "// Lowered by CuBridge from CuIR kernel `", program.kernel, "` (expert \"", expert->name,
+      "\") for ", ArchName(arch), ".\n// Generated regions: ",
+      out.generated_regions.empty() ? "none" : absl::StrJoin(out.generated_regions, ", "),
+      "; every other region is the expert's code.\n// Lowered for ", config.ToString(),
+      "; the launcher accepts any shape, dtype (bf16 / fp16) and head dim (64 / 128 / 256).\n",
+      RenamePrefix(*source, from, to));
+  out.launcher_header = absl::StrCat(
+      "// Launcher of the CuBridge kernel `", program.kernel, "` (expert \"", expert->name,
+      "\", ", ArchName(arch), "); link the object compiled from its kernel.cu.\n",
+      RenamePrefix(expert->source.Body(*abi), from, to));
+  return out;
+}
+
+}  // namespace cubridge::lower

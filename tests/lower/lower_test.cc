@@ -1,0 +1,296 @@
+// Lowering of hand-written transferred programs: which regions are generated, what the generated
+// code says, and the errors for programs the expert cannot express.
+#include "cuir/lower/lower.h"
+
+#include <algorithm>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/lower/lower_test_util.h"
+
+namespace cubridge::lower {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using testing::LoadTestProgram;
+
+// Every region of the fa2_sm80 expert, as docs/lowering.md lists them.
+const std::set<std::string> kAllRegions = {
+    "abi",          "tile_params",  "variant_consts", "table_kernel", "workspace",
+    "variant_params", "head_map",   "program_lets",   "kv_range",     "kv_loop",
+    "block_class",  "qk_scale",     "score_mod",      "mask",         "variant_setup",
+    "variant_args"};
+
+LoweredKernel LowerOrDie(const std::string& name, Arch arch = Arch::kSm80) {
+  auto program = LoadTestProgram(name);
+  EXPECT_TRUE(program.ok()) << program.status();
+  auto lowered = Lower(*program, cuir::AttentionConfig{}, arch);
+  EXPECT_TRUE(lowered.ok()) << name << ": " << lowered.status();
+  return lowered.ok() ? *lowered : LoweredKernel{};
+}
+
+std::set<std::string> AsSet(const std::vector<std::string>& v) { return {v.begin(), v.end()}; }
+
+// The text between a region's markers in the lowered source.
+std::string RegionText(const LoweredKernel& k, const std::string& region) {
+  const std::string begin = "// @cuir-region " + region + "\n";
+  const size_t a = k.cuda_source.find(begin);
+  size_t b = k.cuda_source.find("// @cuir-end " + region + "\n");
+  if (a == std::string::npos || b == std::string::npos) return "<region " + region + " missing>";
+  b = k.cuda_source.rfind('\n', b) + 1;  // the end marker's line starts with its indentation
+  return k.cuda_source.substr(a + begin.size(), b - a - begin.size());
+}
+
+struct RegionCase {
+  std::string program;
+  std::set<std::string> generated;
+};
+
+class RegionSelection : public ::testing::TestWithParam<RegionCase> {};
+
+// The constructs each transfer changes decide the generated regions; the rest is copied.
+TEST_P(RegionSelection, GeneratesExactlyTheChangedConstructs) {
+  const RegionCase& c = GetParam();
+  for (Arch arch : {Arch::kSm80, Arch::kSm90}) {
+    const LoweredKernel k = LowerOrDie(c.program, arch);
+    EXPECT_EQ(AsSet(k.generated_regions), c.generated) << c.program << " " << ArchName(arch);
+    std::set<std::string> copied;
+    std::set_difference(kAllRegions.begin(), kAllRegions.end(), c.generated.begin(),
+                        c.generated.end(), std::inserter(copied, copied.end()));
+    EXPECT_EQ(AsSet(k.copied_regions), copied) << c.program << " " << ArchName(arch);
+    EXPECT_EQ(k.entry_point, "cubridge_attn_fwd");
+  }
+}
+
+const std::set<std::string> kTableRegions = {"table_kernel", "workspace",     "variant_params",
+                                             "kv_range",     "kv_loop",       "mask",
+                                             "variant_setup", "variant_args"};
+
+INSTANTIATE_TEST_SUITE_P(
+    Programs, RegionSelection,
+    ::testing::Values(
+        RegionCase{"base", {}},
+        RegionCase{"causal", {"kv_range", "block_class", "mask"}},
+        RegionCase{"sliding_window", {"variant_consts", "kv_range", "block_class", "mask"}},
+        RegionCase{"global_window", {"variant_consts", "kv_range", "block_class", "mask"}},
+        RegionCase{"document", kTableRegions}, RegionCase{"document_batched", kTableRegions},
+        RegionCase{"softcap_alibi", {"variant_consts", "score_mod"}},
+        RegionCase{"gqa", {"head_map"}},
+        RegionCase{"renamed_symbols",
+                   {"tile_params", "variant_consts", "variant_params", "kv_range", "block_class",
+                    "mask", "variant_setup", "variant_args"}}),
+    [](const auto& info) { return info.param.program; });
+
+TEST(Lower, BaseProgramIsTheExpertSourceVerbatim) {
+  const LoweredKernel k = LowerOrDie("base");
+  EXPECT_THAT(RegionText(k, "kv_range"),
+              HasSubstr("const KvUnion<1> kv_blocks = {{0}, {cuir_cdiv(seqlen_kv, BLOCK_N)}};"));
+  EXPECT_THAT(RegionText(k, "head_map"), HasSubstr("const int kv_h = h;"));
+  EXPECT_EQ(RegionText(k, "mask"), "");
+  // Local includes are inlined: the lowered kernel is one translation unit.
+  EXPECT_THAT(k.cuda_source, HasSubstr("cuir_floordiv"));
+  EXPECT_THAT(k.cuda_source, Not(HasSubstr("#include \"")));
+}
+
+TEST(Lower, CausalMasksOnlyPartialBlocksAndStopsAtTheDiagonal) {
+  const LoweredKernel k = LowerOrDie("causal");
+  EXPECT_THAT(RegionText(k, "kv_range"),
+              HasSubstr("KvUnion<1> kv_blocks = {{0}, {cuir_min<int>(cuir_cdiv<int>(seqlen_kv, "
+                        "BLOCK_N), cuir_cdiv<int>(q_hi, BLOCK_N))}};"));
+  EXPECT_THAT(RegionText(k, "block_class"), HasSubstr("const bool full = ((kv_hi - 1) <= q_lo);"));
+  const std::string mask = RegionText(k, "mask");
+  EXPECT_THAT(mask, HasSubstr("if ((!full)) {"));
+  EXPECT_THAT(mask, HasSubstr("if (!(q_idx >= kv_idx)) score = -INFINITY;"));
+  // The mask reads no score, the lambda still receives it by reference.
+  EXPECT_THAT(mask, HasSubstr("float& score"));
+}
+
+TEST(Lower, UnionRangeListsEveryInterval) {
+  const LoweredKernel k = LowerOrDie("global_window");
+  EXPECT_THAT(RegionText(k, "kv_range"),
+              HasSubstr("KvUnion<2> kv_blocks = {{0, cuir_max<int>(0, cuir_floordiv<int>((q_lo - "
+                        "W), BLOCK_N))}, {"));
+  EXPECT_THAT(RegionText(k, "variant_consts"),
+              AllOf(HasSubstr("constexpr int W = 256;"), HasSubstr("constexpr int G = 64;")));
+}
+
+TEST(Lower, ScoreModsRunInProgramOrderWithFloatConsts) {
+  const LoweredKernel k = LowerOrDie("softcap_alibi");
+  const std::string mods = RegionText(k, "score_mod");
+  const size_t softcap = mods.find("score = (cap * tanhf((score / cap)));");
+  const size_t alibi = mods.find("exp2f(");
+  ASSERT_NE(softcap, std::string::npos) << mods;
+  ASSERT_NE(alibi, std::string::npos) << mods;
+  EXPECT_LT(softcap, alibi);
+  // -8 * (h + 1) is an int product (64-bit), then true division by H.
+  EXPECT_THAT(mods, HasSubstr("(static_cast<float>(((-8LL) * (h + 1))) / static_cast<float>(H))"));
+  EXPECT_THAT(RegionText(k, "variant_consts"), HasSubstr("constexpr float cap = 20.0f;"));
+}
+
+TEST(Lower, GqaMapsQueryHeadsToKvHeadsWithFloorDivision) {
+  const LoweredKernel k = LowerOrDie("gqa");
+  EXPECT_THAT(RegionText(k, "head_map"),
+              HasSubstr("const int kv_h = cuir_floordiv<int>(h, cuir_floordiv<int>(heads_q, "
+                        "heads_kv));"));
+}
+
+TEST(Lower, DocumentTableIsBuiltByAPreKernelAndReadByTheLoop) {
+  const LoweredKernel k = LowerOrDie("document");
+  EXPECT_THAT(RegionText(k, "variant_params"), HasSubstr(", const int* __restrict__ doc"));
+  EXPECT_THAT(RegionText(k, "variant_params"), HasSubstr(", const int* __restrict__ T"));
+  const std::string classify = RegionText(k, "table_kernel");
+  EXPECT_THAT(classify, HasSubstr("__global__"));
+  EXPECT_THAT(classify,
+              HasSubstr("((q_idx >= kv_idx) && (__ldg(doc + q_idx) == __ldg(doc + kv_idx)))"));
+  const std::string setup = RegionText(k, "variant_setup");
+  EXPECT_THAT(setup, HasSubstr("p->buffers[0]"));
+  // The declared length max(seqlen_q, seqlen_kv) is checked before anything is launched.
+  EXPECT_THAT(setup, HasSubstr("p->buffer_lengths[0] < static_cast<long long>(cuir_max<int>("
+                               "seqlen_q, seqlen_kv))"));
+  EXPECT_THAT(setup, HasSubstr("cuir_compact_table<<<"));
+  const std::string loop = RegionText(k, "kv_loop");
+  EXPECT_THAT(loop, HasSubstr("const int n_block = "));
+  EXPECT_THAT(loop, HasSubstr("const bool full = "));
+  EXPECT_THAT(RegionText(k, "workspace"), HasSubstr("static size_t variant_workspace("));
+}
+
+TEST(Lower, TablePerAxisDecodesTheAxisInThePreKernel) {
+  const LoweredKernel k = LowerOrDie("document_batched");
+  EXPECT_THAT(RegionText(k, "table_kernel"), HasSubstr("const int b = static_cast<int>("));
+  // The row of (b, m_block) is b * cdiv(seqlen_q, BLOCK_M) + m_block.
+  EXPECT_THAT(RegionText(k, "kv_loop"),
+              HasSubstr("(static_cast<long long>(b) * cuir_cdiv(seqlen_q, BLOCK_M) + m_block)"));
+  EXPECT_THAT(RegionText(k, "variant_setup"), HasSubstr("p->buffers[1]"));
+}
+
+TEST(Lower, SymbolsThatCollideWithExpertNamesAreRenamed) {
+  const LoweredKernel k = LowerOrDie("renamed_symbols");
+  EXPECT_THAT(RegionText(k, "variant_consts"), HasSubstr("constexpr int c_2 = 0;"));
+  EXPECT_THAT(RegionText(k, "variant_params"), HasSubstr("const int* __restrict__ p_2"));
+  EXPECT_THAT(RegionText(k, "block_class"), HasSubstr("const bool acc_2 = "));
+  EXPECT_THAT(RegionText(k, "mask"), HasSubstr("__ldg(p_2 + kv_idx)"));
+  EXPECT_THAT(RegionText(k, "tile_params"),
+              AllOf(HasSubstr("constexpr int BLOCK_M = 64;"), HasSubstr("constexpr int BLOCK_N = 32;")));
+}
+
+TEST(Lower, KernelNameBecomesTheEntryPoint) {
+  auto program = LoadTestProgram("causal");
+  ASSERT_TRUE(program.ok());
+  program->kernel = "doc_causal";
+  auto k = Lower(*program, cuir::AttentionConfig{}, Arch::kSm90);
+  ASSERT_TRUE(k.ok()) << k.status();
+  EXPECT_EQ(k->entry_point, "cubridge_doc_causal");
+  EXPECT_THAT(k->launcher_header,
+              AllOf(HasSubstr("int cubridge_doc_causal(const cubridge_doc_causal_params* p"),
+                    HasSubstr("size_t cubridge_doc_causal_workspace_size("),
+                    HasSubstr("extern \"C\"")));
+  EXPECT_THAT(k->cuda_source, HasSubstr("extern \"C\" int cubridge_doc_causal("));
+  EXPECT_THAT(k->cuda_source, Not(HasSubstr("cubridge_attn_fwd")));
+  EXPECT_THAT(k->cuda_source, HasSubstr("for sm_90"));
+}
+
+// ---- programs the expert cannot express --------------------------------------------------------
+
+absl::Status LowerText(const std::string& text) {
+  auto program = cuir::ParseProgram(text, "variant.cuir");
+  if (!program.ok()) return program.status();
+  return Lower(*program, cuir::AttentionConfig{}, Arch::kSm80).status();
+}
+
+std::string BaseText() {
+  auto base = LoadTestProgram("base");
+  return base.ok() ? cuir::PrintProgram(*base) : "";
+}
+
+TEST(LowerErrors, UnknownRoleIsUnimplementedWithItsPosition) {
+  // A Hopper-style producer role: line 8 of the printed base + 1, column 3.
+  const std::string text = absl::StrReplaceAll(
+      BaseText(), {{"  role compute warps WARPS\n",
+                    "  role compute warps WARPS\n  role producer warps 1\n"}});
+  const absl::Status st = LowerText(text);
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
+  EXPECT_THAT(st.message(), HasSubstr("role `producer`"));
+  EXPECT_THAT(st.message(), HasSubstr("variant.cuir:9:3"));
+}
+
+TEST(LowerErrors, ChangedGridIsUnimplemented) {
+  const std::string text = absl::StrReplaceAll(BaseText(), {{"b < batch", "b < batch schedule swizzle"}});
+  const absl::Status st = LowerText(text);
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
+  EXPECT_THAT(st.message(), HasSubstr("grid"));
+  EXPECT_THAT(st.message(), HasSubstr("variant.cuir:"));
+}
+
+TEST(LowerErrors, ScoreModAfterMaskIsUnimplemented) {
+  const std::string text = absl::StrReplaceAll(
+      BaseText(), {{"    P = softmax.online S\n",
+                    "    mask S = q_idx >= kv_idx\n    score_mod S = score * 2.0\n"
+                    "    P = softmax.online S\n"}});
+  const absl::Status st = LowerText(text);
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
+  EXPECT_THAT(st.message(), HasSubstr("score_mod after a mask"));
+}
+
+TEST(LowerErrors, ChangedQTileIsUnimplemented) {
+  const std::string text = absl::StrReplaceAll(
+      BaseText(), {{"let q_hi: int = min(q_lo + BLOCK_M, seqlen_q)",
+                    "let q_hi: int = min(q_lo + BLOCK_M - 1, seqlen_q)"}});
+  const absl::Status st = LowerText(text);
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
+  EXPECT_THAT(st.message(), HasSubstr("let q_hi"));
+}
+
+TEST(LowerErrors, MissingExpertIsNotFound) {
+  const std::string text = absl::StrReplaceAll(BaseText(), {{"\"fa2_sm80\"", "\"no_such_expert\""}});
+  const absl::Status st = LowerText(text);
+  EXPECT_EQ(st.code(), absl::StatusCode::kNotFound) << st;
+  EXPECT_THAT(st.message(), HasSubstr("no_such_expert"));
+}
+
+absl::StatusOr<LoweredKernel> LowerVariantText(const std::string& text) {
+  auto program = cuir::ParseProgram(text, "variant.cuir");
+  if (!program.ok()) return program.status();
+  return Lower(*program, cuir::AttentionConfig{}, Arch::kSm80);
+}
+
+TEST(Lower, NewTopLevelLetsGoToProgramLetsBeforeTheLoop) {
+  const std::string text = absl::StrReplaceAll(
+      BaseText(), {{"  softmax.init\n", "  let window_lo: int = max(0, q_lo - 128) // BLOCK_N\n  softmax.init\n"},
+                   {"[0, cdiv(seqlen_kv, BLOCK_N))", "[window_lo, cdiv(seqlen_kv, BLOCK_N))"}});
+  auto k = LowerVariantText(text);
+  ASSERT_TRUE(k.ok()) << k.status();
+  EXPECT_EQ(AsSet(k->generated_regions), (std::set<std::string>{"program_lets", "kv_range"}));
+  EXPECT_THAT(RegionText(*k, "program_lets"),
+              HasSubstr("const int window_lo = cuir_floordiv<int>(cuir_max<int>(0, (q_lo - 128)), "
+                        "BLOCK_N);"));
+  EXPECT_THAT(RegionText(*k, "kv_range"), HasSubstr("{{window_lo}, {"));
+}
+
+TEST(Lower, ChangedQkScaleIsGenerated) {
+  const std::string text = absl::StrReplaceAll(
+      BaseText(), {{"scale softmax_scale", "scale softmax_scale * 0.5"}});
+  auto k = LowerVariantText(text);
+  ASSERT_TRUE(k.ok()) << k.status();
+  EXPECT_EQ(AsSet(k->generated_regions), (std::set<std::string>{"qk_scale"}));
+  EXPECT_THAT(RegionText(*k, "qk_scale"), HasSubstr("const float qk_scale = (softmax_scale * 0.5f);"));
+}
+
+TEST(Arch, ParsesTheTwoTargetsAndNamesTheAcceptedOnes) {
+  EXPECT_EQ(*ParseArch("sm_80"), Arch::kSm80);
+  EXPECT_EQ(*ParseArch("sm_90"), Arch::kSm90);
+  EXPECT_STREQ(ArchName(Arch::kSm80), "sm_80");
+  EXPECT_STREQ(ArchName(Arch::kSm90), "sm_90");
+  for (const char* bad : {"sm_86", "SM_80", "", "sm80"}) {
+    auto a = ParseArch(bad);
+    EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(a.status().message(), AllOf(HasSubstr("sm_80"), HasSubstr("sm_90")));
+  }
+}
+
+}  // namespace
+}  // namespace cubridge::lower

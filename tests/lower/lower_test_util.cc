@@ -1,0 +1,66 @@
+#include "tests/lower/lower_test_util.h"
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+
+namespace cubridge::lower::testing {
+namespace fs = std::filesystem;
+
+absl::StatusOr<cuir::Program> LoadTestProgram(const std::string& name) {
+  const fs::path root(CUBRIDGE_SOURCE_ROOT);
+  const fs::path path = name == "base" ? root / "cuir/experts/fa2_sm80/base.cuir"
+                                       : root / "tests/lower/data" / (name + ".cuir");
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path.string()));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return cuir::ParseProgram(ss.str(), path.string());
+}
+
+std::string FindNvcc() {
+  for (const std::string candidate : {std::string(CUBRIDGE_NVCC), std::string("/usr/local/cuda/bin/nvcc")}) {
+    if (!candidate.empty() && fs::exists(candidate)) return candidate;
+  }
+  return "";
+}
+
+std::string MakeTempDir(const std::string& prefix) {
+  const char* base = std::getenv("TEST_TMPDIR");
+  std::string templ = absl::StrCat(base != nullptr ? base : fs::temp_directory_path().string(),
+                                   "/", prefix, "XXXXXX");
+  if (mkdtemp(templ.data()) == nullptr) return "";
+  return templ;
+}
+
+void CleanUpTempDir(const std::string& dir, bool test_failed) {
+  if (test_failed || std::getenv("CUBRIDGE_KEEP_TEST_FILES") != nullptr || dir.empty()) return;
+  std::error_code ignored;
+  fs::remove_all(dir, ignored);
+}
+
+void WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+}
+
+CommandResult RunCommand(const std::string& command) {
+  CommandResult result;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return result;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) result.output.append(buf.data(), n);
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+}  // namespace cubridge::lower::testing

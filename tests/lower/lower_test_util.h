@@ -1,0 +1,34 @@
+// Shared helpers of the lowering tests: the hand-written transferred programs under
+// tests/lower/data, and running nvcc.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "cuir/ir/program.h"
+
+namespace cubridge::lower::testing {
+
+// tests/lower/data/<name>.cuir, or the expert's base program for name "base".
+absl::StatusOr<cuir::Program> LoadTestProgram(const std::string& name);
+
+// The nvcc to use: the build's CUBRIDGE_NVCC, else /usr/local/cuda/bin/nvcc; empty if neither
+// exists.
+std::string FindNvcc();
+
+// A fresh directory under the test temp dir.
+std::string MakeTempDir(const std::string& prefix);
+
+// Removes a temp dir of a passing test; kept when the test failed or CUBRIDGE_KEEP_TEST_FILES is
+// set (to inspect the lowered sources).
+void CleanUpTempDir(const std::string& dir, bool test_failed);
+
+void WriteFile(const std::string& path, const std::string& text);
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+CommandResult RunCommand(const std::string& command);
+
+}  // namespace cubridge::lower::testing

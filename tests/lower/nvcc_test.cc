@@ -1,0 +1,179 @@
+// The lowered kernels are real CUDA: every test program, lowered for sm_80 and for sm_90,
+// compiles with nvcc for its target; and the emitted expressions, compiled by nvcc as host code,
+// compute what the CuIR evaluator computes. Without nvcc these tests are skipped (never passed).
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "cuir/ir/eval.h"
+#include "cuir/lower/cuda_emit.h"
+#include "cuir/lower/expert.h"
+#include "cuir/lower/lower.h"
+#include "gtest/gtest.h"
+#include "tests/lower/lower_test_util.h"
+
+namespace cubridge::lower {
+namespace {
+
+using testing::CleanUpTempDir;
+using testing::CommandResult;
+using testing::FindNvcc;
+using testing::LoadTestProgram;
+using testing::MakeTempDir;
+using testing::RunCommand;
+using testing::WriteFile;
+
+constexpr int kParallelCompiles = 2;  // the build machines have two cores
+
+const char* kPrograms[] = {"base",          "causal",        "sliding_window",
+                           "global_window", "document",      "document_batched",
+                           "softcap_alibi", "gqa",           "renamed_symbols"};
+
+struct CompileJob {
+  std::string label;
+  std::string command;
+};
+
+// Runs the jobs on kParallelCompiles workers; returns the failures' labels with their output.
+std::vector<std::string> RunJobs(const std::vector<CompileJob>& jobs) {
+  std::atomic<size_t> next{0};
+  std::mutex mu;
+  std::vector<std::string> failures;
+  auto worker = [&] {
+    for (size_t i = next++; i < jobs.size(); i = next++) {
+      const CommandResult r = RunCommand(jobs[i].command);
+      if (r.exit_code != 0) {
+        std::lock_guard<std::mutex> lock(mu);
+        failures.push_back(absl::StrCat(jobs[i].label, " (exit ", r.exit_code, "):\n", r.output));
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kParallelCompiles; ++i) threads.emplace_back(worker);
+  for (auto& t : threads) t.join();
+  return failures;
+}
+
+TEST(Nvcc, EveryLoweredProgramCompilesForItsArch) {
+  const std::string nvcc = FindNvcc();
+  if (nvcc.empty()) GTEST_SKIP() << "no nvcc (CUBRIDGE_NVCC unset, /usr/local/cuda/bin/nvcc absent)";
+  const std::string dir = MakeTempDir("cubridge_lower_");
+  ASSERT_FALSE(dir.empty());
+  std::vector<CompileJob> jobs;
+  for (const char* name : kPrograms) {
+    auto program = LoadTestProgram(name);
+    ASSERT_TRUE(program.ok()) << program.status();
+    for (Arch arch : {Arch::kSm80, Arch::kSm90}) {
+      auto k = Lower(*program, cuir::AttentionConfig{}, arch);
+      ASSERT_TRUE(k.ok()) << name << ": " << k.status();
+      const std::string stem = absl::StrCat(dir, "/", name, "_", ArchName(arch));
+      WriteFile(stem + ".cu", k->cuda_source);
+      WriteFile(stem + ".h", k->launcher_header);
+      // -arch=sm_80 / sm_90; warnings of the generated code are errors, so none slip in.
+      const std::string sm = std::string(ArchName(arch)).substr(3);
+      jobs.push_back({absl::StrCat(name, " for ", ArchName(arch)),
+                      absl::StrCat(nvcc, " -c -std=c++17 -arch=sm_", sm,
+                                   " -Werror all-warnings -o ", stem, ".o ", stem, ".cu")});
+    }
+  }
+  for (const std::string& failure : RunJobs(jobs)) ADD_FAILURE() << failure;
+  CleanUpTempDir(dir, HasFailure());
+}
+
+// The launcher header is plain C: a C compiler accepts it without CUDA headers.
+TEST(Nvcc, LauncherHeaderIsPlainC) {
+  auto program = LoadTestProgram("document");
+  ASSERT_TRUE(program.ok());
+  auto k = Lower(*program, cuir::AttentionConfig{}, Arch::kSm80);
+  ASSERT_TRUE(k.ok()) << k.status();
+  const std::string dir = MakeTempDir("cubridge_header_");
+  WriteFile(dir + "/kernel.h", k->launcher_header);
+  WriteFile(dir + "/use.c",
+            "#include \"kernel.h\"\n"
+            "int call(cubridge_attn_fwd_params* p) {\n"
+            "  p->buffers[0] = 0;\n"
+            "  return cubridge_attn_fwd(p, 0) + (int)cubridge_attn_fwd_workspace_size(p);\n"
+            "}\n");
+  const CommandResult r = RunCommand(absl::StrCat("cc -std=c99 -Wall -Werror -c -o ", dir,
+                                                  "/use.o ", dir, "/use.c"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  CleanUpTempDir(dir, HasFailure());
+}
+
+// ---- emitted expressions vs the evaluator ------------------------------------------------------
+
+// Variables the expressions read: negative and positive ints (for floor semantics), floats.
+const std::vector<std::pair<std::string, cuir::Value>> kVars = {
+    {"a", int64_t{-7}}, {"b", int64_t{2}},    {"c", int64_t{-3}},
+    {"d", int64_t{9}},  {"x", double{-7.5}},  {"y", double{2.0}},
+};
+
+const char* kNumericCases[] = {
+    "a // b", "a % b", "d // c", "d % c", "a // c", "a % c", "cdiv(a, b)", "cdiv(d, b)",
+    "cdiv(a, c)", "x // y", "x % y", "(-x) % y", "x % (-y)", "int(x)", "int(-x)",
+    "select(a < 0, a, x)", "select(a > 0, a, b)", "2 ** 10", "b ** 3 * a", "a ** 2",
+    "min(a, c)", "max(x, a)", "abs(a) + abs(x)", "floor(x)", "a / b", "exp2(c) * y",
+    "tanh(x / 8.0) * 20.0", "float(a * d) / 4", "(a - d) * (c - b) // 5",
+};
+
+std::string EvalText(const cuir::Value& v) {
+  if (const auto* b = std::get_if<bool>(&v)) return *b ? "1" : "0";
+  if (const auto* i = std::get_if<int64_t>(&v)) return absl::StrCat(*i);
+  return absl::StrCat(std::get<double>(v));
+}
+
+TEST(Nvcc, EmittedExpressionsComputeWhatTheEvaluatorComputes) {
+  const std::string nvcc = FindNvcc();
+  if (nvcc.empty()) GTEST_SKIP() << "no nvcc (CUBRIDGE_NVCC unset, /usr/local/cuda/bin/nvcc absent)";
+  EmitScope scope(EmitTarget::kHost);
+  cuir::ScalarEnv env;
+  std::string program = absl::StrCat("#include <stdio.h>\n#include \"", ExpertsDir(),
+                                     "/common/cuir_scalar.cuh\"\nint main() {\n");
+  for (const auto& [name, value] : kVars) {
+    const bool is_int = std::holds_alternative<int64_t>(value);
+    scope.Bind(name, name, is_int ? CType::kInt : CType::kFloat);
+    env.vars[name] = value;
+    absl::StrAppend(&program, is_int ? "  const int " : "  const float ", name, " = ",
+                    EvalText(value), ";\n");
+  }
+  std::vector<cuir::Value> expected;
+  for (const char* text : kNumericCases) {
+    auto e = cuir::ParseExpr(text);
+    ASSERT_TRUE(e.ok()) << text << ": " << e.status();
+    auto c = EmitExpr(*e, scope);
+    ASSERT_TRUE(c.ok()) << text << ": " << c.status();
+    auto v = cuir::EvalScalar(*e, env);
+    ASSERT_TRUE(v.ok()) << text << ": " << v.status();
+    expected.push_back(*v);
+    absl::StrAppend(&program, "  printf(\"%.9g\\n\", static_cast<double>(", c->text, "));\n");
+  }
+  program += "  return 0;\n}\n";
+  const std::string dir = MakeTempDir("cubridge_emit_");
+  WriteFile(dir + "/exprs.cu", program);
+  const CommandResult build = RunCommand(
+      absl::StrCat(nvcc, " -std=c++17 -o ", dir, "/exprs ", dir, "/exprs.cu"));
+  ASSERT_EQ(build.exit_code, 0) << build.output << "\n" << program;
+  const CommandResult run = RunCommand(dir + "/exprs");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  std::vector<std::string> lines = absl::StrSplit(run.output, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), expected.size()) << run.output;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const double got = std::stod(lines[i]);
+    const cuir::Value& want = expected[i];
+    if (std::holds_alternative<int64_t>(want)) {
+      EXPECT_EQ(got, static_cast<double>(std::get<int64_t>(want))) << kNumericCases[i];
+    } else {
+      const double w = std::get<double>(want);
+      EXPECT_NEAR(got, w, 1e-5 * std::max(1.0, std::fabs(w))) << kNumericCases[i];
+    }
+  }
+  CleanUpTempDir(dir, HasFailure());
+}
+
+}  // namespace
+}  // namespace cubridge::lower
