@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs every Debian 12 package the build, the tests and the service need.
 # Idempotent; run as root on a fresh Debian 12 machine (CI and the container files reuse it).
+# libopenblas0-pthread takes over libblas.so.3 (Debian alternatives): LibTorch CPU matmuls in the
+# interpreter and the oracle run ~10x faster than on the reference BLAS.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 pkgs=(
@@ -10,6 +12,7 @@ pkgs=(
   libhiredis-dev redis-server redis-tools
   prometheus-cpp-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libcurl4-openssl-dev libcpp-httplib-dev libssl-dev
+  libopenblas0-pthread
 )
 missing=()
 for p in "${pkgs[@]}"; do

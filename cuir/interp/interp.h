@@ -5,6 +5,7 @@
 #pragma once
 
 #include "absl/status/statusor.h"
+#include "cuir/interp/tensor_eval.h"
 #include "cuir/ir/program.h"
 #include "cuir/spec/tensors.h"
 
@@ -26,7 +27,7 @@ absl::StatusOr<spec::AttentionOutputs> Interpret(const cuir::Program& program,
 
 // Evaluates an expression elementwise on tensors: variables bound to tensors (broadcasting) or
 // scalars. Int math in int64, float math in fp32 (kernel numerics) unless `float64` is set.
-struct TensorEnv;
+struct TensorEnv;  // defined in cuir/interp/tensor_eval.h
 absl::StatusOr<torch::Tensor> EvalTensor(const cuir::ExprPtr& e, const TensorEnv& env);
 
 }  // namespace cubridge::interp

@@ -1,0 +1,736 @@
+// The CuIR interpreter: the executable definition of the language (see docs/cuir.md).
+//
+// Declarations bind the global scope, block tables are classified, then every grid point runs the
+// body. Programs are independent and their control flow depends only on scalars, so the launch
+// first dry-runs each grid point's scalar statements (lets, loop bounds, load ranges, `when`
+// conditions) into a trace; points with equal traces form a group that executes as one batch
+// (tiles [members, rows, cols], per-member head indices and per-member scalars as [members, 1, 1]
+// tensors). Each member computes exactly what it would alone. Outputs start as NaN so that rows
+// no program writes (a grid that misses a query tile, a wrong head in a load) fail comparisons.
+#include "cuir/interp/interp.h"
+
+#include <algorithm>
+#include <bit>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "cuir/interp/block_table.h"
+#include "cuir/interp/tensor_eval.h"
+#include "cuir/ir/eval.h"
+
+namespace cubridge::interp {
+namespace {
+
+using cuir::SourceLoc;
+using cuir::Stmt;
+using cuir::StmtKind;
+using cuir::Value;
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+// Bounds the memory of one batch: acc is [members, BLOCK_M, head_dim] fp32.
+constexpr size_t kMaxGroup = 128;
+
+#define INTERP_RETURN_IF_ERROR(expr)        \
+  do {                                      \
+    if (absl::Status _s = (expr); !_s.ok()) \
+      return _s;                            \
+  } while (0)
+
+#define INTERP_CONCAT_INNER(a, b) a##b
+#define INTERP_CONCAT(a, b) INTERP_CONCAT_INNER(a, b)
+#define INTERP_ASSIGN_OR_RETURN(lhs, expr) \
+  INTERP_ASSIGN_OR_RETURN_IMPL(INTERP_CONCAT(_status_or_, __LINE__), lhs, expr)
+#define INTERP_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
+  auto tmp = (expr);                                 \
+  if (!tmp.ok()) return tmp.status();                \
+  lhs = *std::move(tmp)
+
+std::string At(const SourceLoc& loc) {
+  return loc.known() ? absl::StrCat(loc.ToString(), ": ") : std::string();
+}
+
+absl::Status InvalidAt(const SourceLoc& loc, absl::string_view msg) {
+  return absl::InvalidArgumentError(absl::StrCat(At(loc), msg));
+}
+
+absl::Status OutOfRangeAt(const SourceLoc& loc, absl::string_view msg) {
+  return absl::OutOfRangeError(absl::StrCat(At(loc), msg));
+}
+
+torch::ScalarType TorchDType(cuir::DType d) {
+  return d == cuir::DType::kBF16 ? torch::kBFloat16 : torch::kHalf;
+}
+
+// A declared float whose initializer is an int takes the declared type.
+Value Coerce(Value v, cuir::Type declared) {
+  if (declared == cuir::Type::kFloat) {
+    if (const int64_t* i = std::get_if<int64_t>(&v)) return static_cast<double>(*i);
+  }
+  return v;
+}
+
+bool Consecutive(const std::vector<int64_t>& heads) {
+  for (size_t i = 1; i < heads.size(); ++i) {
+    if (heads[i] != heads[0] + static_cast<int64_t>(i)) return false;
+  }
+  return true;
+}
+
+torch::Tensor HeadIndex(const std::vector<int64_t>& heads) {
+  return torch::tensor(heads, torch::kLong);
+}
+
+// One tile per group member: data is [members, rows, cols]. Loads hold rows [row0, row0 + rows)
+// of q/k/v[batch, heads[i]] (fp32); score / probability tiles have q rows from row0 and kv
+// columns from col0.
+struct Tile {
+  enum Kind { kLoad, kScore, kProb } kind = kLoad;
+  torch::Tensor data;
+  int64_t batch = 0;
+  std::vector<int64_t> heads;
+  int64_t row0 = 0, col0 = 0;
+  int64_t rows() const { return data.size(1); }
+  int64_t cols() const { return data.size(2); }
+};
+
+// Online-softmax statistics of the members' Q tiles.
+struct SoftmaxState {
+  bool active = false;
+  torch::Tensor m, l, acc;  // [members, rows], [members, rows], [members, rows, head_dim]
+  int64_t batch = 0, row0 = 0, rows = 0;
+  std::vector<int64_t> heads;
+};
+
+// Grid points executed together. With `trace` set, only scalar statements run and every
+// control decision is appended to it (the dry run of one grid point).
+struct Group {
+  std::vector<cuir::ScalarEnv> envs;
+  absl::flat_hash_map<std::string, Tile> tiles;
+  SoftmaxState softmax;
+  std::string last_q;  // the most recent load from q: the tile softmax.init and epilogue use
+  std::vector<int64_t>* trace = nullptr;
+  int64_t size() const { return static_cast<int64_t>(envs.size()); }
+  bool dry() const { return trace != nullptr; }
+};
+
+class Interpreter {
+ public:
+  Interpreter(const cuir::Program& program, const cuir::AttentionConfig& config,
+              const spec::AttentionInputs& inputs, InterpStats* stats)
+      : program_(program), config_(config), inputs_(inputs), stats_(stats) {}
+
+  absl::StatusOr<spec::AttentionOutputs> Run() {
+    INTERP_RETURN_IF_ERROR(cuir::Validate(program_));
+    INTERP_RETURN_IF_ERROR(cuir::ValidateConfig(config_));
+    INTERP_RETURN_IF_ERROR(CheckInputs());
+    PrepareTensors();
+    INTERP_RETURN_IF_ERROR(BindDeclarations());
+    if (grid_ == nullptr) return InvalidAt(program_.loc, "program has no `grid` statement");
+    for (const Stmt& s : program_.stmts) {
+      if (s.kind != StmtKind::kTable) continue;
+      INTERP_ASSIGN_OR_RETURN(BlockTable table,
+                            ComputeBlockTable(s, *grid_, grid_extents_, globals_, buffers_,
+                                              config_.seqlen_q, config_.seqlen_kv));
+      tables_[s.name] = std::move(table);
+    }
+    INTERP_RETURN_IF_ERROR(RunGrid());
+    return spec::AttentionOutputs{o_, lse_};
+  }
+
+ private:
+  // ---- setup ----
+
+  absl::Status CheckShape(const char* name, const torch::Tensor& t, int64_t heads,
+                          int64_t seqlen) const {
+    const std::vector<int64_t> want = {config_.batch, heads, seqlen, config_.head_dim};
+    if (!t.defined() || t.sizes().vec() != want) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "interpreter input ", name, " has shape [",
+          t.defined() ? absl::StrJoin(t.sizes().vec(), ", ") : "undefined", "], the config (",
+          config_.ToString(), ") needs [", absl::StrJoin(want, ", "), "]"));
+    }
+    if (t.scalar_type() != dtype_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "interpreter input ", name, " has dtype ", c10::toString(t.scalar_type()),
+          ", the config needs ", cuir::DTypeName(config_.dtype)));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckInputs() {
+    dtype_ = TorchDType(config_.dtype);
+    INTERP_RETURN_IF_ERROR(CheckShape("q", inputs_.q, config_.heads_q, config_.seqlen_q));
+    INTERP_RETURN_IF_ERROR(CheckShape("k", inputs_.k, config_.heads_kv, config_.seqlen_kv));
+    return CheckShape("v", inputs_.v, config_.heads_kv, config_.seqlen_kv);
+  }
+
+  void PrepareTensors() {
+    // bf16/fp16 products are exact in fp32, so fp32 matmuls of the widened inputs give exact
+    // products with fp32 sums, as the tensor cores do.
+    qf_ = inputs_.q.to(torch::kFloat).contiguous();
+    kf_ = inputs_.k.to(torch::kFloat).contiguous();
+    vf_ = inputs_.v.to(torch::kFloat).contiguous();
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    o_ = torch::full(inputs_.q.sizes(), nan, torch::TensorOptions().dtype(dtype_));
+    lse_ = torch::full({config_.batch, config_.heads_q, config_.seqlen_q}, nan, torch::kFloat);
+    neg_inf_ = torch::scalar_tensor(kNegInf, torch::kFloat);
+    zero_ = torch::scalar_tensor(0.0f, torch::kFloat);
+  }
+
+  absl::Status BindDeclarations() {
+    auto& vars = globals_.vars;
+    vars["batch"] = config_.batch;
+    vars["heads_q"] = config_.heads_q;
+    vars["heads_kv"] = config_.heads_kv;
+    vars["head_dim"] = config_.head_dim;
+    vars["seqlen_q"] = config_.seqlen_q;
+    vars["seqlen_kv"] = config_.seqlen_kv;
+    vars["softmax_scale"] = config_.scale();
+    for (const Stmt& s : program_.stmts) {
+      if (s.kind == StmtKind::kParam || s.kind == StmtKind::kConst) {
+        INTERP_ASSIGN_OR_RETURN(Value v, cuir::EvalScalar(s.value, globals_));
+        vars[s.name] = Coerce(v, s.type);
+      } else if (s.kind == StmtKind::kBuffer) {
+        INTERP_RETURN_IF_ERROR(BindBuffer(s));
+      } else if (s.kind == StmtKind::kGrid) {
+        INTERP_RETURN_IF_ERROR(BindGrid(s));
+      }
+    }
+    tenv_.buffers = buffers_;
+    return absl::OkStatus();
+  }
+
+  absl::Status BindBuffer(const Stmt& s) {
+    INTERP_ASSIGN_OR_RETURN(int64_t len, cuir::EvalInt(s.value, globals_));
+    auto it = inputs_.buffers.find(s.name);
+    if (it == inputs_.buffers.end() || !it->second.defined()) {
+      return InvalidAt(s.loc, absl::StrCat("buffer ", s.name,
+                                           " has no values in the job's inputs: provide it (e.g. "
+                                           "--buffer ", s.name, "=lengths:A,B,...)"));
+    }
+    const torch::Tensor& t = it->second;
+    if (t.dim() != 1 || t.size(0) != len || t.is_floating_point() ||
+        t.scalar_type() == torch::kBool) {
+      return InvalidAt(s.loc, absl::StrCat(
+                                  "buffer ", s.name, " must be a 1-D int tensor of length ", len,
+                                  " (", cuir::PrintExpr(s.value), "), got ",
+                                  c10::toString(t.scalar_type()), " of shape [",
+                                  absl::StrJoin(t.sizes().vec(), ", "), "]"));
+    }
+    torch::Tensor values = t.to(torch::kLong).contiguous();
+    buffers_[s.name] = values;
+    globals_.buffers[s.name].assign(values.data_ptr<int64_t>(),
+                                    values.data_ptr<int64_t>() + values.numel());
+    return absl::OkStatus();
+  }
+
+  absl::Status BindGrid(const Stmt& s) {
+    grid_ = &s;
+    grid_extents_.clear();
+    for (size_t i = 0; i < s.exprs.size(); ++i) {
+      INTERP_ASSIGN_OR_RETURN(int64_t extent, cuir::EvalInt(s.exprs[i], globals_));
+      if (extent < 0) {
+        return InvalidAt(s.exprs[i]->loc, absl::StrCat("grid axis ", s.names[i],
+                                                       " has negative extent ", extent));
+      }
+      grid_extents_.push_back(extent);
+    }
+    return absl::OkStatus();
+  }
+
+  // ---- the launch ----
+
+  cuir::ScalarEnv PointEnv(const std::vector<int64_t>& point) const {
+    cuir::ScalarEnv env = globals_;
+    for (size_t i = 0; i < point.size(); ++i) env.vars[grid_->names[i]] = point[i];
+    return env;
+  }
+
+  // Groups grid points by their dry-run trace, in launch order.
+  absl::StatusOr<std::vector<std::vector<std::vector<int64_t>>>> GroupPoints() {
+    std::vector<std::vector<std::vector<int64_t>>> groups;
+    absl::flat_hash_map<std::vector<int64_t>, size_t> by_trace;
+    const size_t n = grid_extents_.size();
+    for (int64_t e : grid_extents_) {
+      if (e == 0) return groups;
+    }
+    std::vector<int64_t> point(n, 0);
+    while (true) {
+      std::vector<int64_t> trace;
+      Group dry;
+      dry.envs.push_back(PointEnv(point));
+      dry.trace = &trace;
+      INTERP_RETURN_IF_ERROR(ExecList(program_.stmts, dry));
+      auto [it, inserted] = by_trace.try_emplace(std::move(trace), groups.size());
+      if (inserted || groups[it->second].size() == kMaxGroup) {
+        it->second = groups.size();
+        groups.emplace_back();
+      }
+      groups[it->second].push_back(point);
+      size_t i = 0;
+      for (; i < n; ++i) {
+        if (++point[i] < grid_extents_[i]) break;
+        point[i] = 0;
+      }
+      if (i == n) break;
+    }
+    return groups;
+  }
+
+  absl::Status RunGrid() {
+    INTERP_ASSIGN_OR_RETURN(auto groups, GroupPoints());
+    for (const auto& points : groups) {
+      Group g;
+      for (const auto& p : points) g.envs.push_back(PointEnv(p));
+      INTERP_RETURN_IF_ERROR(ExecList(program_.stmts, g));
+      if (stats_ != nullptr) stats_->programs += g.size();
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ExecList(const std::vector<Stmt>& stmts, Group& g) {
+    for (const Stmt& s : stmts) INTERP_RETURN_IF_ERROR(Exec(s, g));
+    return absl::OkStatus();
+  }
+
+  absl::Status Exec(const Stmt& s, Group& g) {
+    switch (s.kind) {
+      case StmtKind::kLet: return ExecLet(s, g);
+      case StmtKind::kLoad: return ExecLoad(s, g);
+      case StmtKind::kSoftmaxInit: return ExecSoftmaxInit(s, g);
+      case StmtKind::kFor: return s.table.empty() ? ExecRangeFor(s, g) : ExecTableFor(s, g);
+      case StmtKind::kQK: return ExecQK(s, g);
+      case StmtKind::kScoreMod: return g.dry() ? absl::OkStatus() : ExecScoreMod(s, g);
+      case StmtKind::kMask: return ExecMask(s, g);
+      case StmtKind::kSoftmaxOnline: return g.dry() ? absl::OkStatus() : ExecSoftmaxOnline(s, g);
+      case StmtKind::kPV: return g.dry() ? absl::OkStatus() : ExecPV(s, g);
+      case StmtKind::kEpilogue: return g.dry() ? absl::OkStatus() : ExecEpilogue(s, g);
+      default: return absl::OkStatus();  // declarations were bound before the launch
+    }
+  }
+
+  // A decision every member must share: the dry run records it, a group checks it (members were
+  // grouped by equal traces, so a difference is an interpreter bug).
+  absl::StatusOr<std::vector<int64_t>> Agree(Group& g, const Stmt& s,
+                                             std::vector<std::vector<int64_t>> per_member) {
+    for (size_t i = 1; i < per_member.size(); ++i) {
+      if (per_member[i] != per_member[0]) {
+        return absl::InternalError(absl::StrCat(At(s.loc), "interpreter: grouped programs "
+                                                           "diverged at this statement"));
+      }
+    }
+    if (g.dry()) {
+      g.trace->push_back(static_cast<int64_t>(per_member[0].size()));
+      g.trace->insert(g.trace->end(), per_member[0].begin(), per_member[0].end());
+    }
+    return std::move(per_member[0]);
+  }
+
+  absl::Status ExecLet(const Stmt& s, Group& g) {
+    for (auto& env : g.envs) {
+      INTERP_ASSIGN_OR_RETURN(Value v, cuir::EvalScalar(s.value, env));
+      env.vars[s.name] = Coerce(v, s.type);
+    }
+    return absl::OkStatus();
+  }
+
+  // ---- loads ----
+
+  absl::StatusOr<std::vector<int64_t>> LoadIndices(const Stmt& s, const cuir::ScalarEnv& env) {
+    std::vector<int64_t> idx;
+    for (const auto& e : s.exprs) {
+      INTERP_ASSIGN_OR_RETURN(int64_t v, cuir::EvalInt(e, env));
+      idx.push_back(v);
+    }
+    const std::string& tensor = s.operands[0];
+    const bool is_q = tensor == "q";
+    const int64_t heads = is_q ? config_.heads_q : config_.heads_kv;
+    const int64_t seqlen = is_q ? config_.seqlen_q : config_.seqlen_kv;
+    const std::string what = absl::StrCat("load ", s.name, ": ");
+    const int64_t b = idx[0], head = idx[1], lo = idx[2], hi = idx[3];
+    if (b < 0 || b >= config_.batch) {
+      return OutOfRangeAt(s.loc, absl::StrCat(what, "batch ", b, " outside ", tensor,
+                                              " with batch=", config_.batch));
+    }
+    if (head < 0 || head >= heads) {
+      return OutOfRangeAt(s.loc, absl::StrCat(what, "head ", head, " outside ", tensor, " with ",
+                                              is_q ? "heads_q=" : "heads_kv=", heads,
+                                              " (check the head mapping)"));
+    }
+    if (lo < 0 || hi > seqlen) {
+      return OutOfRangeAt(s.loc, absl::StrCat(what, "rows [", lo, ", ", hi, ") outside ", tensor,
+                                              "[", b, ", ", head, "] with ",
+                                              is_q ? "seqlen_q=" : "seqlen_kv=", seqlen));
+    }
+    return idx;
+  }
+
+  // Rows [lo, hi) of src[b, heads[i]] for each member: [members, rows, head_dim].
+  torch::Tensor GatherRows(const torch::Tensor& src, int64_t b, const std::vector<int64_t>& heads,
+                           int64_t lo, int64_t hi) const {
+    const int64_t members = static_cast<int64_t>(heads.size());
+    if (lo >= hi) return torch::zeros({members, 0, config_.head_dim}, torch::kFloat);
+    const torch::Tensor rows = src.select(0, b).narrow(1, lo, hi - lo);
+    if (Consecutive(heads)) return rows.narrow(0, heads[0], members);
+    return rows.index_select(0, HeadIndex(heads));
+  }
+
+  absl::Status ExecLoad(const Stmt& s, Group& g) {
+    std::vector<std::vector<int64_t>> shared;
+    std::vector<int64_t> heads;
+    for (const auto& env : g.envs) {
+      INTERP_ASSIGN_OR_RETURN(std::vector<int64_t> idx, LoadIndices(s, env));
+      heads.push_back(idx[1]);
+      shared.push_back({idx[0], idx[2], idx[3]});
+    }
+    INTERP_ASSIGN_OR_RETURN(std::vector<int64_t> brange, Agree(g, s, std::move(shared)));
+    const std::string& tensor = s.operands[0];
+    if (tensor == "q") g.last_q = s.name;
+    if (g.dry()) return absl::OkStatus();
+    const torch::Tensor& src = tensor == "q" ? qf_ : tensor == "k" ? kf_ : vf_;
+    Tile tile;
+    tile.batch = brange[0];
+    tile.row0 = brange[1];
+    tile.data = GatherRows(src, brange[0], heads, brange[1], brange[2]);
+    tile.heads = std::move(heads);
+    g.tiles[s.name] = std::move(tile);
+    return absl::OkStatus();
+  }
+
+  // ---- loops ----
+
+  // The union of the loop's [lo, hi) intervals as sorted disjoint intervals.
+  absl::StatusOr<std::vector<int64_t>> MergedRanges(const Stmt& s, const cuir::ScalarEnv& env) {
+    std::vector<std::pair<int64_t, int64_t>> ranges;
+    for (const cuir::BlockRange& r : s.ranges) {
+      INTERP_ASSIGN_OR_RETURN(int64_t lo, cuir::EvalInt(r.lo, env));
+      INTERP_ASSIGN_OR_RETURN(int64_t hi, cuir::EvalInt(r.hi, env));
+      if (lo < hi) ranges.emplace_back(lo, hi);
+    }
+    std::sort(ranges.begin(), ranges.end());
+    std::vector<int64_t> merged;  // lo0, hi0, lo1, hi1, ...
+    for (const auto& [lo, hi] : ranges) {
+      if (!merged.empty() && lo <= merged.back()) {
+        merged.back() = std::max(merged.back(), hi);
+      } else {
+        merged.push_back(lo);
+        merged.push_back(hi);
+      }
+    }
+    return merged;
+  }
+
+  absl::Status ExecRangeFor(const Stmt& s, Group& g) {
+    std::vector<std::vector<int64_t>> per_member;
+    for (const auto& env : g.envs) {
+      INTERP_ASSIGN_OR_RETURN(std::vector<int64_t> merged, MergedRanges(s, env));
+      per_member.push_back(std::move(merged));
+    }
+    INTERP_ASSIGN_OR_RETURN(std::vector<int64_t> merged, Agree(g, s, std::move(per_member)));
+    for (size_t i = 0; i < merged.size(); i += 2) {
+      for (int64_t block = merged[i]; block < merged[i + 1]; ++block) {
+        INTERP_RETURN_IF_ERROR(RunIteration(s, g, block, nullptr));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ExecTableFor(const Stmt& s, Group& g) {
+    auto it = tables_.find(s.table);
+    if (it == tables_.end()) return InvalidAt(s.loc, absl::StrCat("unknown table ", s.table));
+    std::vector<std::vector<int64_t>> per_member;
+    for (const auto& env : g.envs) {
+      std::vector<int64_t> index;
+      for (const auto& e : s.exprs) {
+        INTERP_ASSIGN_OR_RETURN(int64_t v, cuir::EvalInt(e, env));
+        index.push_back(v);
+      }
+      INTERP_ASSIGN_OR_RETURN(const auto* row, it->second.Row(index, s.loc));
+      std::vector<int64_t> flat;
+      for (const auto& [block, full] : *row) {
+        flat.push_back(block);
+        flat.push_back(full ? 1 : 0);
+      }
+      per_member.push_back(std::move(flat));
+    }
+    INTERP_ASSIGN_OR_RETURN(std::vector<int64_t> row, Agree(g, s, std::move(per_member)));
+    for (size_t i = 0; i < row.size(); i += 2) {
+      const bool full = row[i + 1] != 0;
+      INTERP_RETURN_IF_ERROR(RunIteration(s, g, row[i], &full));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status RunIteration(const Stmt& s, Group& g, int64_t block, const bool* full) {
+    for (auto& env : g.envs) {
+      env.vars[s.name] = block;
+      if (full != nullptr) env.vars[s.full_var] = *full;
+    }
+    if (stats_ != nullptr && !g.dry()) stats_->blocks_visited += g.size();
+    return ExecList(s.body, g);
+  }
+
+  // ---- tile math ----
+
+  absl::StatusOr<Tile*> GetTile(const Stmt& s, Group& g, size_t operand, Tile::Kind kind,
+                                const char* what) {
+    const std::string& name = s.operands[operand];
+    auto it = g.tiles.find(name);
+    if (it == g.tiles.end() || it->second.kind != kind) {
+      return InvalidAt(s.loc, absl::StrCat(cuir::StmtKindName(s.kind), ": ", name, " is not ",
+                                           what, " here"));
+    }
+    return &it->second;
+  }
+
+  absl::Status ExecSoftmaxInit(const Stmt& s, Group& g) {
+    if (g.dry()) return absl::OkStatus();
+    auto it = g.tiles.find(g.last_q);
+    if (it == g.tiles.end()) {
+      return InvalidAt(s.loc, "softmax.init needs a Q tile loaded before it (load Q = q[...])");
+    }
+    const Tile& q = it->second;
+    SoftmaxState& sm = g.softmax;
+    sm.active = true;
+    sm.batch = q.batch;
+    sm.heads = q.heads;
+    sm.row0 = q.row0;
+    sm.rows = q.rows();
+    sm.m = torch::full({g.size(), sm.rows}, kNegInf, torch::kFloat);
+    sm.l = torch::zeros({g.size(), sm.rows}, torch::kFloat);
+    sm.acc = torch::zeros({g.size(), sm.rows, config_.head_dim}, torch::kFloat);
+    return absl::OkStatus();
+  }
+
+  absl::Status ExecQK(const Stmt& s, Group& g) {
+    std::vector<std::vector<int64_t>> per_member;
+    for (const auto& env : g.envs) {
+      INTERP_ASSIGN_OR_RETURN(Value v, cuir::EvalScalar(s.value, env));
+      if (std::holds_alternative<bool>(v)) {
+        return InvalidAt(s.value->loc, "qk: the scale must be a number");
+      }
+      const double scale = std::holds_alternative<double>(v)
+                               ? std::get<double>(v)
+                               : static_cast<double>(std::get<int64_t>(v));
+      per_member.push_back({std::bit_cast<int64_t>(scale)});
+    }
+    INTERP_ASSIGN_OR_RETURN(std::vector<int64_t> bits, Agree(g, s, std::move(per_member)));
+    if (g.dry()) return absl::OkStatus();
+    INTERP_ASSIGN_OR_RETURN(Tile * q, GetTile(s, g, 0, Tile::kLoad, "a loaded tile"));
+    INTERP_ASSIGN_OR_RETURN(Tile * k, GetTile(s, g, 1, Tile::kLoad, "a loaded tile"));
+    Tile tile;
+    tile.kind = Tile::kScore;
+    tile.row0 = q->row0;
+    tile.col0 = k->row0;
+    tile.data = torch::bmm(q->data, k->data.transpose(1, 2))
+                    .mul_(static_cast<float>(std::bit_cast<double>(bits[0])));
+    g.tiles[s.name] = std::move(tile);
+    return absl::OkStatus();
+  }
+
+  // Index tensors [1, rows, 1] / [1, 1, cols], reused across blocks.
+  torch::Tensor IndexTensor(int64_t start, int64_t len, bool rows) {
+    auto [it, inserted] = index_cache_.try_emplace(std::tuple{start, len, rows});
+    if (inserted) {
+      const torch::Tensor r = torch::arange(start, start + len, torch::kLong);
+      it->second = rows ? r.view({1, len, 1}) : r.view({1, 1, len});
+    }
+    return it->second;
+  }
+
+  const std::vector<std::string>& VarsOf(const cuir::ExprPtr& e) {
+    auto [it, inserted] = vars_cache_.try_emplace(e.get());
+    if (inserted) cuir::CollectVars(e, &it->second);
+    return it->second;
+  }
+
+  // A scalar whose value differs between members, as a [members, 1, 1] tensor; undefined when
+  // all members agree (then the evaluator reads it from the first member's scope).
+  torch::Tensor PerMember(const std::string& name, const Group& g) const {
+    const auto& first = g.envs[0].vars;
+    auto it = first.find(name);
+    if (it == first.end()) return {};
+    bool uniform = true;
+    for (const auto& env : g.envs) {
+      auto other = env.vars.find(name);
+      uniform = uniform && other != env.vars.end() && other->second == it->second;
+    }
+    if (uniform) return {};
+    const int64_t n = g.size();
+    if (std::holds_alternative<int64_t>(it->second)) {
+      std::vector<int64_t> ints;  // not through double: int64 beyond 2^53 must stay exact
+      for (const auto& env : g.envs) ints.push_back(std::get<int64_t>(env.vars.at(name)));
+      return torch::tensor(ints, torch::kLong).view({n, 1, 1});
+    }
+    std::vector<double> values;
+    for (const auto& env : g.envs) {
+      const Value& v = env.vars.at(name);
+      values.push_back(std::holds_alternative<bool>(v) ? (std::get<bool>(v) ? 1.0 : 0.0)
+                                                        : std::get<double>(v));
+    }
+    const auto dtype = std::holds_alternative<bool>(it->second) ? torch::kBool : torch::kFloat;
+    return torch::tensor(values, torch::kDouble).to(dtype).view({n, 1, 1});
+  }
+
+  // Evaluates a per-element expression over the tile t, broadcast to [members, rows, cols].
+  absl::StatusOr<torch::Tensor> EvalOnTile(const cuir::ExprPtr& e, const Group& g, const Tile& t,
+                                           bool with_score) {
+    tenv_.tensors.clear();
+    tenv_.scalars = &g.envs[0];
+    if (g.size() > 1) {
+      for (const std::string& name : VarsOf(e)) {
+        if (torch::Tensor v = PerMember(name, g); v.defined()) tenv_.tensors[name] = v;
+      }
+    }
+    tenv_.tensors["q_idx"] = IndexTensor(t.row0, t.rows(), true);
+    tenv_.tensors["kv_idx"] = IndexTensor(t.col0, t.cols(), false);
+    if (with_score) tenv_.tensors["score"] = t.data;
+    INTERP_ASSIGN_OR_RETURN(torch::Tensor r, EvalTensor(e, tenv_));
+    return r.expand({g.size(), t.rows(), t.cols()});
+  }
+
+  absl::Status ExecScoreMod(const Stmt& s, Group& g) {
+    INTERP_ASSIGN_OR_RETURN(Tile * t, GetTile(s, g, 0, Tile::kScore, "a qk result"));
+    INTERP_ASSIGN_OR_RETURN(torch::Tensor r, EvalOnTile(s.value, g, *t, true));
+    if (r.scalar_type() == torch::kBool) {
+      return InvalidAt(s.value->loc, "score_mod needs a number, got bool");
+    }
+    t->data = r.to(torch::kFloat);
+    return absl::OkStatus();
+  }
+
+  absl::Status ExecMask(const Stmt& s, Group& g) {
+    std::vector<std::vector<int64_t>> per_member;
+    for (const auto& env : g.envs) {
+      bool when = true;
+      if (s.aux != nullptr) {
+        INTERP_ASSIGN_OR_RETURN(when, cuir::EvalBool(s.aux, env));
+      }
+      per_member.push_back({when ? 1 : 0});
+    }
+    INTERP_ASSIGN_OR_RETURN(std::vector<int64_t> when, Agree(g, s, std::move(per_member)));
+    if (g.dry() || when[0] == 0) return absl::OkStatus();
+    if (stats_ != nullptr) stats_->blocks_masked += g.size();
+    INTERP_ASSIGN_OR_RETURN(Tile * t, GetTile(s, g, 0, Tile::kScore, "a qk result"));
+    INTERP_ASSIGN_OR_RETURN(torch::Tensor pred, EvalOnTile(s.value, g, *t, false));
+    if (pred.scalar_type() != torch::kBool) {
+      return InvalidAt(s.value->loc, absl::StrCat("mask needs a bool predicate, got ",
+                                                  cuir::TypeName(TensorType(pred))));
+    }
+    t->data = torch::where(pred, t->data, neg_inf_);
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckRows(const Stmt& s, const SoftmaxState& sm, int64_t rows) const {
+    if (!sm.active) return InvalidAt(s.loc, "softmax.init must run before this statement");
+    if (rows != sm.rows) {
+      return InvalidAt(s.loc, absl::StrCat(cuir::StmtKindName(s.kind), ": tile has ", rows,
+                                           " rows but the softmax state (Q tile) has ", sm.rows));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ExecSoftmaxOnline(const Stmt& s, Group& g) {
+    INTERP_ASSIGN_OR_RETURN(Tile * t, GetTile(s, g, 0, Tile::kScore, "a qk result"));
+    SoftmaxState& sm = g.softmax;
+    INTERP_RETURN_IF_ERROR(CheckRows(s, sm, t->rows()));
+    const torch::Tensor& S = t->data;
+    const torch::Tensor row_max =
+        t->cols() > 0 ? std::get<0>(S.max(2)) : torch::full_like(sm.m, kNegInf);
+    torch::Tensor m_new = torch::maximum(sm.m, row_max);
+    // Rows with nothing unmasked yet keep m = -inf; subtracting 0 instead keeps exp() at 0
+    // rather than exp(-inf - (-inf)) = NaN.
+    const torch::Tensor m_use = torch::where(torch::isfinite(m_new), m_new, zero_);
+    const torch::Tensor alpha = torch::exp(sm.m - m_use);
+    torch::Tensor p = torch::exp(S - m_use.unsqueeze(2));
+    sm.l = sm.l * alpha + p.sum(2);
+    sm.acc.mul_(alpha.unsqueeze(2));
+    sm.m = std::move(m_new);
+    Tile tile;
+    tile.kind = Tile::kProb;
+    tile.row0 = t->row0;
+    tile.col0 = t->col0;
+    tile.data = std::move(p);
+    g.tiles[s.name] = std::move(tile);
+    return absl::OkStatus();
+  }
+
+  absl::Status ExecPV(const Stmt& s, Group& g) {
+    INTERP_ASSIGN_OR_RETURN(Tile * p, GetTile(s, g, 0, Tile::kProb, "a softmax.online result"));
+    INTERP_ASSIGN_OR_RETURN(Tile * v, GetTile(s, g, 1, Tile::kLoad, "a loaded tile"));
+    SoftmaxState& sm = g.softmax;
+    INTERP_RETURN_IF_ERROR(CheckRows(s, sm, p->rows()));
+    if (p->cols() != v->rows() || p->col0 != v->row0) {
+      return InvalidAt(s.loc, absl::StrCat("pv: P covers kv rows [", p->col0, ", ",
+                                           p->col0 + p->cols(), ") but ", s.operands[1],
+                                           " holds rows [", v->row0, ", ", v->row0 + v->rows(),
+                                           "); load K and V with the same range"));
+    }
+    // The kernel feeds P to the second MMA in the input dtype.
+    sm.acc.baddbmm_(p->data.to(dtype_).to(torch::kFloat), v->data);
+    return absl::OkStatus();
+  }
+
+  // Writes rows [row0, row0 + rows) of dst[b, heads[i]] from src[i].
+  static void Scatter(const torch::Tensor& dst, int64_t b, const std::vector<int64_t>& heads,
+                      int64_t row0, const torch::Tensor& src) {
+    const torch::Tensor rows = dst.select(0, b).narrow(1, row0, src.size(1));
+    if (Consecutive(heads)) {
+      rows.narrow(0, heads[0], static_cast<int64_t>(heads.size())).copy_(src);
+      return;
+    }
+    for (size_t i = 0; i < heads.size(); ++i) rows.select(0, heads[i]).copy_(src[i]);
+  }
+
+  absl::Status ExecEpilogue(const Stmt& s, Group& g) {
+    const SoftmaxState& sm = g.softmax;
+    if (!sm.active) return InvalidAt(s.loc, "epilogue needs softmax.init before it");
+    if (sm.rows == 0) return absl::OkStatus();
+    const torch::Tensor has_mass = sm.l > 0;
+    const torch::Tensor o =
+        torch::where(has_mass.unsqueeze(2), sm.acc / sm.l.unsqueeze(2), zero_);
+    const torch::Tensor lse = torch::where(has_mass, sm.m + torch::log(sm.l), neg_inf_);
+    Scatter(o_, sm.batch, sm.heads, sm.row0, o.to(dtype_));
+    Scatter(lse_, sm.batch, sm.heads, sm.row0, lse);
+    return absl::OkStatus();
+  }
+
+  const cuir::Program& program_;
+  const cuir::AttentionConfig& config_;
+  const spec::AttentionInputs& inputs_;
+  InterpStats* stats_;
+
+  torch::ScalarType dtype_ = torch::kBFloat16;
+  torch::Tensor qf_, kf_, vf_, o_, lse_, neg_inf_, zero_;
+  cuir::ScalarEnv globals_;
+  absl::flat_hash_map<std::string, torch::Tensor> buffers_;
+  const Stmt* grid_ = nullptr;
+  std::vector<int64_t> grid_extents_;
+  absl::flat_hash_map<std::string, BlockTable> tables_;
+  absl::flat_hash_map<std::tuple<int64_t, int64_t, bool>, torch::Tensor> index_cache_;
+  absl::flat_hash_map<const cuir::Expr*, std::vector<std::string>> vars_cache_;
+  TensorEnv tenv_;
+};
+
+}  // namespace
+
+absl::StatusOr<spec::AttentionOutputs> Interpret(const cuir::Program& program,
+                                                 const cuir::AttentionConfig& config,
+                                                 const spec::AttentionInputs& inputs,
+                                                 InterpStats* stats) {
+  torch::NoGradGuard no_grad;
+  if (stats != nullptr) *stats = InterpStats{};
+  try {
+    return Interpreter(program, config, inputs, stats).Run();
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("interpreter: tensor operation failed: ",
+                                            e.what_without_backtrace()));
+  }
+}
+
+}  // namespace cubridge::interp

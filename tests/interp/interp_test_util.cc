@@ -1,0 +1,125 @@
+#include "tests/interp/interp_test_util.h"
+
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "cuir/spec/oracle.h"
+#include "cuir/spec/spec.h"
+#include "gtest/gtest.h"
+
+namespace cubridge::interp::testing {
+
+std::string BaseProgramText() {
+  const std::string path =
+      std::string(CUBRIDGE_SOURCE_ROOT) + "/cuir/experts/fa2_sm80/base.cuir";
+  std::ifstream in(path);
+  EXPECT_TRUE(in.good()) << "cannot open " << path;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+namespace {
+
+std::string Lines(const std::vector<std::string>& lines, const char* indent) {
+  std::string out;
+  for (const std::string& l : lines) absl::StrAppend(&out, indent, l, "\n");
+  return out;
+}
+
+}  // namespace
+
+std::string ProgramText(const Pieces& p) {
+  return absl::StrCat(
+      "cuir 1\n"
+      "kernel attn_fwd {\n"
+      "  expert \"fa2_sm80\"\n"
+      "  param BLOCK_M: int = ", p.block_m, "\n",
+      "  param BLOCK_N: int = ", p.block_n, "\n",
+      "  param STAGES: int = 2\n"
+      "  param WARPS: int = 4\n",
+      Lines(p.decls, "  "),
+      "  role compute warps WARPS\n"
+      "  grid m_block < cdiv(seqlen_q, BLOCK_M), h < heads_q, b < batch\n",
+      Lines(p.tables, "  "),
+      "  let kv_h: int = ", p.kv_head, "\n",
+      "  let q_lo: int = m_block * BLOCK_M\n"
+      "  let q_hi: int = min(q_lo + BLOCK_M, seqlen_q)\n"
+      "  load Q = q[b, h, q_lo:q_hi]\n"
+      "  softmax.init\n"
+      "  for ", p.loop, " pipeline STAGES {\n",
+      "    let kv_lo: int = n_block * BLOCK_N\n"
+      "    let kv_hi: int = min(kv_lo + BLOCK_N, seqlen_kv)\n",
+      Lines(p.block_lets, "    "),
+      "    load K = k[b, kv_h, ", p.k_rows, "]\n",
+      "    load V = v[b, kv_h, kv_lo:kv_hi]\n"
+      "    S = qk Q, K scale softmax_scale\n",
+      Lines(p.after_qk, "    "),
+      "    P = softmax.online S\n"
+      "    pv P, V\n"
+      "  }\n"
+      "  epilogue\n"
+      "}\n");
+}
+
+cuir::Program Parse(const std::string& text) {
+  auto p = cuir::ParseProgram(text, "test.cuir");
+  EXPECT_TRUE(p.ok()) << p.status() << "\n" << text;
+  return p.ok() ? *std::move(p) : cuir::Program{};
+}
+
+cuir::AttentionConfig Config(cuir::DType dtype, int64_t head_dim, int64_t seqlen_q,
+                             int64_t seqlen_kv, int64_t heads_q, int64_t heads_kv,
+                             int64_t batch) {
+  cuir::AttentionConfig c;
+  c.dtype = dtype;
+  c.head_dim = head_dim;
+  c.seqlen_q = seqlen_q;
+  c.seqlen_kv = seqlen_kv;
+  c.heads_q = heads_q;
+  c.heads_kv = heads_kv;
+  c.batch = batch;
+  return c;
+}
+
+Errors MaxErrors(const torch::Tensor& got, const torch::Tensor& want) {
+  const torch::Tensor g = got.to(torch::kDouble);
+  const torch::Tensor w = want.to(torch::kDouble);
+  const double inf = std::numeric_limits<double>::infinity();
+  torch::Tensor diff = (g - w).abs();
+  diff = torch::where(torch::isinf(g) & torch::isinf(w) & (g == w), torch::zeros_like(diff), diff);
+  diff = torch::where(torch::isnan(diff), torch::full_like(diff, inf), diff);
+  if (diff.numel() == 0) return {};
+  const torch::Tensor rel = diff / w.abs().clamp_min(1e-6);
+  return {diff.max().item<double>(), rel.max().item<double>()};
+}
+
+double OTolerance(cuir::DType dtype) { return dtype == cuir::DType::kBF16 ? 2e-2 : 3e-3; }
+
+absl::StatusOr<OracleRun> RunAgainstOracle(
+    const std::string& program_text, const std::string& spec_source,
+    const cuir::AttentionConfig& config,
+    const std::map<std::string, spec::BufferSource>& buffers, uint64_t seed) {
+  auto program = cuir::ParseProgram(program_text, "test.cuir");
+  if (!program.ok()) return program.status();
+  auto spec = spec::LoadSpecSource(spec_source, "spec.py");
+  if (!spec.ok()) return spec.status();
+  OracleRun run;
+  auto inputs = spec::MakeInputs(*spec, config, buffers, seed);
+  if (!inputs.ok()) return inputs.status();
+  run.inputs = *std::move(inputs);
+  auto got = Interpret(*program, config, run.inputs, &run.stats);
+  if (!got.ok()) return got.status();
+  run.got = *std::move(got);
+  auto want = spec::RunOracle(*spec, config, run.inputs);
+  if (!want.ok()) return want.status();
+  run.want = *std::move(want);
+  run.o = MaxErrors(run.got.o, run.want.o);
+  run.lse = MaxErrors(run.got.lse, run.want.lse);
+  return run;
+}
+
+}  // namespace cubridge::interp::testing
