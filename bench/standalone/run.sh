@@ -9,3 +9,4 @@ for v in "${@:-1}"; do
   cuobjdump -sass fa2_u$v > $OUT/sass_u$v.txt 2>/dev/null
   echo "=== QK unroll $v"; ./fa2_u$v 2>&1 | tee $OUT/run_u$v.txt
 done
+echo "=== references (same GPU, same run)"; PYTHONUNBUFFERED=1 python3 compare.py 2>&1 | grep -v Warning | tee $OUT/ref.txt

@@ -1,0 +1,351 @@
+// LoadSpecFile / LoadSpecSource: read, compile, check the signatures, probe-run, translate.
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <set>
+
+#include <torch/csrc/jit/api/compilation_unit.h>
+#include <torch/csrc/jit/passes/inliner.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "cuir/spec/internal.h"
+
+namespace cubridge::spec {
+namespace {
+
+using internal::ErrorAt;
+using internal::SourceText;
+using torch::jit::Def;
+
+// Names a spec parameter cannot take: the canonical arguments, CuIR's builtin symbols and the
+// names the expert programs bind (a const of that name would shadow them), and CuIR's
+// keywords and functions.
+const std::set<std::string>& ReservedNames() {
+  static const std::set<std::string> names = {
+      "b", "h", "q_idx", "kv_idx", "score", "batch", "heads_q", "heads_kv", "head_dim",
+      "seqlen_q", "seqlen_kv", "softmax_scale", "m_block", "n_block", "kv_h", "q_lo", "q_hi",
+      "kv_lo", "kv_hi", "full", "BLOCK_M", "BLOCK_N", "STAGES", "WARPS", "true", "false", "inf",
+      "nan", "exp", "exp2", "log", "log2", "sqrt", "tanh", "abs", "sigmoid", "floor", "float",
+      "int", "bool", "min", "max", "cdiv", "select"};
+  return names;
+}
+
+struct SpecFunction {
+  bool is_score = false;
+  std::string name;
+  std::optional<Def> def;
+  torch::jit::Function* fn = nullptr;
+  cuir::SourceLoc def_loc, return_loc;
+};
+
+cuir::SourceLoc ReturnLoc(const SourceText& file, const Def& def) {
+  std::vector<torch::jit::TreeRef> work = {def.tree()};
+  while (!work.empty()) {
+    const torch::jit::TreeRef t = work.back();
+    work.pop_back();
+    if (t->kind() == torch::jit::TK_RETURN) return file.LocAt(t->range().start());
+    if (t->kind() == torch::jit::TK_STRING) continue;
+    // Reverse so that the first statement is looked at first.
+    for (auto it = t->trees().rbegin(); it != t->trees().rend(); ++it) work.push_back(*it);
+  }
+  return file.LocAt(def.range().start());
+}
+
+absl::StatusOr<std::vector<SpecFunction>> FindSpecFunctions(const SourceText& file,
+                                                            const std::vector<Def>& defs) {
+  std::vector<SpecFunction> fns;
+  for (bool is_score : {false, true}) {
+    const std::string name = is_score ? internal::kScoreFn : internal::kMaskFn;
+    for (const Def& d : defs) {
+      if (d.name().name() != name) continue;
+      const cuir::SourceLoc loc = file.LocAt(d.range().start());
+      if (!fns.empty() && fns.back().name == name) {
+        return ErrorAt(loc, absl::StrCat(name, " is defined twice (first at line ",
+                                         fns.back().def_loc.line, "); keep one definition"));
+      }
+      fns.push_back({is_score, name, d, nullptr, loc, ReturnLoc(file, d)});
+    }
+  }
+  if (fns.empty()) {
+    return ErrorAt(cuir::SourceLoc{file.path, 1, 1},
+                   absl::StrCat("the file defines neither mask_mod", internal::SignatureText(false),
+                                " nor score_mod", internal::SignatureText(true),
+                                "; define at least one"));
+  }
+  return fns;
+}
+
+absl::Status AddParam(Spec* spec, const SpecParam& p) {
+  for (const SpecBuffer& b : spec->buffers) {
+    if (b.name == p.name) {
+      return ErrorAt(p.loc, absl::StrCat("`", p.name, "` is a buffer in the other function and a "
+                                         "scalar parameter here; use one kind"));
+    }
+  }
+  if (const SpecParam* old = spec->FindParam(p.name)) {
+    if (old->type != p.type || old->value != p.value) {
+      return ErrorAt(p.loc, absl::StrCat("parameter `", p.name, "` is also declared at line ",
+                                         old->loc.line, " with another type or default; give "
+                                         "both the same"));
+    }
+    return absl::OkStatus();
+  }
+  spec->params.push_back(p);
+  return absl::OkStatus();
+}
+
+absl::Status AddBuffer(Spec* spec, const SpecBuffer& b) {
+  if (spec->FindParam(b.name) != nullptr) {
+    return ErrorAt(b.loc, absl::StrCat("`", b.name, "` is a scalar parameter in the other "
+                                       "function and a buffer here; use one kind"));
+  }
+  for (const SpecBuffer& old : spec->buffers) {
+    if (old.name == b.name) return absl::OkStatus();
+  }
+  spec->buffers.push_back(b);
+  return absl::OkStatus();
+}
+
+std::optional<Type> ScalarParamType(const c10::TypePtr& t) {
+  switch (t->kind()) {
+    case c10::TypeKind::IntType: return Type::kInt;
+    case c10::TypeKind::FloatType: return Type::kFloat;
+    case c10::TypeKind::BoolType: return Type::kBool;
+    default: return std::nullopt;
+  }
+}
+
+absl::StatusOr<SpecParam> MakeParam(const c10::Argument& arg, Type type,
+                                    const cuir::SourceLoc& loc) {
+  SpecParam p{arg.name(), type, {}, loc};
+  const c10::IValue& v = *arg.default_value();
+  if (type == Type::kInt && v.isInt()) p.value = v.toInt();
+  else if (type == Type::kFloat && (v.isDouble() || v.isInt())) p.value = v.toScalar().toDouble();
+  else if (type == Type::kBool && v.isBool()) p.value = v.toBool();
+  else return ErrorAt(loc, absl::StrCat("the default of `", arg.name(), "` must be a constant ",
+                                        cuir::TypeName(type)));
+  return p;
+}
+
+// The leading positional parameters, then params (with a default) and buffers (tensors without).
+absl::Status AnalyzeSignature(const SourceText& file, const SpecFunction& f, Spec* spec) {
+  const auto& args = f.fn->getSchema().arguments();
+  std::vector<torch::jit::Param> params;
+  for (const torch::jit::Param& p : f.def->decl().params()) params.push_back(p);
+  const size_t n = internal::CanonicalArgs(f.is_score).size();
+  size_t leading = 0;
+  while (leading < params.size() && !params[leading].defaultValue().present()) ++leading;
+  if (leading < n) {
+    std::vector<std::string> names;
+    for (size_t i = 0; i < leading; ++i) names.push_back(params[i].ident().name());
+    return ErrorAt(f.def_loc, absl::StrCat(f.name, " must take ",
+                                           internal::SignatureText(f.is_score), " first; found ",
+                                           leading, " parameters (", absl::StrJoin(names, ", "),
+                                           ")"));
+  }
+  for (size_t i = 0; i < args.size(); ++i) {
+    const cuir::SourceLoc loc = file.LocAt(params[i].range().start());
+    const bool is_tensor = args[i].type()->kind() == c10::TypeKind::TensorType;
+    const bool has_default = args[i].default_value().has_value();
+    const std::string& name = args[i].name();
+    if (i < n) {
+      if (!is_tensor) {
+        return ErrorAt(loc, absl::StrCat("`", name, "` receives index tensors: remove its `",
+                                         args[i].type()->str(), "` annotation"));
+      }
+      continue;
+    }
+    if (ReservedNames().count(name) > 0) {
+      return ErrorAt(loc, absl::StrCat("parameter name `", name, "` is reserved (CuIR uses it); "
+                                       "rename the parameter"));
+    }
+    const std::optional<Type> scalar = ScalarParamType(args[i].type());
+    if (is_tensor && !has_default) {
+      if (auto s = AddBuffer(spec, SpecBuffer{name, false, false, loc}); !s.ok()) return s;
+    } else if (scalar && has_default) {
+      auto p = MakeParam(args[i], *scalar, loc);
+      if (!p.ok()) return p.status();
+      if (auto s = AddParam(spec, *p); !s.ok()) return s;
+    } else if (scalar) {
+      return ErrorAt(loc, absl::StrCat("parameter `", name, ": ", cuir::TypeName(*scalar),
+                                       "` has no default: scalar parameters need one, e.g. `",
+                                       name, ": ", cuir::TypeName(*scalar), " = ",
+                                       *scalar == Type::kFloat ? "1.0" : "1",
+                                       "` (only tensor buffers such as `doc` go without)"));
+    } else {
+      return ErrorAt(loc, absl::StrCat("parameter `", name, "` has type ", args[i].type()->str(),
+                                       "; extra parameters are int / float / bool with a "
+                                       "default, or tensors without one (1-D int buffers)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReturnTypeError(const SpecFunction& f, Type t) {
+  if (!f.is_score) {
+    return ErrorAt(f.return_loc, absl::StrCat("mask_mod returns ", cuir::TypeName(t),
+                                              ": a mask must be a comparison such as "
+                                              "q_idx >= kv_idx"));
+  }
+  return ErrorAt(f.return_loc, absl::StrCat("score_mod returns ", cuir::TypeName(t),
+                                            ": it must return the modified score, e.g. score + "
+                                            "bias; to drop elements write a mask_mod"));
+}
+
+Type TypeOfDtype(c10::ScalarType st) {
+  if (st == c10::kBool) return Type::kBool;
+  return c10::isFloatingType(st) ? Type::kFloat : Type::kInt;
+}
+
+std::string ShapeText(c10::IntArrayRef shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+// Runs the compiled function on small broadcast index tensors (dims 2, 3, 5, 7 so that any
+// mix-up shows): it must run on whole tensors, return the right dtype and an elementwise shape.
+absl::StatusOr<Type> Probe(const Spec& spec, const SpecFunction& f) {
+  const std::vector<int64_t> full = {2, 3, 5, 7};
+  const auto grid = internal::MakeIndexGrid(0, full[0], 0, full[1], full[2], full[3]);
+  const auto score = torch::linspace(-3.0, 3.0, 2 * 3 * 5 * 7, torch::kFloat32).view(full);
+  std::map<std::string, torch::Tensor> buffers;
+  for (const SpecBuffer& b : spec.buffers) buffers[b.name] = torch::zeros({7}, torch::kInt64);
+  auto r = internal::CallSpecFunction(spec, f.is_score, grid, score, buffers);
+  if (!r.ok()) return r.status();
+  const Type type = TypeOfDtype(r->scalar_type());
+  if (f.is_score == (type == Type::kBool)) return ReturnTypeError(f, type);
+  bool elementwise = r->dim() <= 4;
+  for (int64_t i = 1; elementwise && i <= r->dim(); ++i) {
+    const int64_t got = r->size(-i), want = full[4 - i];
+    elementwise = got == want || got == 1;
+  }
+  if (!elementwise) {
+    return ErrorAt(f.return_loc,
+                   absl::StrCat(f.name, " returns a tensor of shape ", ShapeText(r->sizes()),
+                                " for ", f.is_score ? "scores" : "indices", " of shape ",
+                                ShapeText(full), ": it must be elementwise (one value per ",
+                                f.is_score ? "score, e.g. score + bias" : "(q_idx, kv_idx)",
+                                "), not a reduction or reshape"));
+  }
+  return type;
+}
+
+absl::StatusOr<ExprPtr> Translate(const SourceText& file, const Spec& spec, const SpecFunction& f,
+                                  Type probed) {
+  auto graph = torch::jit::toGraphFunction(*f.fn).graph()->copy();
+  torch::jit::Inline(*graph);
+  internal::TranslateRequest req{&file, f.name, f.def_loc, graph, {}, {}, {}};
+  const auto& canonical = internal::CanonicalArgs(f.is_score);
+  const auto& args = f.fn->getSchema().arguments();
+  for (size_t i = 0; i < args.size(); ++i) {
+    const bool positional = i < canonical.size();
+    const SpecParam* p = positional ? nullptr : spec.FindParam(args[i].name());
+    req.input_names.push_back(positional ? canonical[i] : args[i].name());
+    req.input_types.push_back(p ? p->type
+                                : (positional && canonical[i] == "score" ? Type::kFloat
+                                                                         : Type::kInt));
+    req.input_is_buffer.push_back(!positional && p == nullptr);
+  }
+  auto r = internal::TranslateGraph(req);
+  if (!r.ok()) return r.status();
+  if (f.is_score == (r->type == Type::kBool)) return ReturnTypeError(f, r->type);
+  if (r->type != probed) {
+    return absl::InternalError(absl::StrCat(
+        f.def_loc.ToString(), ": ", f.name, " translates to a ", cuir::TypeName(r->type),
+        " expression but TorchScript computes ", cuir::TypeName(probed), ": ",
+        cuir::PrintExpr(r->expr), " (a CuBridge bug; please report it with the spec)"));
+  }
+  if (r->type == Type::kInt) {
+    if (r->expr->kind == cuir::ExprKind::kIntLit) {
+      return cuir::FloatLit(static_cast<double>(r->expr->int_value), r->expr->loc);
+    }
+    return cuir::Unary(cuir::UnaryOp::kToFloat, r->expr, r->expr->loc);
+  }
+  return r->expr;
+}
+
+void RecordIndexUses(const ExprPtr& e, Spec* spec) {
+  if (e == nullptr) return;
+  if (e->kind == cuir::ExprKind::kIndex) {
+    for (SpecBuffer& b : spec->buffers) {
+      if (b.name != e->name) continue;
+      b.indexed_by_q |= cuir::Mentions(e->args[0], "q_idx");
+      b.indexed_by_kv |= cuir::Mentions(e->args[0], "kv_idx");
+    }
+  }
+  for (const ExprPtr& a : e->args) RecordIndexUses(a, spec);
+}
+
+absl::StatusOr<std::string> ReadSpecFile(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, not a spec file"));
+  }
+  errno = 0;
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) {
+    const int err = errno;
+    if (err == ENOENT || err == ENOTDIR) {
+      return absl::NotFoundError(absl::StrCat(path, ": spec file does not exist"));
+    }
+    if (err == EACCES || err == EPERM) {
+      return absl::PermissionDeniedError(
+          absl::StrCat(path, ": cannot read the spec file: permission denied"));
+    }
+    return absl::UnavailableError(absl::StrCat(path, ": cannot open: ", std::strerror(err)));
+  }
+  std::string text;
+  char buf[4096];
+  while (size_t n = std::fread(buf, 1, sizeof buf, f)) text.append(buf, n);
+  const bool failed = std::ferror(f) != 0;
+  std::fclose(f);
+  if (failed) return absl::UnavailableError(absl::StrCat(path, ": read error"));
+  return text;
+}
+
+}  // namespace
+
+absl::StatusOr<Spec> LoadSpecFile(const std::string& path) {
+  auto text = ReadSpecFile(path);
+  if (!text.ok()) return text.status();
+  return LoadSpecSource(*text, path);
+}
+
+absl::StatusOr<Spec> LoadSpecSource(const std::string& source, const std::string& path) {
+  Spec spec;
+  spec.path = path;
+  spec.source = source;
+  SourceText file{path, internal::BlankImports(source), nullptr};
+  // TorchScript's lexer wants the last line ended; appending keeps every position.
+  if (!file.text.empty() && file.text.back() != '\n') file.text += '\n';
+  file.source = std::make_shared<torch::jit::Source>(c10::string_view(file.text),
+                                                     c10::optional<std::string>(path), 1);
+  auto defs = internal::ParseDefinitions(file);
+  if (!defs.ok()) return defs.status();
+  auto fns = FindSpecFunctions(file, *defs);
+  if (!fns.ok()) return fns.status();
+  for (const SpecFunction& f : *fns) {
+    if (auto s = internal::CheckStatements(file, *defs, *f.def); !s.ok()) return s;
+  }
+  auto cu = internal::CompileDefinitions(file, internal::AnnotateDefaults(*defs));
+  if (!cu.ok()) return cu.status();
+  spec.compiled = *cu;
+  for (SpecFunction& f : *fns) {
+    f.fn = spec.compiled->find_function(f.name);
+    if (auto s = AnalyzeSignature(file, f, &spec); !s.ok()) return s;
+  }
+  for (const SpecFunction& f : *fns) {
+    auto probed = Probe(spec, f);
+    if (!probed.ok()) return probed.status();
+    auto e = Translate(file, spec, f, *probed);
+    if (!e.ok()) return e.status();
+    (f.is_score ? spec.score : spec.mask) = *e;
+    (f.is_score ? spec.score_loc : spec.mask_loc) = f.def_loc;
+  }
+  RecordIndexUses(spec.mask, &spec);
+  RecordIndexUses(spec.score, &spec);
+  return spec;
+}
+
+}  // namespace cubridge::spec

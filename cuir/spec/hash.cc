@@ -1,0 +1,86 @@
+// The spec hash: the kernel cache key. It identifies what a generated kernel computes, so it is
+// taken over the translated expressions (not the file text) with parameter values substituted:
+// renaming arguments, comments and formatting keep it; any change in the math changes it.
+#include <map>
+
+#include <openssl/evp.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "cuir/spec/spec.h"
+
+namespace cubridge::spec {
+namespace {
+
+ExprPtr Literal(const SpecParam& p, const SourceLoc& loc) {
+  if (const auto* b = std::get_if<bool>(&p.value)) return cuir::BoolLit(*b, loc);
+  if (const auto* i = std::get_if<int64_t>(&p.value)) return cuir::IntLit(*i, loc);
+  return cuir::FloatLit(std::get<double>(p.value), loc);
+}
+
+// Parameters become their values; buffers are renamed buf0, buf1, ... in order of first use
+// (the printed order: left to right, a buffer before its index).
+ExprPtr Canonicalize(const ExprPtr& e, const Spec& spec,
+                     std::map<std::string, std::string>* buffer_names) {
+  if (e == nullptr) return e;
+  if (e->kind == cuir::ExprKind::kVar) {
+    const SpecParam* p = spec.FindParam(e->name);
+    return p ? Literal(*p, e->loc) : e;
+  }
+  std::string buffer;
+  if (e->kind == cuir::ExprKind::kIndex) {
+    auto [it, added] = buffer_names->try_emplace(e->name, "");
+    if (added) it->second = absl::StrCat("buf", buffer_names->size() - 1);
+    buffer = it->second;
+  }
+  std::vector<ExprPtr> args;  // in order: the numbering depends on it
+  for (const ExprPtr& a : e->args) args.push_back(Canonicalize(a, spec, buffer_names));
+  switch (e->kind) {
+    case cuir::ExprKind::kIndex: return cuir::Index(buffer, args[0], e->loc);
+    case cuir::ExprKind::kUnary: return cuir::Unary(e->unary_op, args[0], e->loc);
+    case cuir::ExprKind::kBinary: return cuir::Binary(e->binary_op, args[0], args[1], e->loc);
+    case cuir::ExprKind::kSelect: return cuir::Select(args[0], args[1], args[2], e->loc);
+    default: return e;
+  }
+}
+
+std::string Sha256Hex(const std::string& text) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+  EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
+  EVP_DigestUpdate(ctx, text.data(), text.size());
+  EVP_DigestFinal_ex(ctx, digest, &len);
+  EVP_MD_CTX_free(ctx);
+  std::string hex;
+  for (unsigned int i = 0; i < len; ++i) absl::StrAppendFormat(&hex, "%02x", digest[i]);
+  return hex;
+}
+
+}  // namespace
+
+std::string CanonicalForm(const Spec& spec, const cuir::AttentionConfig& config,
+                          const std::string& ruleset_version) {
+  std::map<std::string, std::string> buffer_names;
+  const ExprPtr mask = Canonicalize(spec.mask, spec, &buffer_names);
+  const ExprPtr score = Canonicalize(spec.score, spec, &buffer_names);
+  // Declared but unused buffers still are kernel arguments; they come after the used ones.
+  for (const SpecBuffer& b : spec.buffers) {
+    buffer_names.try_emplace(b.name, absl::StrCat("buf", buffer_names.size()));
+  }
+  std::string out = absl::StrCat("cubridge-spec 1\nruleset ", ruleset_version, "\n");
+  absl::StrAppendFormat(&out, "head_dim %d\ndtype %s\nheads_q %d\nheads_kv %d\nscale %.17g\n",
+                        config.head_dim, cuir::DTypeName(config.dtype), config.heads_q,
+                        config.heads_kv, config.scale());
+  absl::StrAppend(&out, "mask ", mask ? cuir::PrintExpr(mask) : "none", "\n");
+  absl::StrAppend(&out, "score ", score ? cuir::PrintExpr(score) : "none", "\n");
+  absl::StrAppend(&out, "buffers ", buffer_names.size(), "\n");
+  return out;
+}
+
+std::string SpecHash(const Spec& spec, const cuir::AttentionConfig& config,
+                     const std::string& ruleset_version) {
+  return Sha256Hex(CanonicalForm(spec, config, ruleset_version));
+}
+
+}  // namespace cubridge::spec

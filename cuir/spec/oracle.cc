@@ -1,0 +1,141 @@
+// The float64 reference: the user's compiled spec functions applied to dense score matrices.
+#include "cuir/spec/oracle.h"
+
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "cuir/spec/internal.h"
+
+namespace cubridge::spec {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+// Score elements per chunk: a few float64 temporaries of this size stay around 0.5 GiB.
+constexpr int64_t kChunkElements = int64_t{1} << 24;
+
+struct Chunk {
+  int64_t b0, nb, h0, nh;
+};
+
+absl::Status CheckShape(const char* name, const torch::Tensor& t,
+                        std::vector<int64_t> want) {
+  if (t.defined() && t.sizes().vec() == want) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "oracle: ", name, " has shape ", t.defined() ? c10::str(t.sizes()) : "<undefined>",
+      " but the config needs ", c10::str(c10::IntArrayRef(want))));
+}
+
+absl::Status CheckInputs(const cuir::AttentionConfig& c, const AttentionInputs& in) {
+  if (auto s = cuir::ValidateConfig(c); !s.ok()) return s;
+  if (auto s = CheckShape("q", in.q, {c.batch, c.heads_q, c.seqlen_q, c.head_dim}); !s.ok()) {
+    return s;
+  }
+  for (const auto& [name, t] : {std::pair{"k", in.k}, {"v", in.v}}) {
+    if (auto s = CheckShape(name, t, {c.batch, c.heads_kv, c.seqlen_kv, c.head_dim}); !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::map<std::string, torch::Tensor> Int64Buffers(const AttentionInputs& in) {
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& [name, t] : in.buffers) out[name] = t.to(torch::kInt64);
+  return out;
+}
+
+// The mask_mod result with 4 dims, q/kv dims full, b/h dims 1 where it does not depend on them.
+absl::StatusOr<torch::Tensor> ChunkMask(const Spec& spec, const cuir::AttentionConfig& c,
+                                        const std::map<std::string, torch::Tensor>& buffers,
+                                        const Chunk& k) {
+  if (spec.mask == nullptr) return torch::ones({1, 1, c.seqlen_q, c.seqlen_kv}, torch::kBool);
+  const auto grid = internal::MakeIndexGrid(k.b0, k.nb, k.h0, k.nh, c.seqlen_q, c.seqlen_kv);
+  auto r = internal::CallSpecFunction(spec, /*is_score=*/false, grid, {}, buffers);
+  if (!r.ok()) return r.status();
+  if (r->scalar_type() != torch::kBool) {
+    return absl::InvalidArgumentError(absl::StrCat(spec.path, ": mask_mod returned ",
+                                                   c10::toString(r->scalar_type()),
+                                                   " values; a mask must be bool"));
+  }
+  std::vector<int64_t> shape(4 - std::min<int64_t>(r->dim(), 4), 1);
+  for (int64_t s : r->sizes()) shape.push_back(s);
+  const torch::Tensor m = r->reshape(shape);
+  return m.expand({m.size(0), m.size(1), c.seqlen_q, c.seqlen_kv});
+}
+
+// Attention for one chunk of batches and query heads, written into o / lse.
+absl::Status RunChunk(const Spec& spec, const cuir::AttentionConfig& c, const AttentionInputs& in,
+                      const std::map<std::string, torch::Tensor>& buffers, const Chunk& k,
+                      torch::Tensor& o, torch::Tensor& lse) {
+  using torch::indexing::Slice;
+  const int64_t group = c.heads_q / c.heads_kv;
+  const auto kv_heads = torch::arange(k.h0, k.h0 + k.nh, torch::kInt64).div(group, "floor");
+  const auto rows = Slice(k.b0, k.b0 + k.nb);
+  const auto q = in.q.index({rows, Slice(k.h0, k.h0 + k.nh)}).to(torch::kFloat64);
+  const auto kk = in.k.index({rows}).index_select(1, kv_heads).to(torch::kFloat64);
+  const auto v = in.v.index({rows}).index_select(1, kv_heads).to(torch::kFloat64);
+
+  torch::Tensor s = torch::matmul(q, kk.transpose(-1, -2)) * c.scale();
+  if (spec.score != nullptr) {
+    const auto grid = internal::MakeIndexGrid(k.b0, k.nb, k.h0, k.nh, c.seqlen_q, c.seqlen_kv);
+    auto r = internal::CallSpecFunction(spec, /*is_score=*/true, grid, s, buffers);
+    if (!r.ok()) return r.status();
+    s = r->to(torch::kFloat64).expand(s.sizes());
+  }
+  auto mask = ChunkMask(spec, c, buffers, k);
+  if (!mask.ok()) return mask.status();
+  s = s.masked_fill(mask->logical_not(), -kInf);
+
+  // Fully masked rows (max = -inf) get l = 0, then O = 0 and LSE = -inf.
+  const auto row_max = std::get<0>(s.max(-1, /*keepdim=*/true));
+  const auto shift = torch::where(torch::isfinite(row_max), row_max, torch::zeros_like(row_max));
+  const auto p = torch::exp(s - shift);
+  const auto l = p.sum(-1, /*keepdim=*/true);
+  const auto out = torch::where(l > 0, torch::matmul(p, v) / l, torch::zeros({}, torch::kFloat64));
+  const auto log_sum = torch::where(l > 0, shift + torch::log(l), torch::full({}, -kInf, torch::kFloat64));
+  o.index_put_({rows, Slice(k.h0, k.h0 + k.nh)}, out);
+  lse.index_put_({rows, Slice(k.h0, k.h0 + k.nh)}, log_sum.squeeze(-1));
+  return absl::OkStatus();
+}
+
+std::vector<Chunk> Chunks(const cuir::AttentionConfig& c) {
+  const int64_t per_head = std::max<int64_t>(1, c.seqlen_q * c.seqlen_kv);
+  const int64_t nh = std::clamp<int64_t>(kChunkElements / per_head, 1, c.heads_q);
+  const int64_t nb =
+      nh < c.heads_q ? 1 : std::clamp<int64_t>(kChunkElements / (per_head * c.heads_q), 1, c.batch);
+  std::vector<Chunk> out;
+  for (int64_t b0 = 0; b0 < c.batch; b0 += nb) {
+    for (int64_t h0 = 0; h0 < c.heads_q; h0 += nh) {
+      out.push_back({b0, std::min(nb, c.batch - b0), h0, std::min(nh, c.heads_q - h0)});
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<AttentionOutputs> RunOracle(const Spec& spec, const cuir::AttentionConfig& config,
+                                           const AttentionInputs& inputs) {
+  if (auto s = CheckInputs(config, inputs); !s.ok()) return s;
+  torch::NoGradGuard no_grad;
+  const auto buffers = Int64Buffers(inputs);
+  AttentionOutputs out;
+  out.o = torch::zeros({config.batch, config.heads_q, config.seqlen_q, config.head_dim},
+                       torch::kFloat64);
+  out.lse = torch::zeros({config.batch, config.heads_q, config.seqlen_q}, torch::kFloat64);
+  for (const Chunk& k : Chunks(config)) {
+    if (auto s = RunChunk(spec, config, inputs, buffers, k, out.o, out.lse); !s.ok()) return s;
+  }
+  return out;
+}
+
+absl::StatusOr<torch::Tensor> DenseMask(const Spec& spec, const cuir::AttentionConfig& config,
+                                        const AttentionInputs& inputs) {
+  if (auto s = cuir::ValidateConfig(config); !s.ok()) return s;
+  torch::NoGradGuard no_grad;
+  auto m = ChunkMask(spec, config, Int64Buffers(inputs), {0, config.batch, 0, config.heads_q});
+  if (!m.ok()) return m.status();
+  return m->contiguous();
+}
+
+}  // namespace cubridge::spec
