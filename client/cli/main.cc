@@ -21,12 +21,17 @@ struct AdaptFlags {
   bool no_cache = false;
   std::string arch = "sm_80";
   std::string dtype = "bf16";
-  int64_t seqlen = 0;
+  int64_t seqlen = 0;  // --seqlen, applied where --seqlen-q / --seqlen-kv are not given
   std::vector<std::string> buffers;  // name=source
+  CLI::Option* seqlen_flag = nullptr;
+  CLI::Option* seqlen_q_flag = nullptr;
+  CLI::Option* seqlen_kv_flag = nullptr;
 };
 
 void AddAdaptCommand(CLI::App& app, AdaptFlags& f) {
   auto* cmd = app.add_subcommand("adapt", "Adapt the expert kernel to an attention variant spec");
+  // A flag given twice takes its last value, so scripts can append overrides.
+  cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   auto& c = f.options.config;
   cmd->add_option("spec", f.options.spec_path, "Python file with mask_mod and/or score_mod")
       ->required();
@@ -37,9 +42,10 @@ void AddAdaptCommand(CLI::App& app, AdaptFlags& f) {
   cmd->add_option("--heads-q", c.heads_q, "Query heads");
   cmd->add_option("--heads-kv", c.heads_kv, "Key/value heads (divides --heads-q: MHA, GQA, MQA)");
   cmd->add_option("--head-dim", c.head_dim, "Head dimension: 64, 128 or 256");
-  cmd->add_option("--seqlen", f.seqlen, "Sets both --seqlen-q and --seqlen-kv");
-  cmd->add_option("--seqlen-q", c.seqlen_q, "Query sequence length");
-  cmd->add_option("--seqlen-kv", c.seqlen_kv, "Key/value sequence length");
+  f.seqlen_flag = cmd->add_option("--seqlen", f.seqlen, "Sets both --seqlen-q and --seqlen-kv");
+  f.seqlen_q_flag = cmd->add_option("--seqlen-q", c.seqlen_q, "Query sequence length (wins over --seqlen)");
+  f.seqlen_kv_flag =
+      cmd->add_option("--seqlen-kv", c.seqlen_kv, "Key/value sequence length (wins over --seqlen)");
   cmd->add_option("--dtype", f.dtype, "bf16 or fp16");
   cmd->add_option("--scale", c.softmax_scale, "Softmax scale (default 1/sqrt(head-dim))");
   cmd->add_option("--param", f.options.param_overrides, "Override a spec parameter: NAME=VALUE");
@@ -73,7 +79,10 @@ int RunAdapt(AdaptFlags& f) {
     std::cerr << "cubridge-cli adapt: --dtype must be bf16 or fp16, got '" << f.dtype << "'\n";
     return 2;
   }
-  if (f.seqlen != 0) o.config.seqlen_q = o.config.seqlen_kv = f.seqlen;
+  if (f.seqlen_flag->count() > 0) {
+    if (f.seqlen_q_flag->count() == 0) o.config.seqlen_q = f.seqlen;
+    if (f.seqlen_kv_flag->count() == 0) o.config.seqlen_kv = f.seqlen;
+  }
   for (const auto& b : f.buffers) {
     std::pair<std::string, std::string> kv = absl::StrSplit(b, absl::MaxSplits('=', 1));
     if (kv.first.empty() || kv.second.empty()) {

@@ -186,7 +186,7 @@ absl::Status AnalyzeSignature(const SourceText& file, const SpecFunction& f, Spe
 absl::Status ReturnTypeError(const SpecFunction& f, Type t) {
   if (!f.is_score) {
     return ErrorAt(f.return_loc, absl::StrCat("mask_mod returns ", cuir::TypeName(t),
-                                              ": a mask must be a comparison such as "
+                                              ": a mask must return a bool, e.g. a comparison such as "
                                               "q_idx >= kv_idx"));
   }
   return ErrorAt(f.return_loc, absl::StrCat("score_mod returns ", cuir::TypeName(t),

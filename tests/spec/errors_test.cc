@@ -57,12 +57,12 @@ TEST(SpecErrors, AnnotatedIndexArgument) {
 
 TEST(SpecErrors, MaskReturningInt) {
   ExpectError(std::string(kDef) + "    x = q_idx - kv_idx\n    return x\n", "3:5",
-              "mask_mod returns int: a mask must be a comparison such as q_idx >= kv_idx");
+              "mask_mod returns int: a mask must return a bool, e.g. a comparison such as q_idx >= kv_idx");
 }
 
 TEST(SpecErrors, MaskReturningFloat) {
   ExpectError(std::string(kDef) + "    return (q_idx - kv_idx) * 0.5\n", "2:5",
-              "mask_mod returns float: a mask must be a comparison");
+              "mask_mod returns float: a mask must return a bool");
 }
 
 TEST(SpecErrors, ScoreModReturningAReduction) {
