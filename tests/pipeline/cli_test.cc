@@ -125,6 +125,22 @@ INSTANTIATE_TEST_SUITE_P(
       return name + "_" + std::get<1>(info.param).name;
     });
 
+TEST(AdaptDtype, Fp16VerifiesWithTheTighterTolerance) {
+  TempDir tmp;
+  const std::string out = tmp / "out";
+  auto r = RunCli("adapt " + Example("alibi_window_softcap.py") +
+                  " --local --no-cache --dtype fp16 --heads-q 8 --heads-kv 2 --head-dim 64" +
+                  " --seqlen-q 150 --seqlen-kv 260 --param window=40 --out " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in(fs::path(out) / "report.json");
+  auto report = nlohmann::json::parse(in);
+  EXPECT_EQ(report["config"]["dtype"], "fp16");
+  for (const auto& s : report["verification"]["shapes"]) {
+    EXPECT_LE(s["o"]["atol"].get<double>(), 2e-3);  // fp16 is checked tighter than bf16
+    EXPECT_EQ(s["o"]["violations"].get<int64_t>(), 0);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 
 TEST(AdaptCache, SecondIdenticalRunIsACacheHit) {
