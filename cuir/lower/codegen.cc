@@ -346,7 +346,8 @@ class RegionWriter {
   }
 
   // for VAR, FULL in table T[axes..., m_block]: the row's count, then its entries
-  // (n_block << 1 | full), ascending.
+  // (n_block << 1 | full), ascending. Like the range form it also binds `n_next`, the block
+  // after this one, which the expert prefetches.
   absl::Status TableLoop(const Stmt& loop) {
     const TableInfo* t = nullptr;
     for (const TableInfo& info : tables_) {
@@ -383,7 +384,10 @@ class RegionWriter {
         " * cuir_cdiv(seqlen_kv, BLOCK_N);\n", "const int ", count, " = __ldg(", t->cpp, " + ",
         row_var, ");\n", "for (int ", i, " = 0; ", i, " < ", count, "; ++", i, ") {\n",
         "  const int ", entry, " = __ldg(", entries, " + ", i, ");\n", "  const int ", loop.name,
-        " = ", entry, " >> 1;\n", "  const bool ", full, " = (", entry, " & 1) != 0;\n");
+        " = ", entry, " >> 1;\n", "  const bool ", full, " = (", entry, " & 1) != 0;\n",
+        // The expert's pipelined mainloop prefetches the next visited block (INT_MAX: none).
+        "  const int n_next = ", i, " + 1 < ", count, " ? __ldg(", entries, " + ", i,
+        " + 1) >> 1 : INT_MAX;\n");
     return absl::OkStatus();
   }
 

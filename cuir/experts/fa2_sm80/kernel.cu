@@ -1,11 +1,11 @@
 // Expert forward-attention kernel for sm_80 (also builds for sm_90): the CUDA behind
 // cuir/experts/fa2_sm80/base.cuir, one CTA per (m_block, h, b) grid point.
 //
-// This first version keeps the FlashAttention-2 orchestration (Q tile resident in shared memory,
-// K/V blocks streamed through shared memory, online softmax in fp32, P rounded to the input dtype
-// before P.V) but computes the two matmuls with plain FMAs. The tensor-core mainloop
-// (mma.sync / ldmatrix / cp.async) replaces the three "mainloop" functions and `for_each_score`
-// without touching any region.
+// FlashAttention-2 orchestration on tensor cores: the Q tile stays in shared memory, K and V
+// blocks stream through cp.async (V's load overlaps QK^T and the softmax, the next K's load
+// overlaps PV), S and P live in registers as mma.sync fragments, the online softmax is fp32 and P
+// is rounded to the input dtype as the second MMA's operand. The tile pieces are in tile.cuh,
+// mainloop.cuh, softmax.cuh and epilogue.cuh (inlined into every lowered kernel).
 //
 // Regions: each `// @cuir-region NAME` ... `// @cuir-end NAME` pair implements one CuIR construct
 // of base.cuir. The lowering (cuir/lower, docs/lowering.md) copies a region verbatim when the
@@ -71,6 +71,10 @@ int cubridge_attn_fwd(const cubridge_attn_fwd_params* p, struct CUstream_st* str
 #include <math.h>
 
 #include "../common/cuir_scalar.cuh"
+#include "epilogue.cuh"
+#include "mainloop.cuh"
+#include "softmax.cuh"
+#include "tile.cuh"
 
 namespace cubridge_fa2 {
 
@@ -84,8 +88,13 @@ constexpr int WARPS = 4;
 // @cuir-region variant_consts
 // @cuir-end variant_consts
 
-constexpr int kThreads = WARPS * 32;
-static_assert(STAGES >= 1, "the simple mainloop is single-buffered; STAGES is a hint");
+// hdim 256 doubles the warps (when the tile has rows for them) so each warp keeps 16 query rows:
+// 32 rows of a 256-wide fp32 accumulator would not fit in registers.
+template <int D>
+constexpr int kWarpsFor = D > 128 && BLOCK_M >= 32 * WARPS ? 2 * WARPS : WARPS;
+template <int D>
+constexpr int kThreadsFor = kWarpsFor<D> * 32;
+static_assert(STAGES >= 1, "K and V are double-buffered against each other; STAGES is a hint");
 constexpr int kMaxTables = 8;
 
 // The KV blocks a program visits: the union of N half-open intervals, ascending, each block once.
@@ -106,19 +115,6 @@ struct KvUnion {
   }
   __device__ __forceinline__ int first() const { return next(INT_MIN); }
 };
-
-template <typename T>
-__device__ __forceinline__ float to_float(T x);
-template <>
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <>
-__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
-template <typename T>
-__device__ __forceinline__ T from_float(float x);
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float(float x) { return __float2bfloat16_rn(x); }
-template <>
-__device__ __forceinline__ __half from_float(float x) { return __float2half_rn(x); }
 
 // Block tables (`table T = blocks(PRED)`): a classifier kernel writes one class per tile
 // (0 empty, 1 partial, 2 full) into the entry array of each row; this pass compacts every row in
@@ -148,122 +144,32 @@ static size_t variant_workspace(const cubridge_attn_fwd_params* p, size_t* offse
 }
 // @cuir-end workspace
 
-// Shared memory: the resident Q tile, one K and one V block, the fp32 score / probability tile
-// and the per-row softmax state. K and S rows are padded so that threads reading different rows
-// at the same column hit different banks.
-template <typename T, int D>
-struct SmemLayout {
-  static constexpr int kKPitch = D + 2;
-  static constexpr int kSPitch = BLOCK_N + 1;
-  static constexpr size_t kQ = 0;
-  static constexpr size_t kK = kQ + sizeof(T) * BLOCK_M * D;
-  static constexpr size_t kV = kK + sizeof(T) * BLOCK_N * kKPitch;
-  static constexpr size_t kS = (kV + sizeof(T) * BLOCK_N * D + 15) / 16 * 16;
-  static constexpr size_t kRowMax = kS + sizeof(float) * BLOCK_M * kSPitch;
-  static constexpr size_t kRowSum = kRowMax + sizeof(float) * BLOCK_M;
-  static constexpr size_t kAlpha = kRowSum + sizeof(float) * BLOCK_M;
-  static constexpr size_t kBytes = kAlpha + sizeof(float) * BLOCK_M;
+// The fragment shapes of one warp: MT m-tiles of 16 query rows, the score block as NT n-tiles of
+// 8 keys, the output as DT n-tiles of 8 head-dim columns.
+template <int D>
+struct Tiling {
+  static constexpr int kWarps = kWarpsFor<D>;
+  static constexpr int MT = BLOCK_M / (16 * kWarps);
+  static constexpr int NT = BLOCK_N / 8;
+  static constexpr int DT = D / 8;
+  static constexpr size_t kSmemBytes = size_t(BLOCK_M + 2 * BLOCK_N) * D * 2;
+  static_assert(MT >= 1 && BLOCK_M == MT * 16 * kWarps, "BLOCK_M must be 16 * warps * m-tiles");
+  static_assert(BLOCK_N % 16 == 0, "BLOCK_N must be a multiple of 16");
 };
 
-// Rows [lo, hi) of one [seqlen, D] slice into a ROWS x D shared tile with the given pitch; tile
-// rows past hi (ragged last block) and rows outside [0, seqlen) are zero.
-template <typename T, int D, int ROWS>
-__device__ __forceinline__ void load_tile(T* dst, int pitch, const T* src, int64_t row_stride,
-                                          int lo, int hi, int seqlen) {
-  for (int e = threadIdx.x; e < ROWS * D; e += kThreads) {
-    const int r = e / D;
-    const int d = e % D;
-    const int row = lo + r;
-    const bool valid = row < hi && row >= 0 && row < seqlen;
-    dst[r * pitch + d] = valid ? src[static_cast<int64_t>(row) * row_stride + d] : from_float<T>(0.0f);
-  }
-}
-
-// Mainloop step 1: S = (Q K^T) * qk_scale for the valid rows / columns of the tile, -inf
-// elsewhere. Thread t owns the score elements t, t + kThreads, ... (row-major in the tile);
-// for_each_score visits the same elements, so no barrier separates them.
 template <typename T, int D>
-__device__ __forceinline__ void mainloop_qk(float* sS, const T* sQ, const T* sK, int q_rows,
-                                            int kv_cols, float qk_scale) {
-  using L = SmemLayout<T, D>;
-  for (int e = threadIdx.x; e < BLOCK_M * BLOCK_N; e += kThreads) {
-    const int r = e / BLOCK_N;
-    const int c = e % BLOCK_N;
-    float s = -INFINITY;
-    if (r < q_rows && c < kv_cols) {
-      float dot = 0.0f;
-      const T* qrow = sQ + r * D;
-      const T* krow = sK + c * L::kKPitch;
-#pragma unroll 4
-      for (int d = 0; d < D; ++d) dot = fmaf(to_float(qrow[d]), to_float(krow[d]), dot);
-      s = dot * qk_scale;
-    }
-    sS[r * L::kSPitch + c] = s;
-  }
-}
-
-// Mainloop step 2 (softmax.online), one thread per row: m_new = max(m, rowmax S); the exponent
-// is taken against m_new where finite, else 0 (a row with no kept score yet stays all-zero);
-// P is stored rounded to the input dtype, the row sum uses the unrounded P.
-template <typename T, int D>
-__device__ __forceinline__ void mainloop_softmax(float* sS, float* sRowMax, float* sRowSum,
-                                                 float* sAlpha) {
-  using L = SmemLayout<T, D>;
-  for (int r = threadIdx.x; r < BLOCK_M; r += kThreads) {
-    float* srow = sS + r * L::kSPitch;
-    float mx = -INFINITY;
-    for (int c = 0; c < BLOCK_N; ++c) mx = fmaxf(mx, srow[c]);
-    const float m_old = sRowMax[r];
-    const float m_new = fmaxf(m_old, mx);
-    const float m_use = isfinite(m_new) ? m_new : 0.0f;
-    const float alpha = expf(m_old - m_use);
-    float sum = 0.0f;
-    for (int c = 0; c < BLOCK_N; ++c) {
-      const float pr = expf(srow[c] - m_use);
-      sum += pr;
-      srow[c] = to_float(from_float<T>(pr));
-    }
-    sRowSum[r] = sRowSum[r] * alpha + sum;
-    sRowMax[r] = m_new;
-    sAlpha[r] = alpha;
-  }
-}
-
-// Mainloop step 3 (pv): acc = acc * alpha + P V. Thread t owns accumulator elements t,
-// t + kThreads, ... of the BLOCK_M x D tile (row-major).
-template <typename T, int D, int ACC>
-__device__ __forceinline__ void mainloop_pv(float (&acc)[ACC], const float* sS, const T* sV,
-                                            const float* sAlpha) {
-  using L = SmemLayout<T, D>;
-#pragma unroll 1
-  for (int i = 0; i < ACC; ++i) {
-    const int e = threadIdx.x + i * kThreads;
-    const int r = e / D;
-    const int d = e % D;
-    const float* prow = sS + r * L::kSPitch;
-    float a = acc[i] * sAlpha[r];
-#pragma unroll 4
-    for (int c = 0; c < BLOCK_N; ++c) a = fmaf(prow[c], to_float(sV[c * D + d]), a);
-    acc[i] = a;
-  }
-}
-
-template <typename T, int D>
-__global__ void __launch_bounds__(kThreads) attn_fwd_kernel(const cubridge_attn_fwd_params p
+__global__ void __launch_bounds__(kThreadsFor<D>) attn_fwd_kernel(const cubridge_attn_fwd_params p
     // @cuir-region variant_params
     // @cuir-end variant_params
 ) {
-  using L = SmemLayout<T, D>;
-  static_assert((BLOCK_M * D) % kThreads == 0, "accumulator must split evenly over threads");
-  constexpr int kAcc = BLOCK_M * D / kThreads;
-  extern __shared__ __align__(16) unsigned char smem[];
-  T* sQ = reinterpret_cast<T*>(smem + L::kQ);
-  T* sK = reinterpret_cast<T*>(smem + L::kK);
-  T* sV = reinterpret_cast<T*>(smem + L::kV);
-  float* sS = reinterpret_cast<float*>(smem + L::kS);
-  float* sRowMax = reinterpret_cast<float*>(smem + L::kRowMax);
-  float* sRowSum = reinterpret_cast<float*>(smem + L::kRowSum);
-  float* sAlpha = reinterpret_cast<float*>(smem + L::kAlpha);
+  using namespace cubridge::fa2;
+  constexpr int MT = Tiling<D>::MT, NT = Tiling<D>::NT, DT = Tiling<D>::DT;
+  constexpr int kThreads = kThreadsFor<D>;
+  constexpr float kLog2e = 1.4426950408889634f;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const SmemTile<T, BLOCK_M, D> sQ{reinterpret_cast<T*>(smem)};
+  const SmemTile<T, BLOCK_N, D> sK{sQ.base + BLOCK_M * D};
+  const SmemTile<T, BLOCK_N, D> sV{sK.base + BLOCK_N * D};
 
   // Builtin symbols.
   const int batch = p.batch;
@@ -287,86 +193,121 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_kernel(const cubridge_attn_
   // @cuir-region program_lets
   // @cuir-end program_lets
 
+  const int tid = threadIdx.x, lane = tid & 31, warp_row0 = (tid >> 5) * MT * 16;
   // load Q = q[b, h, q_lo:q_hi]
-  const T* q_ptr = static_cast<const T*>(p.q) + b * p.q_batch_stride + h * p.q_head_stride;
+  const T* q_ptr = static_cast<const T*>(p.q) + b * p.q_batch_stride + h * p.q_head_stride +
+                   static_cast<int64_t>(q_lo) * p.q_row_stride;
   const T* k_ptr = static_cast<const T*>(p.k) + b * p.k_batch_stride + kv_h * p.k_head_stride;
   const T* v_ptr = static_cast<const T*>(p.v) + b * p.v_batch_stride + kv_h * p.v_head_stride;
-  load_tile<T, D, BLOCK_M>(sQ, D, q_ptr, p.q_row_stride, q_lo, q_hi, seqlen_q);
+  sQ.template load_async<kThreads>(q_ptr, p.q_row_stride, q_hi - q_lo, tid);
+  cp_async_commit();
+  auto load_kv = [&](const SmemTile<T, BLOCK_N, D>& tile, const T* base, int64_t row_stride,
+                     int block) {
+    const int lo = block * BLOCK_N;
+    tile.template load_async<kThreads>(base + lo * row_stride, row_stride,
+                                       min(BLOCK_N, seqlen_kv - lo), tid);
+    cp_async_commit();
+  };
 
   // softmax.init
-  float acc[kAcc];  // indexed at run time: local memory until the tensor-core mainloop
-#pragma unroll 1
-  for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
-  for (int r = threadIdx.x; r < BLOCK_M; r += kThreads) {
-    sRowMax[r] = -INFINITY;
-    sRowSum[r] = 0.0f;
-  }
+  float acc[MT][DT][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int d = 0; d < DT; ++d)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[mt][d][c] = 0.f;
+  OnlineSoftmax<MT> softmax;
+  softmax.init();
+  const MainloopAddrs<D> lds(smem_addr(sQ.base), smem_addr(sK.base), smem_addr(sV.base),
+                             warp_row0, lane);
+  bool first_block = true;
 
   // @cuir-region kv_range
   const KvUnion<1> kv_blocks = {{0}, {cuir_cdiv(seqlen_kv, BLOCK_N)}};
   // @cuir-end kv_range
   // @cuir-region kv_loop
-  for (int n_block = kv_blocks.first(); n_block != kv_blocks.kEnd; n_block = kv_blocks.next(n_block + 1)) {
+  for (int n_block = kv_blocks.first(), n_next; n_block != kv_blocks.kEnd; n_block = n_next) {
+    n_next = kv_blocks.next(n_block + 1);
   // @cuir-end kv_loop
     const int kv_lo = n_block * BLOCK_N;
     const int kv_hi = min(kv_lo + BLOCK_N, seqlen_kv);
     // @cuir-region block_class
     // @cuir-end block_class
 
-    __syncthreads();  // the previous block's readers of sK / sV / sS are done
-    load_tile<T, D, BLOCK_N>(sK, L::kKPitch, k_ptr, p.k_row_stride, kv_lo, kv_hi, seqlen_kv);
-    load_tile<T, D, BLOCK_N>(sV, D, v_ptr, p.v_row_stride, kv_lo, kv_hi, seqlen_kv);
-    __syncthreads();
+    if (first_block) {  // the prologue: the first K block is not prefetched by a previous one
+      load_kv(sK, k_ptr, p.k_row_stride, n_block);
+      first_block = false;
+    }
+    cp_async_wait<0>();
+    __syncthreads();  // K(n_block) landed; every warp is done with the previous V
+    load_kv(sV, v_ptr, p.v_row_stride, n_block);
 
+    float s[MT][NT][4];
+    gemm_qk<T, MT, NT, D>(s, lds);
     // @cuir-region qk_scale
     const float qk_scale = softmax_scale;
     // @cuir-end qk_scale
-    mainloop_qk<T, D>(sS, sQ, sK, q_hi - q_lo, kv_hi - kv_lo, qk_scale);
-
-    // Visits the kept-range score elements this thread owns as f(q_idx, kv_idx, score&).
+    // Thread-owned score elements: row q0 + mt*16 + 8*(c >= 2), column kv0 + j*8 + (c & 1).
+    const FragCoord at{q_lo + warp_row0 + (lane >> 2), kv_lo + 2 * (lane & 3)};
+    const bool ragged = kv_lo + BLOCK_N > seqlen_kv;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          s[mt][j][c] *= qk_scale;
+          if (ragged && at.kv(j, c) >= kv_hi) s[mt][j][c] = -INFINITY;
+        }
+    // Visits the in-bounds score elements this thread owns as f(q_idx, kv_idx, score&).
     auto for_each_score = [&](auto&& f) {
-      for (int e = threadIdx.x; e < BLOCK_M * BLOCK_N; e += kThreads) {
-        const int r = e / BLOCK_N;
-        const int c = e % BLOCK_N;
-        if (q_lo + r < q_hi && kv_lo + c < kv_hi) f(q_lo + r, kv_lo + c, sS[r * L::kSPitch + c]);
-      }
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            const int q_idx = at.q(mt, c), kv_idx = at.kv(j, c);
+            if (q_idx < q_hi && kv_idx < kv_hi) f(q_idx, kv_idx, s[mt][j][c]);
+          }
     };
     (void)for_each_score;
     // @cuir-region score_mod
     // @cuir-end score_mod
     // @cuir-region mask
     // @cuir-end mask
-    __syncthreads();
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) s[mt][j][c] *= kLog2e;
+    softmax.step(s, acc);
 
-    mainloop_softmax<T, D>(sS, sRowMax, sRowSum, sAlpha);
-    __syncthreads();
-    mainloop_pv<T, D>(acc, sS, sV, sAlpha);
+    cp_async_wait<0>();
+    __syncthreads();  // V(n_block) landed; every warp is done with K(n_block)
+    if (n_next != INT_MAX) load_kv(sK, k_ptr, p.k_row_stride, n_next);
+    gemm_pv<T, MT, NT, DT, D>(acc, s, lds);
   }
-  __syncthreads();
+  cp_async_wait<0>();
+  __syncthreads();  // no copy into sQ is in flight when the epilogue reuses it (empty loops too)
 
   // epilogue: O = acc / l (0 where l = 0), LSE = m + log(l) (-inf where l = 0)
-  T* o_ptr = static_cast<T*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride;
-#pragma unroll 1
-  for (int i = 0; i < kAcc; ++i) {
-    const int e = threadIdx.x + i * kThreads;
-    const int r = e / D;
-    const int d = e % D;
-    if (q_lo + r < q_hi) {
-      const float l = sRowSum[r];
-      o_ptr[static_cast<int64_t>(q_lo + r) * p.o_row_stride + d] =
-          from_float<T>(l > 0.0f ? acc[i] / l : 0.0f);
-    }
-  }
-  float* lse_ptr = p.lse + b * p.lse_batch_stride + h * p.lse_head_stride;
-  for (int r = threadIdx.x; r < q_hi - q_lo; r += kThreads) {
-    const float l = sRowSum[r];
-    lse_ptr[q_lo + r] = l > 0.0f ? sRowMax[r] + logf(l) : -INFINITY;
-  }
+  T* o_ptr = static_cast<T*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride +
+             static_cast<int64_t>(q_lo) * p.o_row_stride;
+  float* lse_ptr = p.lse + b * p.lse_batch_stride + h * p.lse_head_stride + q_lo;
+  epilogue<T, MT, DT, BLOCK_M, D, kThreads>(acc, softmax, sQ, o_ptr, p.o_row_stride, lse_ptr,
+                                            q_hi - q_lo, warp_row0, lane, tid);
+}
+
+// cp.async moves 16-byte chunks: rows must start 16-byte aligned.
+static bool aligned_16(const void* ptr, int64_t row_stride) {
+  return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && row_stride % 8 == 0;
 }
 
 template <typename T, int D>
 static int launch(const cubridge_attn_fwd_params* p, cudaStream_t stream) {
-  using L = SmemLayout<T, D>;
   // Builtin symbols, for the launch-time expressions of the program (buffer lengths, tables).
   const int batch = p->batch;
   const int heads_q = p->heads_q;
@@ -376,6 +317,10 @@ static int launch(const cubridge_attn_fwd_params* p, cudaStream_t stream) {
   const int seqlen_kv = p->seqlen_kv;
   const float softmax_scale = p->softmax_scale;
   (void)heads_kv, (void)head_dim, (void)seqlen_kv, (void)softmax_scale;
+  if (!aligned_16(p->q, p->q_row_stride) || !aligned_16(p->k, p->k_row_stride) ||
+      !aligned_16(p->v, p->v_row_stride) || !aligned_16(p->o, p->o_row_stride)) {
+    return cudaErrorInvalidValue;
+  }
 
   size_t offsets[kMaxTables] = {};
   const size_t workspace_bytes = variant_workspace(p, offsets);
@@ -387,12 +332,13 @@ static int launch(const cubridge_attn_fwd_params* p, cudaStream_t stream) {
   // @cuir-region variant_setup
   // @cuir-end variant_setup
 
+  constexpr size_t kSmem = Tiling<D>::kSmemBytes;
   cudaError_t err = cudaFuncSetAttribute(attn_fwd_kernel<T, D>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(L::kBytes));
+                                         static_cast<int>(kSmem));
   if (err != cudaSuccess) return err;
   const dim3 grid(cuir_cdiv(seqlen_q, BLOCK_M), heads_q, batch);
-  attn_fwd_kernel<T, D><<<grid, kThreads, L::kBytes, stream>>>(*p
+  attn_fwd_kernel<T, D><<<grid, kThreadsFor<D>, kSmem, stream>>>(*p
       // @cuir-region variant_args
       // @cuir-end variant_args
   );

@@ -108,7 +108,7 @@ struct SmemTile {
                                              int tid) const {
     static_assert(NTHREADS % kChunks == 0, "threads must cover whole rows");
     constexpr int kRowsPerPass = NTHREADS / kChunks;
-    static_assert(kRowsPerPass % 8 == 0 && ROWS % kRowsPerPass == 0, "swizzle period");
+    static_assert(ROWS % kRowsPerPass == 0, "threads must cover the tile evenly");
     const int row0 = tid / kChunks, col = (tid % kChunks) * 8;
     const uint32_t dst = addr(row0, col);
     const Elem* src = gmem + row0 * row_stride + col;
@@ -116,7 +116,10 @@ struct SmemTile {
 #pragma unroll
     for (int i = 0; i < ROWS / kRowsPerPass; ++i) {
       const bool valid = row0 + i * kRowsPerPass < valid_rows;
-      cp_async_16(dst + i * kRowsPerPass * D * 2, valid ? src : gmem, valid);
+      // A pass of a multiple of 8 rows keeps row & 7, hence the swizzle, fixed: a constant step.
+      const uint32_t to = kRowsPerPass % 8 == 0 ? dst + i * kRowsPerPass * D * 2
+                                                : addr(row0 + i * kRowsPerPass, col);
+      cp_async_16(to, valid ? src : gmem, valid);
       src += step;
       asm volatile("" : "+l"(src));
     }

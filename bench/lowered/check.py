@@ -1,0 +1,184 @@
+# Runs lowered kernels (NAME_sm_90.cu in the folder given, as written by lower_tests with
+# CUBRIDGE_KEEP_TEST_FILES=1) through their C launcher against a dense torch reference on the GPU.
+#   python3 bench/lowered/check.py DIR [sm_90]
+import ctypes, math, os, subprocess, sys, concurrent.futures as cf
+import torch
+
+HERE = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
+ARCH = sys.argv[2] if len(sys.argv) > 2 else "sm_90"
+
+
+class Params(ctypes.Structure):
+    _fields_ = ([("q", ctypes.c_void_p), ("k", ctypes.c_void_p), ("v", ctypes.c_void_p),
+                 ("o", ctypes.c_void_p), ("lse", ctypes.c_void_p)] +
+                [(f"{t}_{s}_stride", ctypes.c_int64) for t in "qkvo" for s in ("batch", "head", "row")] +
+                [("lse_batch_stride", ctypes.c_int64), ("lse_head_stride", ctypes.c_int64)] +
+                [(n, ctypes.c_int32) for n in ("batch", "heads_q", "heads_kv", "head_dim", "seqlen_q", "seqlen_kv", "dtype")] +
+                [("softmax_scale", ctypes.c_float), ("buffers", ctypes.c_void_p * 8),
+                 ("buffer_lengths", ctypes.c_int64 * 8), ("workspace", ctypes.c_void_p),
+                 ("workspace_size", ctypes.c_size_t)])
+
+
+def build(name):
+    src = os.path.join(HERE, f"{name}_{ARCH}.cu")
+    so = os.path.join(HERE, f"{name}.so")
+    r = subprocess.run(["nvcc", "-shared", "-Xcompiler", "-fPIC", "-std=c++17", f"-arch={ARCH}", "-O3",
+                        "-o", so, src], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"{name}: nvcc failed\n{r.stderr}")
+    return so
+
+
+def make_doc(n, seed):
+    g = torch.Generator().manual_seed(seed)
+    lens = []
+    while sum(lens) < n:
+        lens.append(int(torch.randint(1, 120, (1,), generator=g)))
+    return torch.repeat_interleave(torch.arange(len(lens)), torch.tensor(lens))[:n].to(torch.int32)
+
+
+# Each variant: (hq, hkv, buffers(b, sq, skv) -> list, mask(b, h, q, kv, bufs) -> bool tensor|None,
+#                score_mod(s, b, h, q, kv) -> s|None)
+def variants():
+    W, G, cap, H = 256, 64, 20.0, 8
+    doc_cache = {}
+
+    def doc1(b, sq, skv):
+        return [make_doc(max(sq, skv), 1)]
+
+    def docb(b, sq, skv):
+        d = torch.cat([make_doc(skv, 10 + i) for i in range(b)])
+        prefix = torch.tensor([7 * (i + 1) for i in range(b)], dtype=torch.int32)
+        return [d, prefix]
+
+    def pbuf(b, sq, skv):
+        g = torch.Generator().manual_seed(5)
+        t = torch.randint(-1, 3, (skv,), generator=g).to(torch.int32)
+        t[:2] = -1  # rows 0 and 1 keep nothing: O = 0, LSE = -inf
+        return [t]
+
+    return {
+        "base": (4, 4, None, None, None),
+        "gqa": (8, 2, None, None, None),
+        "causal": (4, 4, None, lambda b, h, q, kv, B: q >= kv, None),
+        "sliding_window": (4, 4, None, lambda b, h, q, kv, B: (q >= kv) & (q - kv <= W), None),
+        "global_window": (4, 4, None, lambda b, h, q, kv, B: (q >= kv) & ((q - kv <= W) | (kv < G)), None),
+        "document": (4, 4, doc1, lambda b, h, q, kv, B: (q >= kv) & (B[0][q] == B[0][kv]), None),
+        "document_batched": (4, 4, docb,
+                             lambda b, h, q, kv, B: (B[0][b * SKV + q] == B[0][b * SKV + kv]) | (kv < B[1][b]), None),
+        "softcap_alibi": (4, 4, None, None,
+                          lambda s, b, h, q, kv: (cap * torch.tanh(s / cap)) + (kv - q) * torch.exp2(-8.0 * (h + 1) / H)),
+        "renamed_symbols": (4, 4, pbuf, lambda b, h, q, kv, B: (q >= kv) & (B[0][kv] >= 0), None),
+    }
+
+
+SKV = 333
+
+
+def reference(q, k, v, scale, hq, hkv, mask, smod, bufs):
+    B, _, SQ, D = q.shape
+    skv = k.shape[2]
+    rep = hq // hkv
+    kf = k.float().repeat_interleave(rep, dim=1)
+    vf = v.float().repeat_interleave(rep, dim=1)
+    s = torch.einsum("bhqd,bhkd->bhqk", q.float(), kf) * scale
+    bi = torch.arange(B, device=q.device).view(B, 1, 1, 1)
+    hi = torch.arange(hq, device=q.device).view(1, hq, 1, 1)
+    qi = torch.arange(SQ, device=q.device).view(1, 1, SQ, 1)
+    ki = torch.arange(skv, device=q.device).view(1, 1, 1, skv)
+    if smod is not None:
+        s = smod(s, bi, hi, qi, ki)
+    if mask is not None:
+        keep = mask(bi, hi, qi, ki, [x.to(q.device).long() for x in bufs]).expand_as(s)
+        s = torch.where(keep, s, torch.tensor(-math.inf, device=q.device))
+    m = s.amax(-1, keepdim=True)
+    m_use = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    p = torch.exp(s - m_use)
+    l = p.sum(-1, keepdim=True)
+    o = torch.where(l > 0, (p @ vf) / l.clamp_min(1e-30), torch.zeros_like(l))
+    lse = torch.where(l > 0, m_use + torch.log(l.clamp_min(1e-30)), torch.full_like(l, -math.inf)).squeeze(-1)
+    return o, lse
+
+
+def run(lib, q, k, v, o, lse, scale, bufs, dtype_code):
+    p = Params()
+    p.q, p.k, p.v, p.o, p.lse = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr()
+    for name, t in (("q", q), ("k", k), ("v", v), ("o", o)):
+        setattr(p, f"{name}_batch_stride", t.stride(0))
+        setattr(p, f"{name}_head_stride", t.stride(1))
+        setattr(p, f"{name}_row_stride", t.stride(2))
+    p.lse_batch_stride, p.lse_head_stride = lse.stride(0), lse.stride(1)
+    p.batch, p.heads_q, p.heads_kv, p.head_dim = q.shape[0], q.shape[1], k.shape[1], q.shape[3]
+    p.seqlen_q, p.seqlen_kv, p.dtype, p.softmax_scale = q.shape[2], k.shape[2], dtype_code, scale
+    dev_bufs = [b.cuda() for b in bufs]
+    for i, b in enumerate(dev_bufs):
+        p.buffers[i] = b.data_ptr()
+        p.buffer_lengths[i] = b.numel()
+    ws_size = lib.cubridge_attn_fwd_workspace_size(ctypes.byref(p))
+    ws = torch.empty(max(ws_size, 1), dtype=torch.uint8, device="cuda")
+    p.workspace, p.workspace_size = ws.data_ptr(), ws_size
+    err = lib.cubridge_attn_fwd(ctypes.byref(p), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+    torch.cuda.synchronize()
+    return err, ws_size, p
+
+
+def main():
+    names = list(variants().keys())
+    with cf.ThreadPoolExecutor(12) as ex:
+        libs = dict(zip(names, ex.map(build, names)))
+    failures = 0
+    torch.manual_seed(0)
+    for name, (hq, hkv, mkbufs, mask, smod) in variants().items():
+        lib = ctypes.CDLL(libs[name])
+        lib.cubridge_attn_fwd_workspace_size.restype = ctypes.c_size_t
+        lib.cubridge_attn_fwd.restype = ctypes.c_int
+        dims = (64, 128, 256) if name in ("base", "causal", "document") else (128,)
+        for dtype, code in ((torch.bfloat16, 0), (torch.float16, 1)):
+            for D in dims:
+                B, SQ = 2, 300
+                q = torch.randn(B, hq, SQ, D, device="cuda", dtype=dtype)
+                k = torch.randn(B, hkv, SKV, D, device="cuda", dtype=dtype)
+                v = torch.randn(B, hkv, SKV, D, device="cuda", dtype=dtype)
+                o = torch.full_like(q, float("nan"))
+                lse = torch.full((B, hq, SQ), float("nan"), device="cuda")
+                scale = 1.0 / math.sqrt(D)
+                bufs = mkbufs(B, SQ, SKV) if mkbufs else []
+                err, ws, _ = run(lib, q, k, v, o, lse, scale, bufs, code)
+                ro, rl = reference(q, k, v, scale, hq, hkv, mask, smod, bufs)
+                do = (o.float() - ro).abs().max().item()
+                finite = torch.isfinite(rl)
+                dl = (lse[finite] - rl[finite]).abs().max().item() if finite.any() else 0.0
+                inf_ok = bool(torch.equal(torch.isneginf(lse), torch.isneginf(rl)))
+                nan_o = bool(torch.isnan(o).any())
+                ok = err == 0 and do < 2e-2 and dl < 1e-3 and inf_ok and not nan_o
+                failures += not ok
+                print(f"{'OK  ' if ok else 'FAIL'} {name:18s} {str(dtype):15s} D={D:3d} err={err} ws={ws} "
+                      f"max|dO|={do:.2e} max|dLSE|={dl:.2e} -inf rows match={inf_ok} nan={nan_o} "
+                      f"empty rows={int((~finite).sum())}")
+    # Launcher refusals: a missing buffer, a too-short buffer, a missing workspace.
+    lib = ctypes.CDLL(libs["document"])
+    lib.cubridge_attn_fwd.restype = ctypes.c_int
+    q = torch.randn(1, 2, 100, 64, device="cuda", dtype=torch.bfloat16)
+    o = torch.empty_like(q)
+    lse = torch.empty(1, 2, 100, device="cuda")
+    for case in ("no buffer", "short buffer", "no workspace"):
+        bufs = [] if case == "no buffer" else [torch.zeros(50 if case == "short buffer" else 100, dtype=torch.int32)]
+        p = Params()
+        p.q = p.k = p.v = q.data_ptr(); p.o = o.data_ptr(); p.lse = lse.data_ptr()
+        for t in "qkvo":
+            setattr(p, f"{t}_batch_stride", q.stride(0)); setattr(p, f"{t}_head_stride", q.stride(1)); setattr(p, f"{t}_row_stride", q.stride(2))
+        p.lse_batch_stride, p.lse_head_stride = lse.stride(0), lse.stride(1)
+        p.batch, p.heads_q, p.heads_kv, p.head_dim, p.seqlen_q, p.seqlen_kv, p.dtype, p.softmax_scale = 1, 2, 2, 64, 100, 100, 0, 0.125
+        dev = [b.cuda() for b in bufs]
+        for i, b in enumerate(dev):
+            p.buffers[i] = b.data_ptr(); p.buffer_lengths[i] = b.numel()
+        err = lib.cubridge_attn_fwd(ctypes.byref(p), None)
+        ok = err == 1
+        failures += not ok
+        print(f"{'OK  ' if ok else 'FAIL'} refuses {case}: err={err}")
+    print("FAILURES", failures)
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
