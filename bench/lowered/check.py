@@ -19,14 +19,19 @@ class Params(ctypes.Structure):
                  ("workspace_size", ctypes.c_size_t)])
 
 
-def build(name):
-    src = os.path.join(HERE, f"{name}_{ARCH}.cu")
-    so = os.path.join(HERE, f"{name}.so")
-    r = subprocess.run(["nvcc", "-shared", "-Xcompiler", "-fPIC", "-std=c++17", f"-arch={ARCH}", "-O3",
+def build_from(folder, name, arch=None):
+    arch = arch or ARCH
+    src = os.path.join(folder, f"{name}_{arch}.cu")
+    so = os.path.join(folder, f"{name}.so")
+    r = subprocess.run(["nvcc", "-shared", "-Xcompiler", "-fPIC", "-std=c++17", f"-arch={arch}", "-O3",
                         "-o", so, src], capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"{name}: nvcc failed\n{r.stderr}")
     return so
+
+
+def build(name):
+    return build_from(HERE, name)
 
 
 def make_doc(n, seed):
