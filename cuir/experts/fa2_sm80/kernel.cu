@@ -251,38 +251,23 @@ __global__ void __launch_bounds__(kThreadsFor<D>) attn_fwd_kernel(const cubridge
     // Thread-owned score elements: row q0 + mt*16 + 8*(c >= 2), column kv0 + j*8 + (c & 1).
     const FragCoord at{q_lo + warp_row0 + (lane >> 2), kv_lo + 2 * (lane & 3)};
     const bool ragged = kv_lo + BLOCK_N > seqlen_kv;
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          s[mt][j][c] *= qk_scale;
-          if (ragged && at.kv(j, c) >= kv_hi) s[mt][j][c] = -INFINITY;
-        }
+    for_each_fragment(s, [&](int, int j, int c, float& x) {
+      x *= qk_scale;
+      if (ragged && at.kv(j, c) >= kv_hi) x = -INFINITY;
+    });
     // Visits the in-bounds score elements this thread owns as f(q_idx, kv_idx, score&).
     auto for_each_score = [&](auto&& f) {
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-          for (int c = 0; c < 4; ++c) {
-            const int q_idx = at.q(mt, c), kv_idx = at.kv(j, c);
-            if (q_idx < q_hi && kv_idx < kv_hi) f(q_idx, kv_idx, s[mt][j][c]);
-          }
+      for_each_fragment(s, [&](int mt, int j, int c, float& x) {
+        const int q_idx = at.q(mt, c), kv_idx = at.kv(j, c);
+        if (q_idx < q_hi && kv_idx < kv_hi) f(q_idx, kv_idx, x);
+      });
     };
     (void)for_each_score;
     // @cuir-region score_mod
     // @cuir-end score_mod
     // @cuir-region mask
     // @cuir-end mask
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) s[mt][j][c] *= kLog2e;
+    for_each_fragment(s, [](int, int, int, float& x) { x *= kLog2e; });
     softmax.step(s, acc);
 
     cp_async_wait<0>();

@@ -105,6 +105,18 @@ struct FragCoord {
   __device__ __forceinline__ int kv(int j, int c) const { return kv0 + j * 8 + (c & 1); }
 };
 
+// Calls f(mt, j, c, element) on every score register of the thread (fully unrolled, so the
+// indices stay compile-time and the fragment stays in registers).
+template <int MT, int NT, class F>
+__device__ __forceinline__ void for_each_fragment(float (&s)[MT][NT][4], F&& f) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) f(mt, j, c, s[mt][j][c]);
+}
+
 // Scaled scores in log2 units, with the variant's score_mod and, on partial blocks, its mask;
 // key columns past seqlen_kv are always masked (ragged last block).
 template <class Variant, int MT, int NT>
