@@ -88,6 +88,12 @@ constexpr Variant kVariants[] = {
     {"alibi_window_softcap.py", "--param window=70"},
 };
 
+// Readable parameter names in ctest's output instead of byte dumps.
+void PrintTo(const Variant& v, std::ostream* os) { *os << v.file << " " << v.extra; }
+void PrintTo(const HeadLayout& l, std::ostream* os) {
+  *os << l.name << " " << l.heads_q << "/" << l.heads_kv << "/" << l.head_dim;
+}
+
 class AdaptExample : public testing::TestWithParam<std::tuple<Variant, HeadLayout>> {};
 
 TEST_P(AdaptExample, VerifiesOnCpuAndWritesOutputs) {
@@ -193,6 +199,8 @@ constexpr BadInput kBadInputs[] = {
     {"missing_file", nullptr, "does_not_exist.py", "", "does_not_exist.py"},
     {"unknown_param", nullptr, "sliding_window.py", "--param windw=3", "windw"},
 };
+
+void PrintTo(const BadInput& b, std::ostream* os) { *os << b.name; }
 
 class AdaptBadInput : public testing::TestWithParam<BadInput> {};
 
