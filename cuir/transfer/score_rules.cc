@@ -32,6 +32,12 @@ absl::Status ApplyScoreInline(cuir::Program& program, RuleContext& ctx) {
                        read->loc.known() ? read->loc : ctx.spec.score_loc);
     return absl::OkStatus();
   }
+  // `return score` changes nothing: claim it without a statement, so the program stays the
+  // expert's own and the lowering copies every region.
+  if (score->kind == ExprKind::kVar && score->name == "score") {
+    ctx.claims.Claim(ScoreKey());
+    return absl::OkStatus();
+  }
   absl::StatusOr<Layout> layout = FindLayout(program);
   if (!layout.ok()) return layout.status();
   std::vector<cuir::Stmt>& body = program.stmts[layout->loop_index].body;

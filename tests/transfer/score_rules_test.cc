@@ -86,5 +86,24 @@ TEST(ScoreInline, NoScoreModLeavesTheLoopAlone) {
   EXPECT_FALSE(Applied(*r, "score.inline"));
 }
 
+TEST(ScoreInline, IdentityScoreModIsClaimedAndLeavesTheExpertProgram) {
+  VariantSpec spec;
+  spec.score = E("score");
+  absl::StatusOr<TransferResult> r = TransferOnBase(spec);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(LoopStmts(r->program, StmtKind::kScoreMod).empty());
+  EXPECT_FALSE(Applied(*r, "score.inline"));
+  EXPECT_TRUE(cuir::Equal(r->program, LoadBase()));
+}
+
+TEST(ScoreInline, ScoreTimesOneIsStillInlined) {
+  // Only the literal identity is dropped; anything else is the spec's to define.
+  VariantSpec spec;
+  spec.score = E("score * 1.0");
+  absl::StatusOr<TransferResult> r = TransferOnBase(spec);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(LoopStmts(r->program, StmtKind::kScoreMod).size(), 1u);
+}
+
 }  // namespace
 }  // namespace cubridge::transfer::testing
