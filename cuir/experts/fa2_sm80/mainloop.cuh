@@ -1,12 +1,10 @@
-// The two matmuls of one KV block (CuIR: qk, pv) on tensor cores, and the score stage between
-// them (CuIR: qk scale, score_mod, mask).
+// The two matmuls of one KV block (CuIR: qk, pv) on tensor cores, and the coordinates and visitor
+// of the score fragment between them, which kernel.cu's score_mod / mask regions use.
 //
 // Warp w owns query rows [w * 16 * MT, (w + 1) * 16 * MT) of the CTA's tile: MT m-tiles of 16.
 // Q and K are read from swizzled shared memory with ldmatrix; P stays in registers; V is read
 // transposed with ldmatrix.trans.
 #pragma once
-
-#include <math_constants.h>
 
 #include "tile.cuh"
 
@@ -115,37 +113,6 @@ __device__ __forceinline__ void for_each_fragment(float (&s)[MT][NT][4], F&& f) 
     for (int j = 0; j < NT; ++j)
 #pragma unroll
       for (int c = 0; c < 4; ++c) f(mt, j, c, s[mt][j][c]);
-}
-
-// Scaled scores in log2 units, with the variant's score_mod and, on partial blocks, its mask;
-// key columns past seqlen_kv are always masked (ragged last block).
-template <class Variant, int MT, int NT>
-__device__ __forceinline__ void score_stage(float (&s)[MT][NT][4], const FragCoord& at, int b,
-                                            int h, bool partial, bool ragged, int seqlen_kv,
-                                            float scale, float scale_log2,
-                                            const typename Variant::Args& args) {
-  constexpr float kLog2e = 1.4426950408889634f;
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        float x;
-        if constexpr (Variant::kScoreMod) {
-          x = Variant::score_mod(s[mt][j][c] * scale, b, h, at.q(mt, c), at.kv(j, c), args) *
-              kLog2e;
-        } else {
-          x = s[mt][j][c] * scale_log2;
-        }
-        if constexpr (Variant::kMask) {
-          if (partial && !Variant::mask(b, h, at.q(mt, c), at.kv(j, c), args)) x = -CUDART_INF_F;
-        }
-        if (ragged && at.kv(j, c) >= seqlen_kv) x = -CUDART_INF_F;
-        s[mt][j][c] = x;
-      }
-    }
-  }
 }
 
 }  // namespace fa2
