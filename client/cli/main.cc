@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "cuir/pipeline/adapt.h"
+#include "worker/gpu/autotune.h"
 
 namespace {
 
@@ -23,6 +24,9 @@ struct AdaptFlags {
   std::string dtype = "bf16";
   int64_t seqlen = 0;  // --seqlen, applied where --seqlen-q / --seqlen-kv are not given
   std::vector<std::string> buffers;  // name=source
+  std::string gpu = "auto";
+  double gpu_timeout = 120;
+  std::vector<std::string> tiles;  // BMxBNwW
   CLI::Option* seqlen_flag = nullptr;
   CLI::Option* seqlen_q_flag = nullptr;
   CLI::Option* seqlen_kv_flag = nullptr;
@@ -56,6 +60,14 @@ void AddAdaptCommand(CLI::App& app, AdaptFlags& f) {
   cmd->add_flag("--no-cache", f.no_cache, "Neither read nor write the kernel cache");
   cmd->add_option("--seed", f.options.seed, "Seed for the verification inputs (default: fresh)");
   cmd->add_flag("--json", f.json, "Print the report as JSON instead of stage lines");
+  cmd->add_option("--gpu", f.gpu,
+                  "auto: verify, profile and autotune on this machine's GPU when it has one; "
+                  "require: fail without one; off: CPU verification only");
+  cmd->add_option("--gpu-timeout", f.gpu_timeout,
+                  "Seconds one candidate may run on the GPU before it is killed");
+  cmd->add_option("--tiles", f.tiles,
+                  "Tile candidates to autotune, e.g. 128x64w4,64x64w4 (default: all that fit)")
+      ->delimiter(',');
 }
 
 int RunAdapt(AdaptFlags& f) {
@@ -93,6 +105,29 @@ int RunAdapt(AdaptFlags& f) {
     o.buffers[kv.first] = cubridge::spec::BufferSource{kv.second};
   }
   o.use_cache = !f.no_cache;
+  if (f.gpu == "auto" || f.gpu == "require" || f.gpu == "off") {
+    o.gpu_mode = f.gpu == "auto"      ? cubridge::pipeline::GpuMode::kAuto
+                 : f.gpu == "require" ? cubridge::pipeline::GpuMode::kRequire
+                                      : cubridge::pipeline::GpuMode::kOff;
+  } else {
+    std::cerr << "cubridge-cli adapt: --gpu must be auto, require or off, got '" << f.gpu << "'\n";
+    return 2;
+  }
+  cubridge::gpu::AutotuneOptions tune;
+  tune.isolate.timeout_seconds = f.gpu_timeout;
+  for (const auto& t : f.tiles) {
+    cubridge::gpu::TileConfig tile;
+    char w = 0;
+    if (std::sscanf(t.c_str(), "%dx%d%c%d", &tile.block_m, &tile.block_n, &w, &tile.warps) != 4 ||
+        w != 'w') {
+      std::cerr << "cubridge-cli adapt: --tiles '" << t
+                << "' must be BLOCK_MxBLOCK_NwWARPS, e.g. 128x64w4\n";
+      return 2;
+    }
+    tune.tiles.push_back(tile);
+  }
+  cubridge::gpu::GpuAutotuner autotuner(tune);
+  o.gpu = &autotuner;
   if (!f.json) {
     o.on_stage = [](const StageEvent& e) {
       std::printf("[%-8s] %-4s %7.3fs  %s\n", e.stage.c_str(), e.ok ? "ok" : "FAIL", e.seconds,

@@ -32,8 +32,7 @@ using cuir::StmtKind;
   auto lhs = *std::move(lhs##_or)
 
 constexpr int kMaxBuffers = 8;  // CUBRIDGE_MAX_BUFFERS of the launcher ABI
-constexpr int kMaxTables = 8;   // kMaxTables of the expert launcher
-constexpr int kTableThreads = 128;
+constexpr int kMaxTables = 8;   // tables a program may build (each costs a workspace pass)
 
 // "// <statement>  (file:line:col)": generated code says which CuIR it came from.
 std::string Origin(const Stmt& s) {
@@ -63,9 +62,9 @@ struct BufferInfo {
 
 struct TableInfo {
   const Stmt* decl;
-  std::string cpp;       // device pointer to the table (kernel parameter, launcher local)
+  std::string cpp;       // device pointer to the table (attention kernel local)
   std::string rows_fn;   // host+device: number of rows
-  std::string classify;  // the classifier kernel
+  std::string classify;  // device: classifies one tile (a whole CTA calls it)
   std::vector<std::string> axes;
   std::vector<ExprPtr> extents;  // grid extents of `axes`
   int slot;
@@ -87,7 +86,8 @@ class RegionWriter {
     LOWER_RETURN_IF_ERROR(TopLets());
     LOWER_RETURN_IF_ERROR(LoopHeader());
     LOWER_RETURN_IF_ERROR(LoopBody());
-    LOWER_RETURN_IF_ERROR(LaunchPlumbing());
+    LOWER_RETURN_IF_ERROR(BufferCheck());
+    LOWER_RETURN_IF_ERROR(KernelBindings());
     return out_;
   }
 
@@ -152,8 +152,6 @@ class RegionWriter {
     if (!plan_.consts.empty()) out_["variant_consts"] = text;
     kernel_ = ns_;
     BindBuiltins(&kernel_, "");
-    host_ = ns_.WithTarget(EmitTarget::kHost);
-    BindBuiltins(&host_, "");
     return absl::OkStatus();
   }
 
@@ -197,7 +195,7 @@ class RegionWriter {
     }
     if (tables_.empty()) return absl::OkStatus();
     out_["table_kernel"] = kernels;
-    out_["workspace"] = WorkspaceFunction();
+    out_["workspace"] = WorkspaceFunctions();
     return absl::OkStatus();
   }
 
@@ -214,9 +212,9 @@ class RegionWriter {
                         params_type_, "& p) {\n  return ", product, ";\n}\n");
   }
 
-  // One CTA per tile (axes..., m_block, n_block): evaluates the predicate on every element of the
-  // tile inside the sequence bounds and stores 0 (empty), 1 (partial) or 2 (full) into the
-  // table's entry array, which cuir_compact_table then turns into the row's block list.
+  // A CTA classifies one tile (axes..., m_block, n_block): evaluates the predicate on every
+  // element of the tile inside the sequence bounds and stores 0 (empty), 1 (partial) or 2 (full)
+  // into the table's entry array, which cuir_compact_row then turns into the row's block list.
   absl::StatusOr<std::string> ClassifyKernel(const TableInfo& t) {
     std::set<std::string> seed = assigned_;
     seed.insert({params_type_, "BLOCK_M", "BLOCK_N"});
@@ -232,7 +230,8 @@ class RegionWriter {
     EmitScope scope = ns_;
     BindBuiltins(&scope, p + ".");
     BindBuffers(&scope);
-    std::string decode = absl::StrCat("  const int ", n_block, " = static_cast<int>(", tile, " % ",
+    std::string decode = BufferLocals(p);
+    absl::StrAppend(&decode, "  const int ", n_block, " = static_cast<int>(", tile, " % ",
                                       num_n, ");\n  const long long ", row, " = ", tile, " / ",
                                       num_n, ";\n  const int ", m_block, " = static_cast<int>(",
                                       row, " % ", num_m, ");\n");
@@ -252,11 +251,10 @@ class RegionWriter {
       return InvalidAt(*t.decl, absl::StrCat("table `", t.decl->name, "`: blocks(...) needs a bool"));
     }
     return absl::StrCat(
-        "__global__ void __launch_bounds__(", kTableThreads, ") ", t.classify, "(const ",
-        params_type_, " ", p, ", int* __restrict__ ", table, BufferParams(), ") {\n",
+        "__device__ __forceinline__ void ", t.classify, "(const ", params_type_, "& ", p,
+        ", int* __restrict__ ", table, ", const long long ", tile, ") {\n",
         "  const int ", num_m, " = cuir_cdiv(", p, ".seqlen_q, BLOCK_M);\n",
-        "  const int ", num_n, " = cuir_cdiv(", p, ".seqlen_kv, BLOCK_N);\n",
-        "  const long long ", tile, " = static_cast<long long>(blockIdx.x);\n", decode,
+        "  const int ", num_n, " = cuir_cdiv(", p, ".seqlen_kv, BLOCK_N);\n", decode,
         "  const int ", q_end, " = min(", m_block, " * BLOCK_M + BLOCK_M, ", p, ".seqlen_q);\n",
         "  const int ", kv_end, " = min(", n_block, " * BLOCK_N + BLOCK_N, ", p, ".seqlen_kv);\n",
         "  bool ", any, " = false;\n  bool ", all, " = true;\n",
@@ -269,30 +267,56 @@ class RegionWriter {
         "    }\n  }\n",
         "  ", any, " = __syncthreads_or(", any, ");\n  ", all, " = __syncthreads_and(", all, ");\n",
         "  if (threadIdx.x == 0) ", table, "[", t.rows_fn, "(", p, ") + ", row, " * ", num_n,
-        " + ", n_block, "] = ", any, " ? (", all, " ? 2 : 1) : 0;\n}\n");
+        " + ", n_block, "] = ", any, " ? (", all, " ? 2 : 1) : 0;\n",
+        // The next tile's classification reuses the CTA: no thread may still read any/all.
+        "  __syncthreads();\n}\n");
+  }
+
+  static std::string BufferSlot(const std::string& params, const BufferInfo& b) {
+    return absl::StrCat(params, ".buffers[", b.slot, "]");
+  }
+  // `const int* doc = p.buffers[0];` for every buffer: generated code reads buffers by name.
+  std::string BufferLocals(const std::string& params, absl::string_view indent = "  ") const {
+    std::string text;
+    for (const BufferInfo& b : buffers_) {
+      absl::StrAppend(&text, indent, "const int* __restrict__ const ", b.cpp, " = ",
+                      BufferSlot(params, b), ";  // buffer ", b.decl->name, "\n");
+    }
+    return text;
   }
 
   // Tables are laid out one after the other, 256-byte aligned: counts[rows], entries[rows][num_n].
-  std::string WorkspaceFunction() const {
-    std::string text = absl::StrCat(
-        "// Block tables, each counts[rows] then entries[rows][num_n], 256-byte aligned.\n"
-        "static size_t variant_workspace(const ",
-        params_type_, "* p, size_t* offsets) {\n  size_t bytes = 0;\n");
+  // The table kernels of the expert visit tiles and rows of all tables as one range each; these
+  // functions map a position in that range to its table.
+  std::string WorkspaceFunctions() const {
+    const std::string P = absl::StrCat("const ", params_type_, "& p");
+    const std::string num_n = "cuir_cdiv<long long>(p.seqlen_kv, BLOCK_N)";
+    std::string layout, tiles, rows, classify, compact;
     for (const TableInfo& t : tables_) {
-      absl::StrAppend(&text, "  if (offsets != nullptr) offsets[", t.slot, "] = bytes;  // ",
+      const std::string at = absl::StrCat("reinterpret_cast<int*>(workspace + offsets[", t.slot, "])");
+      absl::StrAppend(&layout, "  if (offsets != nullptr) offsets[", t.slot, "] = bytes;  // ",
                       t.decl->name, "\n  bytes += static_cast<size_t>(", t.rows_fn,
-                      "(*p)) * static_cast<size_t>(1 + cuir_cdiv(p->seqlen_kv, BLOCK_N)) * "
-                      "sizeof(int);\n  bytes = (bytes + 255) / 256 * 256;\n");
+                      "(p)) * static_cast<size_t>(1 + ", num_n,
+                      ") * sizeof(int);\n  bytes = (bytes + 255) / 256 * 256;\n");
+      absl::StrAppend(&tiles, " + ", t.rows_fn, "(p) * ", num_n);
+      absl::StrAppend(&rows, " + ", t.rows_fn, "(p)");
+      absl::StrAppend(&classify, "  if (tile < ", t.rows_fn, "(p) * num_n) return ", t.classify,
+                      "(p, ", at, ", tile);\n  tile -= ", t.rows_fn, "(p) * num_n;\n");
+      absl::StrAppend(&compact, "  if (row < ", t.rows_fn, "(p)) return cuir_compact_row(", at,
+                      ", ", t.rows_fn, "(p), static_cast<int>(num_n), row);\n  row -= ", t.rows_fn,
+                      "(p);\n");
     }
-    return text + "  return bytes;\n}\n";
-  }
-
-  std::string BufferParams() const {
-    std::string text;
-    for (const BufferInfo& b : buffers_) {
-      absl::StrAppend(&text, ", const int* __restrict__ ", b.cpp);
-    }
-    return text;
+    const std::string hd = "__host__ __device__ __forceinline__ ";
+    const std::string locate = absl::StrCat("  size_t offsets[", tables_.size(), "];\n  variant_workspace(p, offsets);\n  const long long num_n = ", num_n, ";\n");
+    return absl::StrCat(
+        "// Block tables, each counts[rows] then entries[rows][num_n], 256-byte aligned.\n", hd,
+        "size_t variant_workspace(", P, ", size_t* offsets) {\n  size_t bytes = 0;\n", layout,
+        "  return bytes;\n}\n", hd, "long long variant_table_tiles(", P, ") {\n  return 0", tiles,
+        ";\n}\n", hd, "long long variant_table_rows(", P, ") {\n  return 0", rows, ";\n}\n",
+        "__device__ __forceinline__ void variant_classify_tile(", P,
+        ", char* workspace, long long tile) {\n", locate, classify, "}\n",
+        "__device__ __forceinline__ void variant_compact_row(", P,
+        ", char* workspace, long long row) {\n", locate, compact, "}\n");
   }
 
   // ---- kernel body ----------------------------------------------------------------------------
@@ -461,46 +485,45 @@ class RegionWriter {
     return absl::StrCat(Origin(s), "if (", when.text, ") {\n", indented, "}\n");
   }
 
-  // ---- launcher -------------------------------------------------------------------------------
+  // ---- buffers and tables outside the loop ---------------------------------------------------
 
-  absl::Status LaunchPlumbing() {
-    if (buffers_.empty() && tables_.empty()) return absl::OkStatus();
-    std::string params, args, setup;
+  // A buffer must be given and at least as long as declared (lengths in elements); the launch
+  // plan, on the host or the device, refuses the call otherwise.
+  absl::Status BufferCheck() {
+    if (buffers_.empty()) return absl::OkStatus();
+    EmitScope scope = ns_.WithTarget(EmitTarget::kHost);
+    BindBuiltins(&scope, "p.");
+    std::string checks;
     for (const BufferInfo& b : buffers_) {
-      absl::StrAppend(&params, ", const int* __restrict__ ", b.cpp, "\n");
-      absl::StrAppend(&args, ", ", b.cpp, "\n");
-      LOWER_ASSIGN_OR_RETURN(check, BufferCheck(b));
-      absl::StrAppend(&setup, check);
+      LOWER_ASSIGN_OR_RETURN(length, EmitExpr(b.decl->value, scope));
+      absl::StrAppend(&checks, Origin(*b.decl), "  if (", BufferSlot("p", b),
+                      " == nullptr || p.buffer_lengths[", b.slot, "] < ",
+                      Convert(length, CType::kLong), ") return false;\n");
     }
-    std::string buffer_args;
-    for (const BufferInfo& b : buffers_) absl::StrAppend(&buffer_args, ", ", b.cpp);
-    for (const TableInfo& t : tables_) {
-      absl::StrAppend(&params, ", const int* __restrict__ ", t.cpp, "\n");
-      absl::StrAppend(&args, ", ", t.cpp, "\n");
-      const std::string tiles = Fresh(t.cpp + "_tiles");
-      absl::StrAppend(
-          &setup, Origin(*t.decl), "int* const ", t.cpp, " = reinterpret_cast<int*>(workspace + offsets[",
-          t.slot, "]);\n", "const long long ", tiles, " = ", t.rows_fn,
-          "(*p) * cuir_cdiv(seqlen_kv, BLOCK_N);\n", "if (", tiles,
-          " > INT_MAX) return cudaErrorInvalidValue;\n", t.classify, "<<<static_cast<unsigned>(",
-          tiles, "), ", kTableThreads, ", 0, stream>>>(*p, ", t.cpp, buffer_args, ");\n",
-          "cuir_compact_table<<<static_cast<unsigned>(cuir_cdiv(", t.rows_fn, "(*p), 128LL)), 128, 0, "
-          "stream>>>(",
-          t.cpp, ", ", t.rows_fn, "(*p), cuir_cdiv(seqlen_kv, BLOCK_N));\n");
-    }
-    out_["variant_params"] = params;
-    out_["variant_args"] = args;
-    out_["variant_setup"] = setup;
+    out_["buffer_check"] = absl::StrCat(
+        "__host__ __device__ __forceinline__ bool variant_buffers_ok(const ", params_type_,
+        "& p) {\n", checks, "  return true;\n}\n");
     return absl::OkStatus();
   }
 
-  // A buffer must be given and at least as long as declared (lengths in elements).
-  absl::StatusOr<std::string> BufferCheck(const BufferInfo& b) {
-    LOWER_ASSIGN_OR_RETURN(length, EmitExpr(b.decl->value, host_));
-    const std::string need = Convert(length, CType::kLong);
-    return absl::StrCat(Origin(*b.decl), "const int* const ", b.cpp, " = p->buffers[", b.slot,
-                        "];\nif (", b.cpp, " == nullptr || p->buffer_lengths[", b.slot, "] < ",
-                        need, ") return cudaErrorInvalidValue;\n");
+  // The attention kernel's names for the buffers and tables its generated regions read.
+  absl::Status KernelBindings() {
+    if (buffers_.empty() && tables_.empty()) return absl::OkStatus();
+    std::string text;
+    for (const BufferInfo& b : buffers_) absl::StrAppend(&text, Origin(*b.decl));
+    absl::StrAppend(&text, BufferLocals("p", ""));
+    if (!tables_.empty()) {
+      const std::string offsets = Fresh("table_offsets");
+      absl::StrAppend(&text, "size_t ", offsets, "[", tables_.size(), "];\nvariant_workspace(p, ", offsets,
+                      ");\n");
+      for (const TableInfo& t : tables_) {
+        absl::StrAppend(&text, Origin(*t.decl), "const int* __restrict__ const ", t.cpp,
+                        " = reinterpret_cast<const int*>(workspace + ", offsets, "[", t.slot,
+                        "]);\n");
+      }
+    }
+    out_["variant_bind"] = text;
+    return absl::OkStatus();
   }
 
   const LoweringPlan& plan_;
@@ -511,7 +534,6 @@ class RegionWriter {
   EmitScope ns_;      // namespace scope: params, consts
   EmitScope kernel_;  // kernel body before the loop
   EmitScope loop_;    // inside the KV loop
-  EmitScope host_;    // the launcher
   std::vector<BufferInfo> buffers_;
   std::vector<TableInfo> tables_;
   std::map<std::string, std::string> out_;

@@ -3,6 +3,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "cuir/lower/codegen.h"
 #include "cuir/lower/expert.h"
 #include "cuir/lower/plan.h"
@@ -18,11 +20,10 @@ std::string RegionConstruct(const std::string& region) {
   static const std::map<std::string, std::string> kConstructs = {
       {"tile_params", "changed params"},
       {"variant_consts", "const declarations"},
-      {"variant_params", "buffer / table kernel parameters"},
-      {"variant_args", "buffer / table kernel arguments"},
-      {"variant_setup", "buffer checks and table construction"},
+      {"variant_bind", "the kernel's buffer and table pointers"},
+      {"buffer_check", "buffer declarations (length checks)"},
       {"table_kernel", "table declarations"},
-      {"workspace", "table workspace"},
+      {"workspace", "table workspace and construction"},
       {"head_map", "a changed `let kv_h`"},
       {"program_lets", "new top-level lets"},
       {"kv_range", "changed KV loop bounds"},
@@ -55,6 +56,18 @@ std::string RenamePrefix(const std::string& text, const std::string& from, const
     i = after;
   }
   out.append(text, i, std::string::npos);
+  return out;
+}
+
+// `// @cuir-entry ROLE NAME` lines: the device entry points a module loader looks up.
+std::map<std::string, std::string> DeviceEntries(const std::string& source) {
+  std::map<std::string, std::string> out;
+  for (absl::string_view line : absl::StrSplit(source, '\n')) {
+    line = absl::StripLeadingAsciiWhitespace(line);
+    if (!absl::ConsumePrefix(&line, "// @cuir-entry ")) continue;
+    std::vector<std::string> parts = absl::StrSplit(line, absl::MaxSplits(' ', 1));
+    if (parts.size() == 2) out[parts[0]] = std::string(absl::StripAsciiWhitespace(parts[1]));
+  }
   return out;
 }
 
@@ -119,6 +132,12 @@ absl::StatusOr<LoweredKernel> Lower(const cuir::Program& program,
       "; every other region is the expert's code.\n// Lowered for ", config.ToString(),
       "; the launcher accepts any shape, dtype (bf16 / fp16) and head dim (64 / 128 / 256).\n",
       RenamePrefix(*source, from, to));
+  out.device_entries = DeviceEntries(out.cuda_source);
+  if (out.device_entries.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "expert \"", expert->name, "\": ", expert->source.filename,
+        " names no `// @cuir-entry ROLE NAME` lines (plan, classify, compact, attention)"));
+  }
   out.launcher_header = absl::StrCat(
       "// Launcher of the CuBridge kernel `", program.kernel, "` (expert \"", expert->name,
       "\", ", ArchName(arch), "); link the object compiled from its kernel.cu.\n",

@@ -25,6 +25,9 @@ struct LoweredKernel {
   std::string cuda_source;     // kernel.cu: complete translation unit
   std::string launcher_header; // kernel.h: plain C entry point declaration + params struct
   std::string entry_point;     // extern "C" launcher name
+  // Device entry points by role (plan, classify, compact, attention) for a run-time loader of
+  // the NVRTC-compiled source (worker/gpu); `attention` names {T} and {D} template arguments.
+  std::map<std::string, std::string> device_entries;
   std::vector<std::string> generated_regions;  // regions generated (changed by the transfer)
   std::vector<std::string> copied_regions;     // regions copied verbatim from the expert
 };

@@ -18,7 +18,7 @@ struct LoweringPlan {
   std::vector<const cuir::Stmt*> params;
   bool params_changed = false;
   std::vector<const cuir::Stmt*> consts;   // variant_consts
-  std::vector<const cuir::Stmt*> buffers;  // variant_params / variant_args / variant_setup
+  std::vector<const cuir::Stmt*> buffers;  // buffer_check / variant_bind
   std::vector<const cuir::Stmt*> tables;   // + table_kernel / workspace
   const cuir::Stmt* grid = nullptr;        // always equal to the base grid
 

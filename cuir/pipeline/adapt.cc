@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <optional>
 #include <random>
 
 #include "absl/strings/str_format.h"
@@ -86,12 +87,6 @@ transfer::VariantSpec ToVariantSpec(const spec::Spec& s) {
   return v;
 }
 
-nlohmann::json ConfigJson(const cuir::AttentionConfig& c) {
-  return {{"batch", c.batch},         {"heads_q", c.heads_q},     {"heads_kv", c.heads_kv},
-          {"head_dim", c.head_dim},   {"seqlen_q", c.seqlen_q},   {"seqlen_kv", c.seqlen_kv},
-          {"dtype", cuir::DTypeName(c.dtype)}, {"softmax_scale", c.scale()}};
-}
-
 uint64_t FreshSeed() {
   std::random_device rd;
   return (static_cast<uint64_t>(rd()) << 32 | rd()) | 1;
@@ -137,6 +132,20 @@ absl::StatusOr<AdaptResult> Adapt(const AdaptOptions& o) {
   const std::string cache_dir =
       (o.cache_dir.empty() ? DefaultCacheDir() : o.cache_dir) + "/" + result.spec_hash + "/" + arch;
 
+  // A GPU here means kernels are verified and profiled on it; a cached kernel that was checked on
+  // the CPU only is then not good enough and is redone.
+  std::optional<std::string> gpu_here;
+  std::string gpu_absent = "no GPU stage configured";
+  if (o.gpu_mode != GpuMode::kOff && o.gpu != nullptr) {
+    auto probe = o.gpu->Probe(o.arch);
+    if (probe.ok()) gpu_here = *probe;
+    else gpu_absent = std::string(probe.status().message());
+  }
+  if (o.gpu_mode == GpuMode::kRequire && !gpu_here) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("gpu: a GPU was required (--gpu require) but none is usable: ", gpu_absent));
+  }
+
   if (o.use_cache) {
     auto cached = stage.Run("cache", [&](std::string* detail)
                                          -> absl::StatusOr<std::optional<std::map<std::string, std::string>>> {
@@ -152,7 +161,9 @@ absl::StatusOr<AdaptResult> Adapt(const AdaptOptions& o) {
     if (cached->has_value()) {
       auto files = **cached;
       auto report = nlohmann::json::parse(files["report.json"], nullptr, false);
-      if (!report.is_discarded()) {
+      const bool gpu_checked = !report.is_discarded() && report.contains("gpu") &&
+                               report["gpu"].contains("best");
+      if (!report.is_discarded() && (gpu_checked || !gpu_here)) {
         if (auto s = PublishFiles(o.out_dir, files); !s.ok()) return s;
         result.cache_hit = true;
         report["cache_hit"] = true;
@@ -201,6 +212,24 @@ absl::StatusOr<AdaptResult> Adapt(const AdaptOptions& o) {
   });
   if (!lowered.ok()) return lowered.status();
 
+  nlohmann::json gpu_report = {{"skipped", gpu_absent}};
+  if (gpu_here) {
+    auto gpu = stage.Run("gpu", [&](std::string* detail) -> absl::StatusOr<GpuStageOutput> {
+      GpuStageInput in{transferred->program, *base, o.spec_path, o.param_overrides, o.buffers,
+                       o.config, o.arch, seed, o.verify, nullptr};
+      in.progress = [&](const std::string& line) {
+        if (o.on_stage) o.on_stage({"gpu", true, 0, line});
+      };
+      auto r = o.gpu->Run(in);
+      if (!r.ok()) return r.status();
+      *detail = r->summary;
+      return r;
+    });
+    if (!gpu.ok()) return gpu.status();
+    *lowered = gpu->kernel;
+    gpu_report = gpu->report;
+  }
+
   nlohmann::json applied = nlohmann::json::array();
   for (const auto& r : transferred->applied) {
     applied.push_back({{"rule", r.name}, {"detail", r.detail}});
@@ -219,6 +248,7 @@ absl::StatusOr<AdaptResult> Adapt(const AdaptOptions& o) {
        {{"entry_point", lowered->entry_point},
         {"generated_regions", lowered->generated_regions},
         {"copied_regions", lowered->copied_regions}}},
+      {"gpu", gpu_report},
       {"stages", stages},
       {"cache_hit", false},
   };

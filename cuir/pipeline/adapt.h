@@ -26,6 +26,38 @@ struct StageEvent {
   std::string detail;  // one line
 };
 
+// The GPU stages: lift check, candidate lowering, run-time compilation, verification and
+// profiling on a real GPU, autotuning. worker/gpu implements them; Adapt() runs without them
+// (CPU verification only) when none is given.
+struct GpuStageInput {
+  const cuir::Program& program;  // transferred, CPU-verified
+  const cuir::Program& base;     // the expert's base program (lift check)
+  std::string spec_path;
+  std::vector<std::string> param_overrides;
+  std::map<std::string, spec::BufferSource> buffers;
+  cuir::AttentionConfig config;
+  lower::Arch arch;
+  uint64_t seed;
+  VerifyOptions verify;
+  std::function<void(const std::string&)> progress;  // one line per candidate
+};
+
+struct GpuStageOutput {
+  lower::LoweredKernel kernel;  // the fastest verified candidate
+  nlohmann::json report;        // device, lift check, every candidate, the choice
+  std::string summary;          // one line
+};
+
+class GpuStage {
+ public:
+  virtual ~GpuStage() = default;
+  // A description of the GPU that would run `arch` kernels, or why there is none.
+  virtual absl::StatusOr<std::string> Probe(lower::Arch arch) = 0;
+  virtual absl::StatusOr<GpuStageOutput> Run(const GpuStageInput& input) = 0;
+};
+
+enum class GpuMode { kAuto, kOff, kRequire };
+
 struct AdaptOptions {
   std::string spec_path;
   cuir::AttentionConfig config;
@@ -38,6 +70,10 @@ struct AdaptOptions {
   uint64_t seed = 0;      // verification inputs; 0 = fresh random seed per run
   VerifyOptions verify;
   std::function<void(const StageEvent&)> on_stage;
+  // kAuto: run the GPU stages when `gpu` finds a usable GPU, else say they were skipped.
+  // kRequire: fail without one. kOff: CPU verification only.
+  GpuStage* gpu = nullptr;
+  GpuMode gpu_mode = GpuMode::kAuto;
 };
 
 struct AdaptResult {

@@ -1,5 +1,8 @@
 #include "cuir/pipeline/files.h"
 
+#include <ftw.h>
+#include <cstdio>
+
 #include <unistd.h>
 
 #include <filesystem>
@@ -40,7 +43,7 @@ absl::Status PublishFiles(const std::string& dir, const std::map<std::string, st
   const std::string suffix = absl::StrFormat(".tmp-%d", getpid());
   std::vector<fs::path> staged;
   auto cleanup = [&] {
-    for (const auto& p : staged) fs::remove(p, ec);
+    for (const auto& p : staged) std::remove(p.c_str());
   };
   for (const auto& [name, content] : files) {
     fs::path tmp = fs::path(dir) / (name + suffix);
@@ -77,6 +80,13 @@ std::optional<std::map<std::string, std::string>> ReadDir(const std::string& dir
     files[name] = *content;
   }
   return files;
+}
+
+void RemoveTree(const std::string& path) {
+  nftw(
+      path.c_str(),
+      [](const char* p, const struct stat*, int, struct FTW*) { return ::remove(p), 0; }, 16,
+      FTW_DEPTH | FTW_PHYS);
 }
 
 }  // namespace cubridge::pipeline

@@ -20,4 +20,8 @@ absl::Status PublishFiles(const std::string& dir, const std::map<std::string, st
 // Reads every regular file of `dir` (non-recursive); nullopt if the directory does not exist.
 std::optional<std::map<std::string, std::string>> ReadDir(const std::string& dir);
 
+// Deletes a folder and everything in it (errors ignored). Not std::filesystem::remove_all: a
+// CUDA LibTorch exports its own copy of that symbol, which crashes when it wins the lookup.
+void RemoveTree(const std::string& path);
+
 }  // namespace cubridge::pipeline

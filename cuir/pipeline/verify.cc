@@ -12,20 +12,6 @@
 namespace cubridge::pipeline {
 namespace {
 
-struct Tolerance {
-  double o_atol, o_rtol, lse_atol, lse_rtol;
-};
-
-// O is rounded to the input dtype on store and P is rounded before P V, so the dtype's unit
-// roundoff (2^-8 bf16, 2^-11 fp16) bounds the relative error; the statistics are fp32.
-Tolerance ToleranceFor(cuir::DType dtype, const VerifyOptions& o) {
-  Tolerance t = dtype == cuir::DType::kBF16 ? Tolerance{1e-2, 1e-2, 1e-3, 1e-4}
-                                            : Tolerance{2e-3, 2e-3, 1e-3, 1e-4};
-  if (o.o_atol > 0) t.o_atol = o.o_atol;
-  if (o.o_rtol > 0) t.o_rtol = o.o_rtol;
-  return t;
-}
-
 std::vector<int64_t> Unravel(int64_t flat, const std::vector<int64_t>& sizes) {
   std::vector<int64_t> idx(sizes.size());
   for (int i = static_cast<int>(sizes.size()) - 1; i >= 0; --i) {
@@ -49,6 +35,42 @@ std::string ShapeName(const VerifyShape& s) {
 }
 
 }  // namespace
+
+Tolerance ToleranceFor(cuir::DType dtype, const VerifyOptions& o) {
+  Tolerance t = dtype == cuir::DType::kBF16 ? Tolerance{1e-2, 1e-2, 1e-3, 1e-4}
+                                            : Tolerance{2e-3, 2e-3, 1e-3, 1e-4};
+  if (o.o_atol > 0) t.o_atol = o.o_atol;
+  if (o.o_rtol > 0) t.o_rtol = o.o_rtol;
+  return t;
+}
+
+nlohmann::json ConfigJson(const cuir::AttentionConfig& c) {
+  return {{"batch", c.batch},         {"heads_q", c.heads_q},     {"heads_kv", c.heads_kv},
+          {"head_dim", c.head_dim},   {"seqlen_q", c.seqlen_q},   {"seqlen_kv", c.seqlen_kv},
+          {"dtype", cuir::DTypeName(c.dtype)}, {"softmax_scale", c.scale()}};
+}
+
+absl::StatusOr<cuir::AttentionConfig> ConfigFromJson(const nlohmann::json& j) {
+  cuir::AttentionConfig c;
+  try {
+    c.batch = j.at("batch").get<int64_t>();
+    c.heads_q = j.at("heads_q").get<int64_t>();
+    c.heads_kv = j.at("heads_kv").get<int64_t>();
+    c.head_dim = j.at("head_dim").get<int64_t>();
+    c.seqlen_q = j.at("seqlen_q").get<int64_t>();
+    c.seqlen_kv = j.at("seqlen_kv").get<int64_t>();
+    const std::string dtype = j.at("dtype").get<std::string>();
+    if (dtype != "bf16" && dtype != "fp16") {
+      return absl::InvalidArgumentError("config: dtype must be \"bf16\" or \"fp16\", got \"" + dtype + "\"");
+    }
+    c.dtype = dtype == "bf16" ? cuir::DType::kBF16 : cuir::DType::kFP16;
+    c.softmax_scale = j.value("softmax_scale", 0.0);
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(std::string("config: ") + e.what());
+  }
+  if (auto s = cuir::ValidateConfig(c); !s.ok()) return s;
+  return c;
+}
 
 std::vector<VerifyShape> DefaultVerifyShapes(const cuir::AttentionConfig& config) {
   // Ragged with respect to every tile size we use (64, 128), seqlen_q != seqlen_kv both ways,

@@ -61,6 +61,16 @@ struct VerifyReport {
 
 std::vector<VerifyShape> DefaultVerifyShapes(const cuir::AttentionConfig& config);
 
+// Per-dtype tolerances (options override O's when non-zero): shared by the CPU and GPU verifiers.
+struct Tolerance {
+  double o_atol, o_rtol, lse_atol, lse_rtol;
+};
+Tolerance ToleranceFor(cuir::DType dtype, const VerifyOptions& options);
+
+// The job config as reports and worker requests carry it, and back (clear errors on bad fields).
+nlohmann::json ConfigJson(const cuir::AttentionConfig& c);
+absl::StatusOr<cuir::AttentionConfig> ConfigFromJson(const nlohmann::json& j);
+
 // Compares got (any float dtype) against want (float64) elementwise.
 OutputError CompareOutputs(const torch::Tensor& got, const torch::Tensor& want, double atol,
                            double rtol);

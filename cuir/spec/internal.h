@@ -104,7 +104,7 @@ struct IndexGrid {
   torch::Tensor b, h, q, kv;
 };
 IndexGrid MakeIndexGrid(int64_t b0, int64_t batch, int64_t h0, int64_t heads, int64_t seqlen_q,
-                        int64_t seqlen_kv);
+                        int64_t seqlen_kv, torch::Device device = torch::kCPU);
 
 // Runs a compiled spec function on whole tensors. `score` is used for score_mod only. Params
 // are passed by value, buffers by name. A Python number result becomes a 0-d tensor. Errors

@@ -38,18 +38,23 @@ absl::Status CheckInputs(const cuir::AttentionConfig& c, const AttentionInputs& 
   return absl::OkStatus();
 }
 
-std::map<std::string, torch::Tensor> Int64Buffers(const AttentionInputs& in) {
+std::map<std::string, torch::Tensor> Int64Buffers(const AttentionInputs& in,
+                                                  torch::Device device = torch::kCPU) {
   std::map<std::string, torch::Tensor> out;
-  for (const auto& [name, t] : in.buffers) out[name] = t.to(torch::kInt64);
+  for (const auto& [name, t] : in.buffers) out[name] = t.to(device, torch::kInt64);
   return out;
 }
 
 // The mask_mod result with 4 dims, q/kv dims full, b/h dims 1 where it does not depend on them.
 absl::StatusOr<torch::Tensor> ChunkMask(const Spec& spec, const cuir::AttentionConfig& c,
                                         const std::map<std::string, torch::Tensor>& buffers,
-                                        const Chunk& k) {
-  if (spec.mask == nullptr) return torch::ones({1, 1, c.seqlen_q, c.seqlen_kv}, torch::kBool);
-  const auto grid = internal::MakeIndexGrid(k.b0, k.nb, k.h0, k.nh, c.seqlen_q, c.seqlen_kv);
+                                        const Chunk& k, torch::Device device) {
+  if (spec.mask == nullptr) {
+    return torch::ones({1, 1, c.seqlen_q, c.seqlen_kv},
+                       torch::TensorOptions().dtype(torch::kBool).device(device));
+  }
+  const auto grid =
+      internal::MakeIndexGrid(k.b0, k.nb, k.h0, k.nh, c.seqlen_q, c.seqlen_kv, device);
   auto r = internal::CallSpecFunction(spec, /*is_score=*/false, grid, {}, buffers);
   if (!r.ok()) return r.status();
   if (r->scalar_type() != torch::kBool) {
@@ -66,23 +71,26 @@ absl::StatusOr<torch::Tensor> ChunkMask(const Spec& spec, const cuir::AttentionC
 // Attention for one chunk of batches and query heads, written into o / lse.
 absl::Status RunChunk(const Spec& spec, const cuir::AttentionConfig& c, const AttentionInputs& in,
                       const std::map<std::string, torch::Tensor>& buffers, const Chunk& k,
-                      torch::Tensor& o, torch::Tensor& lse) {
+                      const OracleOptions& opt, torch::Tensor& o, torch::Tensor& lse) {
   using torch::indexing::Slice;
   const int64_t group = c.heads_q / c.heads_kv;
-  const auto kv_heads = torch::arange(k.h0, k.h0 + k.nh, torch::kInt64).div(group, "floor");
+  const auto kv_heads =
+      torch::arange(k.h0, k.h0 + k.nh, torch::TensorOptions().dtype(torch::kInt64).device(opt.device))
+          .div(group, "floor");
   const auto rows = Slice(k.b0, k.b0 + k.nb);
-  const auto q = in.q.index({rows, Slice(k.h0, k.h0 + k.nh)}).to(torch::kFloat64);
-  const auto kk = in.k.index({rows}).index_select(1, kv_heads).to(torch::kFloat64);
-  const auto v = in.v.index({rows}).index_select(1, kv_heads).to(torch::kFloat64);
+  const auto q = in.q.index({rows, Slice(k.h0, k.h0 + k.nh)}).to(opt.device, opt.dtype);
+  const auto kk = in.k.index({rows}).to(opt.device).index_select(1, kv_heads).to(opt.dtype);
+  const auto v = in.v.index({rows}).to(opt.device).index_select(1, kv_heads).to(opt.dtype);
 
   torch::Tensor s = torch::matmul(q, kk.transpose(-1, -2)) * c.scale();
   if (spec.score != nullptr) {
-    const auto grid = internal::MakeIndexGrid(k.b0, k.nb, k.h0, k.nh, c.seqlen_q, c.seqlen_kv);
+    const auto grid =
+        internal::MakeIndexGrid(k.b0, k.nb, k.h0, k.nh, c.seqlen_q, c.seqlen_kv, opt.device);
     auto r = internal::CallSpecFunction(spec, /*is_score=*/true, grid, s, buffers);
     if (!r.ok()) return r.status();
-    s = r->to(torch::kFloat64).expand(s.sizes());
+    s = r->to(opt.dtype).expand(s.sizes());
   }
-  auto mask = ChunkMask(spec, c, buffers, k);
+  auto mask = ChunkMask(spec, c, buffers, k, opt.device);
   if (!mask.ok()) return mask.status();
   s = s.masked_fill(mask->logical_not(), -kInf);
 
@@ -91,8 +99,9 @@ absl::Status RunChunk(const Spec& spec, const cuir::AttentionConfig& c, const At
   const auto shift = torch::where(torch::isfinite(row_max), row_max, torch::zeros_like(row_max));
   const auto p = torch::exp(s - shift);
   const auto l = p.sum(-1, /*keepdim=*/true);
-  const auto out = torch::where(l > 0, torch::matmul(p, v) / l, torch::zeros({}, torch::kFloat64));
-  const auto log_sum = torch::where(l > 0, shift + torch::log(l), torch::full({}, -kInf, torch::kFloat64));
+  const auto scalar = torch::TensorOptions().dtype(opt.dtype).device(opt.device);
+  const auto out = torch::where(l > 0, torch::matmul(p, v) / l, torch::zeros({}, scalar));
+  const auto log_sum = torch::where(l > 0, shift + torch::log(l), torch::full({}, -kInf, scalar));
   o.index_put_({rows, Slice(k.h0, k.h0 + k.nh)}, out);
   lse.index_put_({rows, Slice(k.h0, k.h0 + k.nh)}, log_sum.squeeze(-1));
   return absl::OkStatus();
@@ -115,25 +124,29 @@ std::vector<Chunk> Chunks(const cuir::AttentionConfig& c) {
 }  // namespace
 
 absl::StatusOr<AttentionOutputs> RunOracle(const Spec& spec, const cuir::AttentionConfig& config,
-                                           const AttentionInputs& inputs) {
+                                           const AttentionInputs& inputs,
+                                           const OracleOptions& options) {
   if (auto s = CheckInputs(config, inputs); !s.ok()) return s;
   torch::NoGradGuard no_grad;
-  const auto buffers = Int64Buffers(inputs);
+  const auto buffers = Int64Buffers(inputs, options.device);
+  const auto opt = torch::TensorOptions().dtype(options.dtype).device(options.device);
   AttentionOutputs out;
-  out.o = torch::zeros({config.batch, config.heads_q, config.seqlen_q, config.head_dim},
-                       torch::kFloat64);
-  out.lse = torch::zeros({config.batch, config.heads_q, config.seqlen_q}, torch::kFloat64);
+  out.o = torch::zeros({config.batch, config.heads_q, config.seqlen_q, config.head_dim}, opt);
+  out.lse = torch::zeros({config.batch, config.heads_q, config.seqlen_q}, opt);
   for (const Chunk& k : Chunks(config)) {
-    if (auto s = RunChunk(spec, config, inputs, buffers, k, out.o, out.lse); !s.ok()) return s;
+    if (auto s = RunChunk(spec, config, inputs, buffers, k, options, out.o, out.lse); !s.ok()) {
+      return s;
+    }
   }
   return out;
 }
 
 absl::StatusOr<torch::Tensor> DenseMask(const Spec& spec, const cuir::AttentionConfig& config,
-                                        const AttentionInputs& inputs) {
+                                        const AttentionInputs& inputs, torch::Device device) {
   if (auto s = cuir::ValidateConfig(config); !s.ok()) return s;
   torch::NoGradGuard no_grad;
-  auto m = ChunkMask(spec, config, Int64Buffers(inputs), {0, config.batch, 0, config.heads_q});
+  auto m = ChunkMask(spec, config, Int64Buffers(inputs, device),
+                     {0, config.batch, 0, config.heads_q}, device);
   if (!m.ok()) return m.status();
   return m->contiguous();
 }

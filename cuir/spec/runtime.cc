@@ -9,8 +9,8 @@
 namespace cubridge::spec::internal {
 
 IndexGrid MakeIndexGrid(int64_t b0, int64_t batch, int64_t h0, int64_t heads, int64_t seqlen_q,
-                        int64_t seqlen_kv) {
-  const auto opt = torch::TensorOptions().dtype(torch::kInt64);
+                        int64_t seqlen_kv, torch::Device device) {
+  const auto opt = torch::TensorOptions().dtype(torch::kInt64).device(device);
   return IndexGrid{torch::arange(b0, b0 + batch, opt).view({batch, 1, 1, 1}),
                    torch::arange(h0, h0 + heads, opt).view({1, heads, 1, 1}),
                    torch::arange(seqlen_q, opt).view({1, 1, seqlen_q, 1}),

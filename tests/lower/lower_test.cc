@@ -21,10 +21,9 @@ using testing::LoadTestProgram;
 
 // Every region of the fa2_sm80 expert, as docs/lowering.md lists them.
 const std::set<std::string> kAllRegions = {
-    "abi",          "tile_params",  "variant_consts", "table_kernel", "workspace",
-    "variant_params", "head_map",   "program_lets",   "kv_range",     "kv_loop",
-    "block_class",  "qk_scale",     "score_mod",      "mask",         "variant_setup",
-    "variant_args"};
+    "abi",          "tile_params", "variant_consts", "table_kernel", "workspace",
+    "buffer_check", "variant_bind", "head_map",      "program_lets", "kv_range",
+    "kv_loop",      "block_class", "qk_scale",       "score_mod",    "mask"};
 
 LoweredKernel LowerOrDie(const std::string& name, Arch arch = Arch::kSm80) {
   auto program = LoadTestProgram(name);
@@ -67,9 +66,8 @@ TEST_P(RegionSelection, GeneratesExactlyTheChangedConstructs) {
   }
 }
 
-const std::set<std::string> kTableRegions = {"table_kernel", "workspace",     "variant_params",
-                                             "kv_range",     "kv_loop",       "mask",
-                                             "variant_setup", "variant_args"};
+const std::set<std::string> kTableRegions = {"table_kernel", "workspace", "buffer_check",
+                                             "variant_bind", "kv_range",  "kv_loop", "mask"};
 
 INSTANTIATE_TEST_SUITE_P(
     Programs, RegionSelection,
@@ -82,8 +80,8 @@ INSTANTIATE_TEST_SUITE_P(
         RegionCase{"softcap_alibi", {"variant_consts", "score_mod"}},
         RegionCase{"gqa", {"head_map"}},
         RegionCase{"renamed_symbols",
-                   {"tile_params", "variant_consts", "variant_params", "kv_range", "block_class",
-                    "mask", "variant_setup", "variant_args"}}),
+                   {"tile_params", "variant_consts", "buffer_check", "variant_bind", "kv_range",
+                    "block_class", "mask"}}),
     [](const auto& info) { return info.param.program; });
 
 TEST(Lower, BaseProgramIsTheExpertSourceVerbatim) {
@@ -141,22 +139,25 @@ TEST(Lower, GqaMapsQueryHeadsToKvHeadsWithFloorDivision) {
 
 TEST(Lower, DocumentTableIsBuiltByAPreKernelAndReadByTheLoop) {
   const LoweredKernel k = LowerOrDie("document");
-  EXPECT_THAT(RegionText(k, "variant_params"), HasSubstr(", const int* __restrict__ doc"));
-  EXPECT_THAT(RegionText(k, "variant_params"), HasSubstr(", const int* __restrict__ T"));
+  const std::string bind = RegionText(k, "variant_bind");
+  EXPECT_THAT(bind, HasSubstr("const int* __restrict__ const doc = p.buffers[0];"));
+  EXPECT_THAT(bind, HasSubstr("reinterpret_cast<const int*>(workspace + table_offsets[0])"));
   const std::string classify = RegionText(k, "table_kernel");
-  EXPECT_THAT(classify, HasSubstr("__global__"));
+  EXPECT_THAT(classify, HasSubstr("__device__ __forceinline__ void T_classify("));
   EXPECT_THAT(classify,
               HasSubstr("((q_idx >= kv_idx) && (__ldg(doc + q_idx) == __ldg(doc + kv_idx)))"));
-  const std::string setup = RegionText(k, "variant_setup");
-  EXPECT_THAT(setup, HasSubstr("p->buffers[0]"));
-  // The declared length max(seqlen_q, seqlen_kv) is checked before anything is launched.
-  EXPECT_THAT(setup, HasSubstr("p->buffer_lengths[0] < static_cast<long long>(cuir_max<int>("
-                               "seqlen_q, seqlen_kv))"));
-  EXPECT_THAT(setup, HasSubstr("cuir_compact_table<<<"));
+  // The declared length max(seqlen_q, seqlen_kv) is checked by the launch plan, before anything
+  // is launched.
+  const std::string check = RegionText(k, "buffer_check");
+  EXPECT_THAT(check, HasSubstr("p.buffers[0] == nullptr || p.buffer_lengths[0] < "
+                               "static_cast<long long>(cuir_max<int>(p.seqlen_q, p.seqlen_kv))"));
+  const std::string workspace = RegionText(k, "workspace");
+  EXPECT_THAT(workspace, HasSubstr("size_t variant_workspace("));
+  EXPECT_THAT(workspace, HasSubstr("return T_classify(p, "));
+  EXPECT_THAT(workspace, HasSubstr("return cuir_compact_row("));
   const std::string loop = RegionText(k, "kv_loop");
   EXPECT_THAT(loop, HasSubstr("const int n_block = "));
   EXPECT_THAT(loop, HasSubstr("const bool full = "));
-  EXPECT_THAT(RegionText(k, "workspace"), HasSubstr("static size_t variant_workspace("));
 }
 
 TEST(Lower, TablePerAxisDecodesTheAxisInThePreKernel) {
@@ -165,13 +166,13 @@ TEST(Lower, TablePerAxisDecodesTheAxisInThePreKernel) {
   // The row of (b, m_block) is b * cdiv(seqlen_q, BLOCK_M) + m_block.
   EXPECT_THAT(RegionText(k, "kv_loop"),
               HasSubstr("(static_cast<long long>(b) * cuir_cdiv(seqlen_q, BLOCK_M) + m_block)"));
-  EXPECT_THAT(RegionText(k, "variant_setup"), HasSubstr("p->buffers[1]"));
+  EXPECT_THAT(RegionText(k, "buffer_check"), HasSubstr("p.buffers[1]"));
 }
 
 TEST(Lower, SymbolsThatCollideWithExpertNamesAreRenamed) {
   const LoweredKernel k = LowerOrDie("renamed_symbols");
   EXPECT_THAT(RegionText(k, "variant_consts"), HasSubstr("constexpr int c_2 = 0;"));
-  EXPECT_THAT(RegionText(k, "variant_params"), HasSubstr("const int* __restrict__ p_2"));
+  EXPECT_THAT(RegionText(k, "variant_bind"), HasSubstr("const int* __restrict__ const p_2"));
   EXPECT_THAT(RegionText(k, "block_class"), HasSubstr("const bool acc_2 = "));
   EXPECT_THAT(RegionText(k, "mask"), HasSubstr("__ldg(p_2 + kv_idx)"));
   EXPECT_THAT(RegionText(k, "tile_params"),

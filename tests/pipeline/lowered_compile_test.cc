@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include "cuir/pipeline/files.h"
+
 namespace {
 namespace fs = std::filesystem;
 
@@ -41,7 +43,7 @@ TEST_P(LoweredExample, CompilesWithNvccForSm80AndSm90) {
                           " -o " + dir + "/kernel.o " + dir + "/out/kernel.cu > " + log + " 2>&1";
   EXPECT_EQ(RunShell(cmd), 0) << "nvcc failed on the lowered kernel; see " << log;
   EXPECT_TRUE(fs::exists(dir + "/kernel.o"));
-  if (!HasFailure()) fs::remove_all(dir);
+  if (!HasFailure()) cubridge::pipeline::RemoveTree(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Examples, LoweredExample,

@@ -7,8 +7,7 @@
 // Integer division by zero is undefined here (the interpreter reports it); see docs/lowering.md.
 #pragma once
 
-#include <math.h>
-#include <stdlib.h>
+#include "cuir_platform.cuh"
 
 // a // b, rounding toward -inf (Python), for int / long long.
 template <typename I>

@@ -13,12 +13,24 @@
 // rely on are the CuIR names themselves (m_block, h, b, kv_h, q_lo, q_hi, n_block, kv_lo, kv_hi,
 // BLOCK_M, ..., the builtins batch, heads_q, ..., softmax_scale), so generated code reads them
 // directly. Identifiers starting with `cubridge_attn_fwd` are renamed after the program's kernel.
+//
+// Device entry points by role, for loaders of the NVRTC-compiled module (worker/gpu/module.h);
+// {T} and {D} are the element type and head dim of the instance:
+// @cuir-entry plan cubridge_attn_fwd_plan
+// @cuir-entry classify cubridge_fa2::cubridge_attn_fwd_classify
+// @cuir-entry compact cubridge_fa2::cubridge_attn_fwd_compact
+// @cuir-entry attention cubridge_fa2::attn_fwd_kernel<{T}, {D}>
 
 // @cuir-region abi
 #ifndef cubridge_attn_fwd_ABI_H_
 #define cubridge_attn_fwd_ABI_H_
+#ifdef __CUDACC_RTC__
+#include <cuda/std/cstddef>
+#include <cuda/std/cstdint>
+#else
 #include <stddef.h>
 #include <stdint.h>
+#endif
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -66,10 +78,11 @@ int cubridge_attn_fwd(const cubridge_attn_fwd_params* p, struct CUstream_st* str
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#ifndef __CUDACC_RTC__
 #include <cuda_runtime.h>
-#include <limits.h>
-#include <math.h>
+#endif
 
+#include "../common/cuir_platform.cuh"
 #include "../common/cuir_scalar.cuh"
 #include "epilogue.cuh"
 #include "mainloop.cuh"
@@ -95,7 +108,7 @@ constexpr int kWarpsFor = D > 128 && BLOCK_M >= 32 * WARPS ? 2 * WARPS : WARPS;
 template <int D>
 constexpr int kThreadsFor = kWarpsFor<D> * 32;
 static_assert(STAGES >= 1, "K and V are double-buffered against each other; STAGES is a hint");
-constexpr int kMaxTables = 8;
+constexpr int kTableThreads = 128;  // threads of the table-building kernels
 
 // The KV blocks a program visits: the union of N half-open intervals, ascending, each block once.
 // next(n) is the smallest visited block >= n, which is also what a pipelined mainloop prefetches.
@@ -116,13 +129,12 @@ struct KvUnion {
   __device__ __forceinline__ int first() const { return next(INT_MIN); }
 };
 
-// Block tables (`table T = blocks(PRED)`): a classifier kernel writes one class per tile
-// (0 empty, 1 partial, 2 full) into the entry array of each row; this pass compacts every row in
-// place into its non-empty blocks, ascending, encoded as (n_block << 1) | full, and stores the
-// count. Layout of a table of R rows: counts[R], then entries[R][num_n].
-__global__ void cuir_compact_table(int* __restrict__ table, long long rows, int num_n) {
-  const long long row = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (row >= rows) return;
+// Block tables (`table T = blocks(PRED)`): a classifier writes one class per tile (0 empty,
+// 1 partial, 2 full) into the entry array of each row; this pass compacts one row in place into
+// its non-empty blocks, ascending, encoded as (n_block << 1) | full, and stores the count.
+// Layout of a table of R rows: counts[R], then entries[R][num_n].
+__device__ __forceinline__ void cuir_compact_row(int* __restrict__ table, long long rows, int num_n,
+                                                 long long row) {
   int* entries = table + rows + row * num_n;
   int count = 0;
   for (int n = 0; n < num_n; ++n) {
@@ -136,13 +148,57 @@ __global__ void cuir_compact_table(int* __restrict__ table, long long rows, int 
 // @cuir-end table_kernel
 
 // @cuir-region workspace
-// Device workspace of the program's block tables; offsets[i] receives where table i starts.
-static size_t variant_workspace(const cubridge_attn_fwd_params* p, size_t* offsets) {
-  (void)p;
-  (void)offsets;
+// The program's block tables: their device workspace (offsets[i] receives where table i
+// starts), the tiles the classifier visits, the rows the compaction visits. None here.
+__host__ __device__ __forceinline__ size_t variant_workspace(const cubridge_attn_fwd_params& p,
+                                                             size_t* offsets) {
+  (void)p, (void)offsets;
   return 0;
 }
+__host__ __device__ __forceinline__ long long variant_table_tiles(const cubridge_attn_fwd_params& p) {
+  (void)p;
+  return 0;
+}
+__host__ __device__ __forceinline__ long long variant_table_rows(const cubridge_attn_fwd_params& p) {
+  (void)p;
+  return 0;
+}
+__device__ __forceinline__ void variant_classify_tile(const cubridge_attn_fwd_params& p,
+                                                      char* workspace, long long tile) {
+  (void)p, (void)workspace, (void)tile;
+}
+__device__ __forceinline__ void variant_compact_row(const cubridge_attn_fwd_params& p,
+                                                    char* workspace, long long row) {
+  (void)p, (void)workspace, (void)row;
+}
 // @cuir-end workspace
+
+// @cuir-region buffer_check
+// The program's buffers are given and long enough. None here.
+__host__ __device__ __forceinline__ bool variant_buffers_ok(const cubridge_attn_fwd_params& p) {
+  (void)p;
+  return true;
+}
+// @cuir-end buffer_check
+
+// The tables are built before the attention kernel by two grid-stride kernels, so any table size
+// launches on a bounded grid: every tile is classified, then every row compacted.
+extern "C" __global__ void __launch_bounds__(kTableThreads)
+    cubridge_attn_fwd_classify(const cubridge_attn_fwd_params p, char* workspace) {
+  const long long tiles = variant_table_tiles(p);
+  for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    variant_classify_tile(p, workspace, tile);
+  }
+}
+extern "C" __global__ void __launch_bounds__(kTableThreads)
+    cubridge_attn_fwd_compact(const cubridge_attn_fwd_params p, char* workspace) {
+  const long long rows = variant_table_rows(p);
+  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+  for (long long row = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; row < rows;
+       row += stride) {
+    variant_compact_row(p, workspace, row);
+  }
+}
 
 // The fragment shapes of one warp: MT m-tiles of 16 query rows, the score block as NT n-tiles of
 // 8 keys, the output as DT n-tiles of 8 head-dim columns.
@@ -158,10 +214,8 @@ struct Tiling {
 };
 
 template <typename T, int D>
-__global__ void __launch_bounds__(kThreadsFor<D>) attn_fwd_kernel(const cubridge_attn_fwd_params p
-    // @cuir-region variant_params
-    // @cuir-end variant_params
-) {
+__global__ void __launch_bounds__(kThreadsFor<D>)
+    attn_fwd_kernel(const cubridge_attn_fwd_params p, char* __restrict__ workspace) {
   using namespace cubridge::fa2;
   constexpr int MT = Tiling<D>::MT, NT = Tiling<D>::NT, DT = Tiling<D>::DT;
   constexpr int kThreads = kThreadsFor<D>;
@@ -179,7 +233,9 @@ __global__ void __launch_bounds__(kThreadsFor<D>) attn_fwd_kernel(const cubridge
   const int seqlen_q = p.seqlen_q;
   const int seqlen_kv = p.seqlen_kv;
   const float softmax_scale = p.softmax_scale;
-  (void)batch, (void)heads_q, (void)heads_kv, (void)head_dim, (void)softmax_scale;
+  (void)batch, (void)heads_q, (void)heads_kv, (void)head_dim, (void)softmax_scale, (void)workspace;
+  // @cuir-region variant_bind
+  // @cuir-end variant_bind
 
   // grid m_block < cdiv(seqlen_q, BLOCK_M), h < heads_q, b < batch
   const int m_block = blockIdx.x;
@@ -287,55 +343,96 @@ __global__ void __launch_bounds__(kThreadsFor<D>) attn_fwd_kernel(const cubridge
 }
 
 // cp.async moves 16-byte chunks: rows must start 16-byte aligned.
-static bool aligned_16(const void* ptr, int64_t row_stride) {
+__host__ __device__ __forceinline__ bool aligned_16(const void* ptr, int64_t row_stride) {
   return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && row_stride % 8 == 0;
 }
 
+template <int D>
+__host__ __device__ __forceinline__ void main_launch(int* threads, int* smem_bytes) {
+  *threads = kThreadsFor<D>;
+  *smem_bytes = static_cast<int>(Tiling<D>::kSmemBytes);
+}
+
+}  // namespace cubridge_fa2
+
+// What one call enqueues, computed from the parameters alone by one function that runs on the
+// host (the launcher below, built by nvcc) and on the device (cubridge_attn_fwd_plan, which a
+// loader of an NVRTC-compiled module runs first: worker/gpu/module.cc mirrors this struct; change
+// both and kCubridgePlanVersion together).
+#define CUBRIDGE_PLAN_VERSION 1
+typedef struct cubridge_attn_fwd_launch_plan {
+  int32_t version;
+  int32_t status;            // 0, or cudaErrorInvalidValue (1) for unusable parameters
+  uint64_t workspace_bytes;  // device scratch the call needs (block tables)
+  uint32_t classify_grid;    // CTAs of cubridge_attn_fwd_classify (0: no tables)
+  uint32_t compact_grid;     // CTAs of cubridge_attn_fwd_compact
+  uint32_t table_threads;    // threads of both
+  uint32_t grid[3];          // the attention kernel's grid, threads and dynamic shared memory
+  int32_t threads;
+  int32_t smem_bytes;
+} cubridge_attn_fwd_launch_plan;
+
+__host__ __device__ __forceinline__ void cubridge_attn_fwd_make_plan(
+    const cubridge_attn_fwd_params& p, cubridge_attn_fwd_launch_plan* plan) {
+  using namespace cubridge_fa2;
+  *plan = cubridge_attn_fwd_launch_plan{};
+  plan->version = CUBRIDGE_PLAN_VERSION;
+  plan->status = 1;
+  if (p.q == nullptr || p.k == nullptr || p.v == nullptr || p.o == nullptr || p.lse == nullptr ||
+      p.batch <= 0 || p.heads_q <= 0 || p.heads_kv <= 0 || p.seqlen_q <= 0 || p.seqlen_kv <= 0 ||
+      p.batch > 65535 || p.heads_q > 65535 || (p.dtype != 0 && p.dtype != 1) ||
+      !aligned_16(p.q, p.q_row_stride) || !aligned_16(p.k, p.k_row_stride) ||
+      !aligned_16(p.v, p.v_row_stride) || !aligned_16(p.o, p.o_row_stride) ||
+      !variant_buffers_ok(p)) {
+    return;
+  }
+  switch (p.head_dim) {
+    case 64: main_launch<64>(&plan->threads, &plan->smem_bytes); break;
+    case 128: main_launch<128>(&plan->threads, &plan->smem_bytes); break;
+    case 256: main_launch<256>(&plan->threads, &plan->smem_bytes); break;
+    default: return;
+  }
+  plan->workspace_bytes = variant_workspace(p, nullptr);
+  // Enough CTAs to fill any GPU; the grid-stride loops cover the rest.
+  const long long tiles = variant_table_tiles(p);
+  const long long rows = variant_table_rows(p);
+  plan->classify_grid = static_cast<uint32_t>(cuir_min<long long>(tiles, 16384));
+  plan->compact_grid =
+      static_cast<uint32_t>(cuir_min<long long>(cuir_cdiv<long long>(rows, kTableThreads), 16384));
+  plan->table_threads = kTableThreads;
+  plan->grid[0] = static_cast<uint32_t>(cuir_cdiv(p.seqlen_q, BLOCK_M));
+  plan->grid[1] = static_cast<uint32_t>(p.heads_q);
+  plan->grid[2] = static_cast<uint32_t>(p.batch);
+  plan->status = 0;
+}
+
+extern "C" __global__ void cubridge_attn_fwd_plan(const cubridge_attn_fwd_params p,
+                                                  cubridge_attn_fwd_launch_plan* plan) {
+  cubridge_attn_fwd_make_plan(p, plan);
+}
+
+#ifndef __CUDACC_RTC__
+namespace cubridge_fa2 {
+
 template <typename T, int D>
-static int launch(const cubridge_attn_fwd_params* p, cudaStream_t stream) {
-  // Builtin symbols, for the launch-time expressions of the program (buffer lengths, tables).
-  const int batch = p->batch;
-  const int heads_q = p->heads_q;
-  const int heads_kv = p->heads_kv;
-  const int head_dim = D;
-  const int seqlen_q = p->seqlen_q;
-  const int seqlen_kv = p->seqlen_kv;
-  const float softmax_scale = p->softmax_scale;
-  (void)heads_kv, (void)head_dim, (void)seqlen_kv, (void)softmax_scale;
-  if (!aligned_16(p->q, p->q_row_stride) || !aligned_16(p->k, p->k_row_stride) ||
-      !aligned_16(p->v, p->v_row_stride) || !aligned_16(p->o, p->o_row_stride)) {
-    return cudaErrorInvalidValue;
-  }
-
-  size_t offsets[kMaxTables] = {};
-  const size_t workspace_bytes = variant_workspace(p, offsets);
-  if (workspace_bytes > 0 && (p->workspace == nullptr || p->workspace_size < workspace_bytes)) {
-    return cudaErrorInvalidValue;
-  }
-  char* const workspace = static_cast<char*>(p->workspace);
-  (void)workspace;
-  // @cuir-region variant_setup
-  // @cuir-end variant_setup
-
-  constexpr size_t kSmem = Tiling<D>::kSmemBytes;
-  cudaError_t err = cudaFuncSetAttribute(attn_fwd_kernel<T, D>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(kSmem));
+static int launch(const cubridge_attn_fwd_params* p, const cubridge_attn_fwd_launch_plan& plan,
+                  cudaStream_t stream) {
+  cudaError_t err = cudaFuncSetAttribute(
+      attn_fwd_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes);
   if (err != cudaSuccess) return err;
-  const dim3 grid(cuir_cdiv(seqlen_q, BLOCK_M), heads_q, batch);
-  attn_fwd_kernel<T, D><<<grid, kThreadsFor<D>, kSmem, stream>>>(*p
-      // @cuir-region variant_args
-      // @cuir-end variant_args
-  );
+  const dim3 grid(plan.grid[0], plan.grid[1], plan.grid[2]);
+  attn_fwd_kernel<T, D><<<grid, plan.threads, plan.smem_bytes, stream>>>(
+      *p, static_cast<char*>(p->workspace));
   return cudaGetLastError();
 }
 
 template <typename T>
-static int launch_head_dim(const cubridge_attn_fwd_params* p, cudaStream_t stream) {
+static int launch_head_dim(const cubridge_attn_fwd_params* p,
+                           const cubridge_attn_fwd_launch_plan& plan, cudaStream_t stream) {
   switch (p->head_dim) {
-    case 64: return launch<T, 64>(p, stream);
-    case 128: return launch<T, 128>(p, stream);
-    case 256: return launch<T, 256>(p, stream);
+    case 64: return launch<T, 64>(p, plan, stream);
+    case 128: return launch<T, 128>(p, plan, stream);
+    case 256: return launch<T, 256>(p, plan, stream);
     default: return cudaErrorInvalidValue;
   }
 }
@@ -343,18 +440,27 @@ static int launch_head_dim(const cubridge_attn_fwd_params* p, cudaStream_t strea
 }  // namespace cubridge_fa2
 
 extern "C" size_t cubridge_attn_fwd_workspace_size(const cubridge_attn_fwd_params* p) {
-  return p == nullptr ? 0 : cubridge_fa2::variant_workspace(p, nullptr);
+  return p == nullptr ? 0 : cubridge_fa2::variant_workspace(*p, nullptr);
 }
 
 extern "C" int cubridge_attn_fwd(const cubridge_attn_fwd_params* p, cudaStream_t stream) {
-  if (p == nullptr || p->q == nullptr || p->k == nullptr || p->v == nullptr || p->o == nullptr ||
-      p->lse == nullptr || p->batch <= 0 || p->heads_q <= 0 || p->heads_kv <= 0 ||
-      p->seqlen_q <= 0 || p->seqlen_kv <= 0) {
+  if (p == nullptr) return cudaErrorInvalidValue;
+  cubridge_attn_fwd_launch_plan plan;
+  cubridge_attn_fwd_make_plan(*p, &plan);
+  if (plan.status != 0) return cudaErrorInvalidValue;
+  if (plan.workspace_bytes > 0 &&
+      (p->workspace == nullptr || p->workspace_size < plan.workspace_bytes)) {
     return cudaErrorInvalidValue;
   }
+  char* const workspace = static_cast<char*>(p->workspace);
+  if (plan.classify_grid > 0) {
+    cubridge_fa2::cubridge_attn_fwd_classify<<<plan.classify_grid, plan.table_threads, 0, stream>>>(*p, workspace);
+    cubridge_fa2::cubridge_attn_fwd_compact<<<plan.compact_grid, plan.table_threads, 0, stream>>>(*p, workspace);
+  }
   switch (p->dtype) {
-    case 0: return cubridge_fa2::launch_head_dim<__nv_bfloat16>(p, stream);
-    case 1: return cubridge_fa2::launch_head_dim<__half>(p, stream);
+    case 0: return cubridge_fa2::launch_head_dim<__nv_bfloat16>(p, plan, stream);
+    case 1: return cubridge_fa2::launch_head_dim<__half>(p, plan, stream);
     default: return cudaErrorInvalidValue;
   }
 }
+#endif  // __CUDACC_RTC__

@@ -11,7 +11,8 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <stdint.h>
+
+#include "../common/cuir_platform.cuh"
 
 namespace cubridge {
 namespace fa2 {

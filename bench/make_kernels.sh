@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Lowers every example variant with the CuBridge CLI (on this CPU machine: spec, transfer, CPU
+# verification against the spec's oracle, lowering) and collects the kernels for
+# bench/run_matrix.py:
+#   bash bench/make_kernels.sh OUTDIR [CLI]      (CLI defaults to ./build/client/cubridge-cli)
+# writes OUTDIR/NAME_sm_90.cu for the 12 variants of examples/specs/, with prefix_lm twice:
+# prefix_lm_1k (prefix=256) for S=1024 and prefix_lm_8k (prefix=2048) for S=8192.
+# The lowered launcher takes any batch / heads / seqlen / head dim (64, 128, 256) / dtype at run
+# time; only the spec's params are baked in, so small shapes keep the CPU verification quick.
+# Every other variant keeps its spec defaults (windows 256, 64 global tokens, block 128, cap 20,
+# ALiBi heads=32). At most two CLI jobs run at once.
+set -euo pipefail
+
+if [ $# -lt 1 ] || [ $# -gt 2 ]; then
+  echo "usage: bash bench/make_kernels.sh OUTDIR [CLI]" >&2
+  exit 2
+fi
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+OUTDIR="$1"
+CLI="${2:-$ROOT/build/client/cubridge-cli}"
+if [ ! -x "$CLI" ]; then
+  echo "make_kernels: no CLI at $CLI (build it: cmake --build build -j2 --target cubridge-cli)" >&2
+  exit 2
+fi
+mkdir -p "$OUTDIR"
+OUTDIR="$(cd "$OUTDIR" && pwd)"
+TMP="$(mktemp -d)"
+trap 'rm -rf "$TMP"' EXIT
+
+# Lowering shape: only a CPU verification size; the kernel is shape-generic.
+SHAPE=(--arch sm_90 --seqlen 512 --heads-q 4 --heads-kv 4 --head-dim 128 --dtype bf16 --no-cache)
+
+# lower SPEC_NAME OUT_NAME [extra CLI flags...]: TMP/OUT_NAME/{kernel.cu,...} -> OUTDIR/OUT_NAME_sm_90.cu
+lower() {
+  local spec="$1" out="$2"
+  shift 2
+  local dir="$TMP/$out"
+  if "$CLI" adapt "$ROOT/examples/specs/$spec.py" --local --out "$dir" "${SHAPE[@]}" "$@" \
+      >"$TMP/$out.log" 2>&1 && [ -s "$dir/kernel.cu" ]; then
+    cp "$dir/kernel.cu" "$OUTDIR/${out}_sm_90.cu"
+    echo "ok   $out  ($(grep -m1 '^\[verify' "$TMP/$out.log" | sed 's/^\[verify *\] *ok *//'))"
+  else
+    echo "FAIL $out: $CLI adapt examples/specs/$spec.py $* failed:"
+    sed 's/^/    /' "$TMP/$out.log"
+    return 1
+  fi
+}
+
+JOBS=(
+  "full full"
+  "causal causal"
+  "sliding_window sliding_window"
+  "global_sliding_window global_sliding_window"
+  "prefix_lm prefix_lm_1k --param prefix=256"
+  "prefix_lm prefix_lm_8k --param prefix=2048"
+  "block_causal block_causal"
+  "causal_document causal_document"
+  "share_question share_question"
+  "relative_position relative_position"
+  "alibi alibi"
+  "softcap softcap"
+  "alibi_window_softcap alibi_window_softcap"
+)
+
+fails=0
+running=0
+for job in "${JOBS[@]}"; do
+  # shellcheck disable=SC2086  # word splitting of the job line is intended
+  lower $job &
+  running=$((running + 1))
+  if [ "$running" -ge 2 ]; then
+    wait -n || fails=$((fails + 1))
+    running=$((running - 1))
+  fi
+done
+while [ "$running" -gt 0 ]; do
+  wait -n || fails=$((fails + 1))
+  running=$((running - 1))
+done
+
+echo "$(( ${#JOBS[@]} - fails ))/${#JOBS[@]} kernels in $OUTDIR"
+[ "$fails" -eq 0 ]

@@ -1,0 +1,662 @@
+"""Benchmark matrix of issue 3 (item 7): lowered CuBridge kernels against FlexAttention, SDPA and
+eager PyTorch, in one process on one GPU.
+
+Here (CPU):     bash bench/make_kernels.sh DIR
+On the GPU:     python3 bench/run_matrix.py DIR [--out docs/benchmarks.md] [--only REGEX]
+                    [--seqlens 1024,8192] [--heads llama2-7b,qwen2.5-72b,llama3.1-405b]
+                    [--extra-hdims 64,256] [--budget-s SECONDS]
+Merge parts:    python3 bench/run_matrix.py --merge A.json B.json [--out docs/benchmarks.md]
+
+Cases: every variant of examples/specs x S in --seqlens (batch = 16384 // S) x head configs
+Llama2-7B (32/32), Qwen2.5-72B (64/8), Llama3.1-405B (128/8), bf16, head dim 128; plus causal at
+head dims --extra-hdims with Llama2-7B heads (only when llama2-7b is among --heads). DIR holds
+NAME_sm_90.cu from make_kernels.sh (prefix_lm_1k / prefix_lm_8k: prefix = S / 4); all are built
+with nvcc in parallel threads while the first FlexAttention compiles run (NAME.so next to them; an
+existing NAME.so newer than its .cu is reused unless --rebuild).
+
+Per case: FlexAttention's output first (compiled, dynamic=False; dynamo reset once per (head
+config, variant), recompile limit raised to 64); our output must match it (launcher error, NaN,
+or |O - O_flex| > 2e-2 + 1e-2 |O_flex| anywhere: the row is marked FAIL, the run goes on); then
+do_bench (warmup 10 ms, rep 60 ms, median) for CuBridge (only the C launcher call: Params and
+workspace prepared once outside the timing; block tables are rebuilt inside every call), Flex
+(block mask built once outside), SDPA (cuDNN / flash / efficient, fastest kept; dense bool mask as
+attn_mask for masked variants, is_causal for causal, nothing for score mods) and eager PyTorch
+(materialised scores, bf16, fp32 after a score_mod; per-head chunks so an fp32 score chunk stays
+<= 4 GiB; chunk loop and GQA K/V repeat inside the timing; not timed when one call takes > 0.5 s).
+
+Progress goes to stdout (flushed) with elapsed times; with $OUT set, $OUT/matrix_rows.json and
+$OUT/benchmarks_section.md are rewritten after every case, so a run cut short still leaves its rows.
+Merge mode (no GPU, no torch) renders one section from the JSON files of several partial runs.
+"""
+import argparse
+import ctypes
+import importlib.util
+import json
+import math
+import os
+import re
+import shlex
+import statistics
+import sys
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+VARIANTS = ("full", "causal", "sliding_window", "global_sliding_window", "prefix_lm", "block_causal",
+            "causal_document", "share_question", "relative_position", "alibi", "softcap",
+            "alibi_window_softcap")
+HEADS = {  # key: (label, heads_q, heads_kv)
+    "llama2-7b": ("Llama2-7B", 32, 32),
+    "qwen2.5-72b": ("Qwen2.5-72B", 64, 8),
+    "llama3.1-405b": ("Llama3.1-405B", 128, 8),
+}
+TOKENS = 16384          # batch = TOKENS // S
+HEAD_DIM = 128
+ATOL, RTOL = 2e-2, 1e-2  # bf16 O: two bf16 roundings of |O| ~ 4 already differ by 1.6e-2
+EAGER_SCORE_BYTES = 4 << 30
+EAGER_MAX_CALL_S = 0.5
+WARMUP_MS, REP_MS, EAGER_REP_MS = 10, 60, 30
+
+
+def kernel_and_params(name, s):
+    """Kernel file stem and the spec params baked into it (and passed to the Flex mask)."""
+    if name == "prefix_lm":
+        return f"prefix_lm_{s // 1024}k", {"prefix": s // 4}
+    return name, {}
+
+
+def variant_label(name, s):
+    extra = {"sliding_window": "W=256", "global_sliding_window": "W=256, G=64",
+             "prefix_lm": f"P={s // 4}", "block_causal": "block 128",
+             "relative_position": "0.01 (q-kv)", "alibi": "32-head slopes", "softcap": "cap 20",
+             "alibi_window_softcap": "W=256, 32-head slopes, cap 20"}.get(name)
+    return f"{name} ({extra})" if extra else name
+
+
+def fmt_s(s):
+    return f"{s // 1024}k" if s % 1024 == 0 else str(s)
+
+
+def fmt_tf(x):
+    return "—" if x is None else f"{x:.1f}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Rendering (no torch needed: also used by --merge)
+
+def render_section(metas, rows):
+    m0 = metas[0]
+    planned = sum(m.get("planned", 0) for m in metas)
+    gpu = m0.get("gpu", "?")
+    out = [f"## {m0.get('date', '?')} — benchmark matrix: lowered sm_80 expert vs FlexAttention / SDPA / eager, {gpu}", ""]
+    cmds = "; then ".join(f"`{m['command']}`" for m in metas)
+    done = len(rows)
+    partial = ""
+    if done < planned:
+        partial = f" **Partial: {done} of {planned} cases ran.**"
+    out.append(
+        "Command: `bash bench/make_kernels.sh DIR` here (CPU: each spec lowered with `cubridge-cli adapt "
+        "--local --arch sm_90`, verified on the CPU against its oracle; prefix_lm twice, prefix 256 for "
+        "S=1k and 2048 for S=8k; all other params at their spec defaults), then on the device machine "
+        f"(repository root): {cmds}.{partial} "
+        f"PyTorch {m0.get('torch', '?')} (CUDA {m0.get('cuda', '?')}), Triton {m0.get('triton', '?')}, {gpu}.")
+    out.append("")
+    out += [
+        "Method:",
+        "- Units: TFLOP/s on kept elements, 4 · B · Hq · kept · D / time; kept is counted from the "
+        "variant's mask_mod evaluated densely at b = h = 0 (all twelve example masks ignore b and h; "
+        "the script assumes it, it does not check it); density = kept / (Sq · Skv). bf16, batch = "
+        "16384 / S, Sq = Skv = S.",
+        "- CuBridge: the lowered kernel (sm_80 mma.sync expert, built with `nvcc -O3 -arch=sm_90`) "
+        "through its C launcher (ctypes); Params and workspace prepared once, the timed call is the "
+        "launcher alone, which rebuilds the block tables (document masks) inside every call. Before "
+        "timing, its O is compared with FlexAttention's: FAIL when the launcher returns an error, O "
+        "has a NaN, or |ΔO| > 2e-2 + 1e-2 · |O_flex| anywhere.",
+        "- Flex: `torch.compile(flex_attention, dynamic=False)`, dynamo reset once per (head config, "
+        "variant), block mask (`create_block_mask`, B = H = None) built once outside the timing, "
+        "`enable_gqa=True` for GQA.",
+        "- SDPA: cuDNN, flash and efficient each tried alone (`sdpa_kernel`), fastest kept; "
+        "`is_causal=True` for causal, the dense bool mask as `attn_mask` for the other masked "
+        "variants (built outside the timing), `enable_gqa=True` for GQA (K/V repeated outside the "
+        "timing where a backend refuses it: 'kv rep.'); — for score mods (no SDPA form).",
+        "- eager: PyTorch ops on materialised scores (Q pre-scaled, QK^T in bf16; for score mods "
+        "the score_mod and softmax in fp32; masked_fill with the dense mask, softmax, PV in bf16), "
+        "heads in chunks so the fp32 score chunk stays "
+        "≤ 4 GiB, GQA K/V gathered per chunk; the chunk loop and the K/V repeat are timed. Not timed "
+        "(—) when one call takes more than 0.5 s.",
+        "- Timing: `triton.testing.do_bench(warmup=10, rep=60, return_mode=\"median\")`; eager: "
+        "rep=30, or the median of 3 CUDA-event-timed calls when one call takes over 50 ms.",
+        "",
+    ]
+    groups = []
+    for key, (label, hq, hkv) in HEADS.items():
+        sel = [r for r in rows if r["group"] == key]
+        if sel:
+            groups.append((f"### {label} heads (Hq={hq}, Hkv={hkv}), head dim {HEAD_DIM}", sel, False))
+    sel = [r for r in rows if r["group"] == "hdim"]
+    if sel:
+        groups.append(("### causal at other head dims, Llama2-7B heads (Hq=32, Hkv=32)", sel, True))
+    for title, sel, with_d in groups:
+        out += [title, ""]
+        if with_d:
+            out += ["| variant | head dim | S | density | CuBridge | Flex | SDPA (backend) | eager | CuBridge/Flex | CuBridge/SDPA |",
+                    "|---|---|---|---|---|---|---|---|---|---|"]
+        else:
+            out += ["| variant | S | density | CuBridge | Flex | SDPA (backend) | eager | CuBridge/Flex | CuBridge/SDPA |",
+                    "|---|---|---|---|---|---|---|---|---|"]
+        for r in sel:
+            ok = r.get("status") == "ok"
+            c = r.get("cubridge_tflops")
+            if ok:
+                ccell = fmt_tf(c)
+            elif str(r.get("status", "")).startswith("unchecked") and c:
+                ccell = f"{c:.1f} (unchecked)"
+            else:
+                ccell = "FAIL" + (f" ({c:.1f})" if c else "")
+            f = r.get("flex_tflops")
+            s = r.get("sdpa_tflops")
+            scell = f"{s:.1f} ({r.get('sdpa_backend')})" if s else "—"
+            rf = f"{c / f:.2f}×" if ok and c and f else "—"
+            rs = f"{c / s:.2f}×" if ok and c and s else "—"
+            cells = [r["label"]] + ([str(r["head_dim"])] if with_d else []) + [
+                fmt_s(r["S"]), f"{r['density']:.3f}" if r.get("density") is not None else "—",
+                ccell, fmt_tf(f), scell, fmt_tf(r.get("eager_tflops")), rf, rs]
+            out.append("| " + " | ".join(cells) + " |")
+        out.append("")
+    notes = []
+    diffs = [r for r in rows if r.get("max_abs_diff") is not None]
+    if diffs:
+        worst = max(diffs, key=lambda r: r["max_abs_diff"])
+        notes.append(f"- max |O − O_flex| over all checked rows: {worst['max_abs_diff']:.2e} "
+                     f"({worst['variant']}, S={fmt_s(worst['S'])}, {worst['heads_q']}/{worst['heads_kv']} heads, "
+                     f"head dim {worst['head_dim']}).")
+    for r in rows:
+        where = f"{r['variant']} S={fmt_s(r['S'])} {r['heads_q']}/{r['heads_kv']} d{r['head_dim']}"
+        if r.get("status") != "ok":
+            notes.append(f"- CuBridge {where}: {r.get('status')}")
+        for key in ("flex_error", "sdpa_error", "eager_note"):
+            if r.get(key):
+                notes.append(f"- {key.split('_')[0]} {where}: {r[key]}")
+        for key in ("sdpa_max_abs_diff", "eager_max_abs_diff"):
+            if r.get(key) is not None and not r[key] <= 0.1:
+                notes.append(f"- {key.split('_')[0]} {where}: its O differs from Flex's by {r[key]:.2e}")
+    if notes:
+        out += ["Notes:", ""] + notes + [""]
+    return "\n".join(out)
+
+
+def write_outputs(meta, rows):
+    out_dir = os.environ.get("OUT")
+    if not out_dir:
+        return
+    os.makedirs(out_dir, exist_ok=True)
+    for fname, text in (("matrix_rows.json", json.dumps({"meta": meta, "rows": rows}, indent=1)),
+                        ("benchmarks_section.md", render_section([meta], rows))):
+        tmp = os.path.join(out_dir, fname + ".tmp")
+        with open(tmp, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, os.path.join(out_dir, fname))
+
+
+def emit(section, out_path):
+    print("\n" + section, flush=True)
+    if out_path:
+        with open(out_path, "a") as fh:
+            fh.write("\n" + section)
+        print(f"appended to {out_path}", flush=True)
+    out_dir = os.environ.get("OUT")
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
+        with open(os.path.join(out_dir, "benchmarks_section.md"), "w") as fh:
+            fh.write(section)
+
+
+def merge(files, out_path):
+    metas, by_case = [], {}
+    for path in files:
+        with open(path) as fh:
+            data = json.load(fh)
+        metas.append(data["meta"])
+        for r in data["rows"]:  # a case run again in a later file replaces the earlier row
+            by_case[(r["group"], r["variant"], r["S"], r["heads_q"], r["heads_kv"], r["head_dim"])] = r
+    rows = list(by_case.values())
+    order = {k: i for i, k in enumerate(VARIANTS)}
+    rows.sort(key=lambda r: (order.get(r["variant"], 99), r["head_dim"], r["S"]))
+    emit(render_section(metas, rows), out_path)
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU run
+
+def short(e):
+    text = f"{type(e).__name__}: {e}".replace("\n", " ").replace("|", "/")
+    return text[:300]
+
+
+_SPECS = {}
+
+
+def load_spec(name):
+    if name in _SPECS:  # one module object per spec: cached mask/score callables refer to it
+        return _SPECS[name]
+    spec = importlib.util.spec_from_file_location("cubridge_spec_" + name,
+                                                  os.path.join(ROOT, "examples", "specs", name + ".py"))
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["cubridge_spec_" + name] = mod  # dynamo re-imports a traced function's module
+    spec.loader.exec_module(mod)
+    _SPECS[name] = mod
+    return mod
+
+
+def run(args):
+    import warnings
+    import torch
+    import torch.nn.functional as F
+    import triton
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    from triton.testing import do_bench
+
+    warnings.filterwarnings("ignore", category=UserWarning)  # sdpa_kernel refusals are expected
+    saved_argv = sys.argv
+    sys.argv = [saved_argv[0], args.dir]  # check.py reads sys.argv at import
+    sys.path.insert(0, os.path.join(HERE, "lowered"))
+    try:
+        import check  # noqa: E402  Params, build_from()
+    finally:
+        sys.argv = saved_argv
+
+    for attr in ("cache_size_limit", "recompile_limit"):
+        if hasattr(torch._dynamo.config, attr):
+            try:
+                setattr(torch._dynamo.config, attr, 64)
+            except Exception:  # noqa: BLE001  an alias that cannot be set
+                pass
+
+    t_start = time.time()
+    dev = "cuda"
+    bf16 = torch.bfloat16
+    meta = {
+        "command": "python3 " + " ".join(shlex.quote(a) for a in sys.argv),
+        "date": time.strftime("%Y-%m-%d"),
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "triton": triton.__version__,
+        "finished": False,
+    }
+    print(f"{meta['gpu']}  torch {meta['torch']}  cuda {meta['cuda']}  triton {meta['triton']}", flush=True)
+
+    seqlens = [int(x) for x in args.seqlens.split(",") if x]
+    head_keys = [x for x in args.heads.split(",") if x]
+    for hk in head_keys:
+        if hk not in HEADS:
+            sys.exit(f"--heads: unknown '{hk}' (known: {', '.join(HEADS)})")
+    extra_dims = [int(x) for x in args.extra_hdims.split(",") if x]
+    names = [n for n in VARIANTS if re.search(args.only, n)] if args.only else list(VARIANTS)
+
+    # Groups: (group key, variant, [(S, hq, hkv, d)]); one dynamo reset each.
+    groups = []
+    for hk in head_keys:
+        _, hq, hkv = HEADS[hk]
+        for name in names:
+            groups.append((hk, name, [(s, hq, hkv, HEAD_DIM) for s in seqlens]))
+        if hk == "llama2-7b" and "causal" in names and extra_dims:
+            groups.append(("hdim", "causal", [(s, hq, hkv, d) for d in extra_dims for s in seqlens]))
+    planned = sum(len(c) for _, _, c in groups)
+    meta["planned"] = planned
+    print(f"{planned} cases in {len(groups)} groups", flush=True)
+
+    # nvcc builds run in the background while the first Flex compiles run.
+    kernels = []  # in order of first use, so the first groups wait least
+    for _, n, cases in groups:
+        for s, _, _, _ in cases:
+            if kernel_and_params(n, s)[0] not in kernels:
+                kernels.append(kernel_and_params(n, s)[0])
+    pool = ThreadPoolExecutor(max(1, min(8, len(kernels))))
+
+    def build(kname):
+        src = os.path.join(args.dir, f"{kname}_sm_90.cu")
+        so = os.path.join(args.dir, f"{kname}.so")
+        if not os.path.exists(src):
+            raise RuntimeError(f"no {src} (bench/make_kernels.sh writes it)")
+        if not args.rebuild and os.path.exists(so) and os.path.getmtime(so) > os.path.getmtime(src):
+            return so
+        t0 = time.time()
+        try:
+            so = check.build_from(args.dir, kname, "sm_90")
+        except Exception as e:  # noqa: BLE001  print nvcc's whole message once
+            print(f"  [{time.time() - t_start:6.1f}s] nvcc {kname} FAILED:\n{e}", flush=True)
+            raise
+        print(f"  [{time.time() - t_start:6.1f}s] nvcc {kname}: {time.time() - t0:.1f}s", flush=True)
+        return so
+
+    builds = {k: pool.submit(build, k) for k in kernels}
+    libs = {}
+
+    def get_lib(kname):
+        if kname not in libs:
+            lib = ctypes.CDLL(builds[kname].result())
+            lib.cubridge_attn_fwd.restype = ctypes.c_int
+            lib.cubridge_attn_fwd_workspace_size.restype = ctypes.c_size_t
+            libs[kname] = lib
+        return libs[kname]
+
+    def bench(fn, rep=REP_MS):
+        return do_bench(fn, warmup=WARMUP_MS, rep=rep, return_mode="median")
+
+    docs = {}
+
+    def documents(n, seed=7):  # as bench/lowered/bench_variants.py: 16 documents, then padding id 16
+        if n not in docs:
+            g = torch.Generator().manual_seed(seed)
+            lens = torch.randint(n // 8, n // 2, (16,), generator=g)
+            ids = torch.repeat_interleave(torch.arange(16), lens)[:n]
+            docs[n] = torch.cat([ids, ids.new_full((n - ids.numel(),), 16)]).to(torch.int32).to(dev)
+        return docs[n]
+
+    setups = {}
+
+    def setup(name, mod, s):
+        """Mask / score callables, dense mask, kept count and block mask of (variant, S); cached."""
+        if (name, s) in setups:
+            return setups[(name, s)]
+        kname, params = kernel_and_params(name, s)
+        has_mask, has_score = hasattr(mod, "mask_mod"), hasattr(mod, "score_mod")
+        uses_doc = has_mask and "doc" in mod.mask_mod.__code__.co_varnames
+        kw = dict(params)
+        if uses_doc:
+            kw["doc"] = documents(s)
+        mask_mod = (lambda b, h, q, kv: mod.mask_mod(b, h, q, kv, **kw)) if has_mask else None
+        score_mod = (lambda sc, b, h, q, kv: mod.score_mod(sc, b, h, q, kv)) if has_score else None
+        dense, kept, block_mask = None, s * s, None
+        if has_mask:
+            zero = torch.tensor(0, device=dev)
+            qi = torch.arange(s, device=dev).view(-1, 1)
+            ki = torch.arange(s, device=dev).view(1, -1)
+            # Assumption: the mask ignores b and h (true of every example spec), so one S x S
+            # evaluation gives kept for every (b, h).
+            dense = torch.broadcast_to(mask_mod(zero, zero, qi, ki), (s, s)).contiguous()
+            kept = int(dense.sum().item())
+            block_mask = create_block_mask(mask_mod, None, None, s, s, device=dev)
+        st = dict(kname=kname, mask_mod=mask_mod, score_mod=score_mod, dense=dense,
+                  neg=(~dense if dense is not None else None), kept=kept, block_mask=block_mask,
+                  bufs=[kw["doc"]] if uses_doc else [],
+                  # SDPA has a form for plain, causal and mask-only variants; full's score_mod
+                  # is the identity.
+                  sdpa=(name == "full") or not has_score,
+                  eager_score=None if name == "full" else score_mod)
+        setups[(name, s)] = st
+        return st
+
+    def make_params(lib, q, k, v, o, lse, scale, bufs):
+        p = check.Params()
+        p.q, p.k, p.v, p.o, p.lse = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr()
+        for tn, t in (("q", q), ("k", k), ("v", v), ("o", o)):
+            setattr(p, f"{tn}_batch_stride", t.stride(0))
+            setattr(p, f"{tn}_head_stride", t.stride(1))
+            setattr(p, f"{tn}_row_stride", t.stride(2))
+        p.lse_batch_stride, p.lse_head_stride = lse.stride(0), lse.stride(1)
+        p.batch, p.heads_q, p.heads_kv, p.head_dim = q.shape[0], q.shape[1], k.shape[1], q.shape[3]
+        p.seqlen_q, p.seqlen_kv, p.dtype, p.softmax_scale = q.shape[2], k.shape[2], 0, scale
+        for i, b in enumerate(bufs):
+            p.buffers[i] = b.data_ptr()
+            p.buffer_lengths[i] = b.numel()
+        ws_size = lib.cubridge_attn_fwd_workspace_size(ctypes.byref(p))
+        ws = torch.empty(max(ws_size, 1), dtype=torch.uint8, device=dev)
+        p.workspace, p.workspace_size = ws.data_ptr(), ws_size
+        return p, ws  # ws must stay alive while p is used
+
+    def make_eager(q, k, v, scale, neg, score_mod):
+        b_, hq, s, _ = q.shape
+        rep = hq // k.shape[1]
+        hc = max(1, min(hq, EAGER_SCORE_BYTES // (b_ * s * s * 4)))
+        chunks = []
+        for h0 in range(0, hq, hc):
+            h1 = min(h0 + hc, hq)
+            chunks.append((h0, h1, None if rep == 1 else torch.arange(h0, h1, device=dev) // rep))
+        bi = torch.arange(b_, device=dev).view(-1, 1, 1, 1)
+        hi = torch.arange(hq, device=dev).view(-1, 1, 1)
+        qi = torch.arange(s, device=dev).view(-1, 1)
+        ki = torch.arange(s, device=dev).view(1, -1)
+        out = torch.empty_like(q)
+
+        def fn():
+            for h0, h1, idx in chunks:
+                if idx is None:
+                    kc, vc = k[:, h0:h1], v[:, h0:h1]
+                else:  # GQA: the K/V repeat is part of eager's work
+                    kc, vc = k.index_select(1, idx), v.index_select(1, idx)
+                sc = torch.matmul(q[:, h0:h1] * scale, kc.transpose(-2, -1))
+                if score_mod is not None:
+                    # fp32 from here on: biases like ALiBi's reach hundreds, where bf16's spacing
+                    # is 2 to 4 and would swamp QK^T.
+                    sc = score_mod(sc.float(), bi, hi[h0:h1], qi, ki)
+                if neg is not None:
+                    sc.masked_fill_(neg, float("-inf"))
+                out[:, h0:h1] = torch.matmul(torch.softmax(sc, dim=-1).to(q.dtype), vc)
+            return out
+        return fn, hc
+
+    def time_calls(fn, n=3):
+        ts = []
+        for _ in range(n):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            torch.cuda.synchronize()
+            ts.append(a.elapsed_time(b))
+        return statistics.median(ts)
+
+    def tflops(flops, ms):
+        return flops / (ms * 1e9) if ms else None
+
+    def run_case(group, name, st, flex, s, hq, hkv, d):
+        b_ = TOKENS // s
+        row = dict(group=group, variant=name, label=variant_label(name, s), S=s, batch=b_,
+                   heads_q=hq, heads_kv=hkv, head_dim=d, kernel=st["kname"], kept=st["kept"],
+                   density=st["kept"] / (s * s), status="not run")
+        flops = 4 * b_ * hq * st["kept"] * d
+        scale = 1.0 / math.sqrt(d)
+        gqa = hq != hkv
+        q = torch.randn(b_, hq, s, d, device=dev, dtype=bf16)
+        k = torch.randn(b_, hkv, s, d, device=dev, dtype=bf16)
+        v = torch.randn(b_, hkv, s, d, device=dev, dtype=bf16)
+
+        # FlexAttention: the reference output and its timing.
+        ref = None
+        fkw = dict(score_mod=st["score_mod"], block_mask=st["block_mask"])
+        if gqa:
+            fkw["enable_gqa"] = True
+        try:
+            t0 = time.time()
+            ref = flex(q, k, v, **fkw)
+            torch.cuda.synchronize()
+            row["flex_first_call_s"] = round(time.time() - t0, 2)
+            row["flex_ms"] = bench(lambda: flex(q, k, v, **fkw))
+            row["flex_tflops"] = tflops(flops, row["flex_ms"])
+        except Exception as e:  # noqa: BLE001
+            row["flex_error"] = short(e)
+            ref = None
+
+        # SDPA: fastest of cuDNN / flash / efficient.
+        if st["sdpa"]:
+            if name == "causal":
+                kw = {"is_causal": True}
+            elif st["dense"] is not None:
+                kw = {"attn_mask": st["dense"]}
+            else:
+                kw = {}
+            best, tried, kr, vr = None, [], None, None
+            for backend in (SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION,
+                            SDPBackend.EFFICIENT_ATTENTION):
+                bname = backend.name.split("_")[0].lower()
+                for form in (("gqa", "rep") if gqa else ("plain",)):
+                    try:
+                        if form == "rep":
+                            if kr is None:
+                                kr = k.repeat_interleave(hq // hkv, dim=1)
+                                vr = v.repeat_interleave(hq // hkv, dim=1)
+                            qkv, kw2, label = (q, kr, vr), kw, bname + ", kv rep."
+                        else:
+                            qkv = (q, k, v)
+                            kw2 = dict(kw, enable_gqa=True) if form == "gqa" else kw
+                            label = bname
+                        with sdpa_kernel([backend]):
+                            out = F.scaled_dot_product_attention(*qkv, **kw2)
+                            torch.cuda.synchronize()
+                            ms = bench(lambda: F.scaled_dot_product_attention(*qkv, **kw2))
+                    except Exception as e:  # noqa: BLE001  backend refuses this case
+                        tried.append(f"{bname}/{form}: {type(e).__name__}")
+                        continue
+                    diff = (out.float() - ref.float()).abs().max().item() if ref is not None else None
+                    tried.append(f"{bname}/{form}: {ms:.3f} ms")
+                    if best is None or ms < best[0]:
+                        best = (ms, label, diff)
+                    del out
+                    break  # one working form per backend
+            row["sdpa_tried"] = tried
+            if best:
+                row["sdpa_ms"], row["sdpa_backend"], row["sdpa_max_abs_diff"] = best
+                row["sdpa_tflops"] = tflops(flops, best[0])
+            else:
+                row["sdpa_error"] = "no backend ran: " + "; ".join(tried)
+            del kr, vr
+
+        # Eager PyTorch.
+        try:
+            fn, hc = make_eager(q, k, v, scale, st["neg"], st["eager_score"])
+            row["eager_head_chunk"] = hc
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            out = fn()
+            torch.cuda.synchronize()
+            first = time.perf_counter() - t0
+            row["eager_first_call_s"] = round(first, 3)
+            if ref is not None:
+                row["eager_max_abs_diff"] = (out.float() - ref.float()).abs().max().item()
+            del out
+            if first > EAGER_MAX_CALL_S:
+                row["eager_note"] = f"not timed: one call took {first:.2f} s (> {EAGER_MAX_CALL_S} s)"
+            else:
+                row["eager_ms"] = time_calls(fn) if first > 0.05 else bench(fn, rep=EAGER_REP_MS)
+                row["eager_tflops"] = tflops(flops, row["eager_ms"])
+            del fn
+        except Exception as e:  # noqa: BLE001  (OOM included)
+            row["eager_note"] = "failed: " + short(e)
+            torch.cuda.empty_cache()
+        # CuBridge last (its lowered kernel may still be building): check against Flex, then time
+        # the launcher call alone.
+        try:
+            lib = get_lib(st["kname"])
+            o = torch.full_like(q, float("nan"))
+            lse = torch.full((b_, hq, s), float("nan"), device=dev, dtype=torch.float32)
+            p, ws = make_params(lib, q, k, v, o, lse, scale, st["bufs"])
+            pref = ctypes.byref(p)
+            stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+            err = lib.cubridge_attn_fwd(pref, stream)
+            torch.cuda.synchronize()
+            if err != 0:
+                row["status"] = f"FAIL: launcher returned {err}"
+            else:
+                if ref is None:
+                    row["status"] = "unchecked: no FlexAttention output"
+                else:
+                    dif = (o.float() - ref.float()).abs()
+                    has_nan = bool(torch.isnan(o).any())
+                    row["max_abs_diff"] = dif.max().item()
+                    excess = (dif - RTOL * ref.float().abs()).max().item()
+                    del dif
+                    if has_nan:
+                        row["status"] = "FAIL: NaN in O"
+                    elif excess > ATOL:
+                        row["status"] = f"FAIL: |O - O_flex| max {row['max_abs_diff']:.3e} over tolerance"
+                    else:
+                        row["status"] = "ok"
+                row["cubridge_ms"] = bench(lambda: lib.cubridge_attn_fwd(pref, stream))
+                torch.cuda.synchronize()
+                row["cubridge_tflops"] = tflops(flops, row["cubridge_ms"])
+            del o, lse, ws
+        except Exception as e:  # noqa: BLE001
+            row["status"] = "FAIL: " + short(e)
+
+        return row
+
+    rows = []
+    write_outputs(meta, rows)
+    for group, name, cases in groups:
+        if args.budget_s and time.time() - t_start > args.budget_s:
+            print(f"[{time.time() - t_start:6.1f}s] budget of {args.budget_s} s spent: stopping", flush=True)
+            break
+        print(f"[{time.time() - t_start:6.1f}s] == {group} / {name}: dynamo reset, {len(cases)} cases", flush=True)
+        # A fresh compile per group: past dynamo's recompile limit flex_attention would silently
+        # fall back to its unfused path.
+        torch._dynamo.reset()
+        flex = torch.compile(flex_attention, dynamic=False)
+        try:
+            mod = load_spec(name)
+        except Exception as e:  # noqa: BLE001
+            print(f"  cannot load spec {name}: {short(e)}", flush=True)
+            continue
+        for s, hq, hkv, d in cases:
+            t0 = time.time()
+            try:
+                st = setup(name, mod, s)
+                row = run_case(group, name, st, flex, s, hq, hkv, d)
+            except Exception as e:  # noqa: BLE001  setup failed: record and go on
+                traceback.print_exc()
+                row = dict(group=group, variant=name, label=variant_label(name, s), S=s,
+                           batch=TOKENS // s, heads_q=hq, heads_kv=hkv, head_dim=d, density=None,
+                           status="FAIL: " + short(e))
+            row["case_s"] = round(time.time() - t0, 1)
+            rows.append(row)
+            sd = (f"{row['sdpa_tflops']:.1f} ({row['sdpa_backend']})" if row.get("sdpa_tflops")
+                  else "—")
+            mad = row.get("max_abs_diff")
+            print(f"[{time.time() - t_start:6.1f}s] {group:13s} {name:21s} S={s:5d} B={TOKENS // s:2d} "
+                  f"{hq:3d}/{hkv:<3d} d={d:3d}  dens {row['density'] if row['density'] is None else round(row['density'], 3)}  "
+                  f"cubridge {fmt_tf(row.get('cubridge_tflops'))} [{row['status']}"
+                  f"{'' if mad is None else f', |dO| {mad:.1e}'}]  flex {fmt_tf(row.get('flex_tflops'))}"
+                  f" (first call {row.get('flex_first_call_s', '?')} s)  sdpa {sd}  "
+                  f"eager {fmt_tf(row.get('eager_tflops'))}  [case {row['case_s']} s]", flush=True)
+            for key in ("flex_error", "sdpa_error", "eager_note"):
+                if row.get(key):
+                    print(f"    {key}: {row[key]}", flush=True)
+            write_outputs(meta, rows)
+    pool.shutdown(wait=False)
+    meta["finished"] = len(rows) == planned
+    meta["elapsed_s"] = round(time.time() - t_start, 1)
+    write_outputs(meta, rows)
+    print(f"[{time.time() - t_start:6.1f}s] done: {len(rows)} of {planned} cases", flush=True)
+    emit(render_section([meta], rows), args.out)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("dir", nargs="?", help="folder with NAME_sm_90.cu (bench/make_kernels.sh)")
+    ap.add_argument("--out", help="append the markdown section to this file (default: print only)")
+    ap.add_argument("--only", help="regex on variant names")
+    ap.add_argument("--seqlens", default="1024,8192")
+    ap.add_argument("--heads", default=",".join(HEADS), help="head configs: " + ", ".join(HEADS))
+    ap.add_argument("--extra-hdims", default="64,256",
+                    help="causal at these head dims with Llama2-7B heads ('' for none)")
+    ap.add_argument("--budget-s", type=float, default=0,
+                    help="start no new (head config, variant) group after this many seconds (0: no limit)")
+    ap.add_argument("--rebuild", action="store_true", help="rebuild every .so even if up to date")
+    ap.add_argument("--merge", nargs="+", metavar="JSON",
+                    help="render one section from matrix_rows.json files of earlier runs (no GPU)")
+    args = ap.parse_args()
+    if args.merge:
+        merge(args.merge, args.out)
+        return
+    if not args.dir:
+        ap.error("DIR is required (or --merge)")
+    args.dir = os.path.abspath(args.dir)
+    run(args)
+
+
+if __name__ == "__main__":
+    main()

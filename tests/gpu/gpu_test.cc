@@ -1,0 +1,234 @@
+// On a GPU: lowered kernels compiled by NVRTC, verified against the spec's oracle and profiled in
+// runner children; the lift check; planted faulty candidates (a crash, a hang, a wrong mask) come
+// back as failed candidates while this process goes on. Without a usable GPU every test here
+// reports itself skipped.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_replace.h"
+#include "cuir/pipeline/adapt.h"
+#include "tests/lower/lower_test_util.h"
+#include "worker/gpu/autotune.h"
+#include "worker/gpu/driver.h"
+
+namespace cubridge::gpu {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::AllOf;
+using ::testing::AnyOf;
+using ::testing::HasSubstr;
+
+std::string Spec(const std::string& name) {
+  return std::string(CUBRIDGE_SOURCE_ROOT) + "/examples/specs/" + name + ".py";
+}
+
+cuir::AttentionConfig Config(int64_t b, int64_t hq, int64_t hkv, int64_t s) {
+  cuir::AttentionConfig c;
+  c.batch = b, c.heads_q = hq, c.heads_kv = hkv, c.seqlen_q = c.seqlen_kv = s;
+  return c;
+}
+
+class Gpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto device = ProbeDevice(0);
+    if (!device.ok()) GTEST_SKIP() << "no usable GPU: " << device.status().message();
+    arch_ = device->cc_major >= 9 ? lower::Arch::kSm90 : lower::Arch::kSm80;
+    dir_ = lower::testing::MakeTempDir("cubridge-gpu-test-");
+  }
+  void TearDown() override { lower::testing::CleanUpTempDir(dir_, HasFailure()); }
+
+  AutotuneOptions Options(std::vector<TileConfig> tiles, bool profile, double timeout = 120) {
+    AutotuneOptions o;
+    o.tiles = std::move(tiles);
+    o.profile.enabled = profile;
+    o.isolate.timeout_seconds = timeout;
+    o.lift_check = false;
+    return o;
+  }
+
+  absl::StatusOr<pipeline::AdaptResult> Adapt(const std::string& spec, cuir::AttentionConfig c,
+                                              GpuAutotuner* tuner, const std::string& out,
+                                              std::vector<std::string> params = {}) {
+    pipeline::AdaptOptions o;
+    o.spec_path = Spec(spec);
+    o.config = c;
+    o.param_overrides = params;
+    o.arch = arch_;
+    o.out_dir = dir_ + "/" + out;
+    o.use_cache = false;
+    o.seed = 1234;
+    o.gpu = tuner;
+    o.gpu_mode = tuner ? pipeline::GpuMode::kRequire : pipeline::GpuMode::kOff;
+    return pipeline::Adapt(o);
+  }
+
+  // The CPU-verified transferred program and its lowering at the expert's tile, for planting.
+  struct Prepared {
+    cuir::Program program, base;
+    lower::LoweredKernel kernel;
+  };
+  Prepared Prepare(const std::string& spec, const cuir::AttentionConfig& c) {
+    auto r = Adapt(spec, c, nullptr, spec + "-cpu");
+    EXPECT_TRUE(r.ok()) << r.status();
+    std::ifstream in(dir_ + "/" + spec + "-cpu/kernel.cuir");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    auto program = cuir::ParseProgram(ss.str(), "kernel.cuir");
+    EXPECT_TRUE(program.ok()) << program.status();
+    auto base = lower::testing::LoadTestProgram("base");
+    auto k = lower::Lower(*program, c, arch_);
+    EXPECT_TRUE(k.ok()) << k.status();
+    return {*program, *base, *k};
+  }
+  pipeline::GpuStageInput Input(const Prepared& p, const std::string& spec,
+                                const cuir::AttentionConfig& c) {
+    return {p.program, p.base, Spec(spec), {}, {}, c, arch_, 99, {}, nullptr};
+  }
+
+  lower::Arch arch_ = lower::Arch::kSm80;
+  std::string dir_;
+};
+
+// Plants `code` at the start of the attention kernel's body.
+lower::LoweredKernel Plant(lower::LoweredKernel k, const std::string& code) {
+  const std::string at = "char* __restrict__ workspace) {\n";
+  const size_t pos = k.cuda_source.find(at);
+  EXPECT_NE(pos, std::string::npos);
+  k.cuda_source.insert(pos + at.size(), code + "\n");
+  return k;
+}
+
+TEST_F(Gpu, LiftCheckBaseProgramAgreesWithTheCompiledExpert) {
+  const auto c = Config(2, 4, 4, 200);
+  Prepared p = Prepare("full", c);
+  GpuAutotuner tuner(Options({}, false));
+  ASSERT_TRUE(tuner.Probe(arch_).ok());
+  auto base_kernel = lower::Lower(p.base, c, arch_);
+  ASSERT_TRUE(base_kernel.ok()) << base_kernel.status();
+  auto r = tuner.CheckCandidate(Input(p, "full", c), *base_kernel, p.base, "lift",
+                                cuir::PrintProgram(p.base), false);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->value("passed", false)) << r->dump(2);
+  EXPECT_THAT(r->value("reference", ""), HasSubstr("interpreter"));
+}
+
+class EveryExample : public Gpu, public ::testing::WithParamInterface<const char*> {};
+
+// Ragged shapes (the default verification shapes: 257x300, 300x257, 65x65 and the job's 130),
+// GQA heads, through the whole pipeline with a GPU required.
+TEST_P(EveryExample, VerifiesOnTheGpu) {
+  GpuAutotuner tuner(Options({{128, 64, 4}}, false));
+  auto r = Adapt(GetParam(), Config(1, 8, 2, 130), &tuner, "out");
+  ASSERT_TRUE(r.ok()) << r.status();
+  const auto& gpu = r->report["gpu"];
+  ASSERT_TRUE(gpu.contains("best")) << gpu.dump(2);
+  const auto& cand = gpu["candidates"][0];
+  EXPECT_TRUE(cand.value("passed", false)) << cand.dump(2);
+  EXPECT_GE(cand["verification"]["shapes"].size(), 4u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Examples, EveryExample,
+                         ::testing::Values("full", "causal", "sliding_window",
+                                           "global_sliding_window", "prefix_lm", "block_causal",
+                                           "causal_document", "share_question",
+                                           "relative_position", "alibi", "softcap",
+                                           "alibi_window_softcap"));
+
+TEST_F(Gpu, Fp16AndHeadDims64And256Verify) {
+  for (int64_t d : {64, 256}) {
+    auto c = Config(1, 4, 4, 190);
+    c.head_dim = d;
+    c.dtype = cuir::DType::kFP16;
+    GpuAutotuner tuner(Options({{128, 64, 4}}, false));
+    auto r = Adapt("causal_document", c, &tuner, "fp16-" + std::to_string(d));
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(r->report["gpu"]["candidates"][0].value("passed", false))
+        << r->report["gpu"].dump(2);
+  }
+}
+
+TEST_F(Gpu, AutotuneProfilesEveryCandidateAndKeepsTheFastest) {
+  const auto c = Config(2, 8, 8, 2048);
+  GpuAutotuner tuner(Options({{128, 64, 4}, {64, 64, 4}}, true));
+  auto r = Adapt("causal", c, &tuner, "tuned");
+  ASSERT_TRUE(r.ok()) << r.status();
+  const auto& gpu = r->report["gpu"];
+  ASSERT_EQ(gpu["candidates"].size(), 2u);
+  double best = -1;
+  std::string best_name;
+  for (const auto& cand : gpu["candidates"]) {
+    ASSERT_TRUE(cand.contains("profile")) << cand.dump(2);
+    const auto& prof = cand["profile"];
+    // Causal keeps S(S+1)/2 elements per (batch, head).
+    EXPECT_EQ(prof["kept_elements"].get<double>(), 2.0 * 8 * 2048 * 2049 / 2);
+    EXPECT_GT(prof["tflops_kept"].get<double>(), 1.0);
+    EXPECT_GE(prof["reps"].get<int>(), 10);
+    if (prof["tflops_kept"].get<double>() > best) {
+      best = prof["tflops_kept"].get<double>();
+      best_name = cand["name"];
+    }
+  }
+  EXPECT_EQ(gpu["best"], best_name);
+  // The kernel written is the chosen one.
+  std::ifstream in(dir_ + "/tuned/kernel.cu");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EXPECT_THAT(ss.str(), HasSubstr(best_name == "64x64w4" ? "constexpr int BLOCK_M = 64;"
+                                                        : "constexpr int BLOCK_M = 128;"));
+}
+
+TEST_F(Gpu, PlantedCrashFailsThatCandidateAndTheVerifierLivesOn) {
+  const auto c = Config(1, 4, 4, 256);
+  Prepared p = Prepare("causal", c);
+  GpuAutotuner tuner(Options({}, false));
+  ASSERT_TRUE(tuner.Probe(arch_).ok());
+  const auto crash = Plant(p.kernel,
+                           "if (blockIdx.x == 0 && threadIdx.x == 0) *reinterpret_cast<volatile int*>(8) = 1;");
+  auto bad = tuner.CheckCandidate(Input(p, "causal", c), crash, p.program, "planted-crash", "", false);
+  ASSERT_TRUE(bad.ok()) << bad.status();
+  EXPECT_FALSE(bad->value("passed", true));
+  EXPECT_THAT(bad->value("error", ""), AnyOf(HasSubstr("illegal"), HasSubstr("ILLEGAL"),
+                                            HasSubstr("memory access")))
+      << bad->dump(2);
+  // Same process, next candidate: the verifier is unharmed.
+  auto good = tuner.CheckCandidate(Input(p, "causal", c), p.kernel, p.program, "good", "", false);
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_TRUE(good->value("passed", false)) << good->dump(2);
+}
+
+TEST_F(Gpu, PlantedHangIsKilledAtTheTimeLimit) {
+  const auto c = Config(1, 2, 2, 128);
+  Prepared p = Prepare("causal", c);
+  GpuAutotuner tuner(Options({}, false, /*timeout=*/20));
+  ASSERT_TRUE(tuner.Probe(arch_).ok());
+  // clock64() is volatile: the compiler cannot drop this loop, which outlives any time limit.
+  const auto hang = Plant(p.kernel, "{ const long long t0 = clock64(); while (clock64() - t0 < (1LL << 62)) {} }");
+  auto r = tuner.CheckCandidate(Input(p, "causal", c), hang, p.program, "planted-hang", "", false);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->value("passed", true));
+  EXPECT_THAT(r->value("error", ""), HasSubstr("time limit"));
+}
+
+TEST_F(Gpu, PlantedWrongMaskIsCaughtWithItsWorstPositions) {
+  const auto c = Config(1, 4, 4, 256);
+  Prepared p = Prepare("causal", c);
+  GpuAutotuner tuner(Options({}, false));
+  ASSERT_TRUE(tuner.Probe(arch_).ok());
+  lower::LoweredKernel wrong = p.kernel;
+  const std::string mask = "if (!(q_idx >= kv_idx)) score = -INFINITY;";
+  ASSERT_NE(wrong.cuda_source.find(mask), std::string::npos);
+  wrong.cuda_source = absl::StrReplaceAll(wrong.cuda_source, {{mask, "if (!(q_idx > kv_idx)) score = -INFINITY;"}});
+  auto r = tuner.CheckCandidate(Input(p, "causal", c), wrong, p.program, "planted-mask", "", false);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->value("passed", true));
+  EXPECT_THAT(r->value("failure", ""), AllOf(HasSubstr("got"), HasSubstr("want")));
+}
+
+}  // namespace
+}  // namespace cubridge::gpu

@@ -1,0 +1,57 @@
+// worker/gpu/abi.h mirrors the launcher ABI of the expert (the params struct of its `abi` region,
+// the launch plan of its source). A host compiler checks every field offset of the mirror against
+// the lowered kernel's own declarations, so a change on one side fails here.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "cuir/lower/lower.h"
+#include "tests/lower/lower_test_util.h"
+
+namespace cubridge::lower::testing {
+namespace {
+
+TEST(Abi, WorkerMirrorMatchesTheLoweredKernel) {
+  auto program = LoadTestProgram("document");
+  ASSERT_TRUE(program.ok()) << program.status();
+  auto k = Lower(*program, cuir::AttentionConfig{}, Arch::kSm80);
+  ASSERT_TRUE(k.ok()) << k.status();
+  const std::string dir = MakeTempDir("cubridge-abi-");
+  ASSERT_FALSE(dir.empty());
+  WriteFile(dir + "/kernel.h", k->launcher_header);
+  // The plan struct lives in kernel.cu, after the device code: take its declaration only.
+  const size_t from = k->cuda_source.find("#define CUBRIDGE_PLAN_VERSION");
+  const size_t to = k->cuda_source.find("} cubridge_attn_fwd_launch_plan;");
+  ASSERT_NE(from, std::string::npos);
+  ASSERT_NE(to, std::string::npos);
+  const std::string plan = k->cuda_source.substr(from, to - from) + "} cubridge_attn_fwd_launch_plan;\n";
+  std::string checks;
+  for (const char* f : {"q", "k", "v", "o", "lse", "q_batch_stride", "k_row_stride",
+                        "o_head_stride", "lse_batch_stride", "lse_head_stride", "batch",
+                        "heads_q", "heads_kv", "head_dim", "seqlen_q", "seqlen_kv", "dtype",
+                        "softmax_scale", "buffers", "buffer_lengths", "workspace",
+                        "workspace_size"}) {
+    absl::StrAppend(&checks, "static_assert(offsetof(cubridge_attn_fwd_params, ", f,
+                    ") == offsetof(cubridge::gpu::AttnParams, ", f, "), \"", f, "\");\n");
+  }
+  for (const char* f : {"version", "status", "workspace_bytes", "classify_grid", "compact_grid",
+                        "table_threads", "grid", "threads", "smem_bytes"}) {
+    absl::StrAppend(&checks, "static_assert(offsetof(cubridge_attn_fwd_launch_plan, ", f,
+                    ") == offsetof(cubridge::gpu::LaunchPlan, ", f, "), \"", f, "\");\n");
+  }
+  absl::StrAppend(&checks,
+                  "static_assert(sizeof(cubridge_attn_fwd_params) == sizeof(cubridge::gpu::AttnParams));\n"
+                  "static_assert(sizeof(cubridge_attn_fwd_launch_plan) == sizeof(cubridge::gpu::LaunchPlan));\n"
+                  "static_assert(CUBRIDGE_PLAN_VERSION == cubridge::gpu::kPlanVersion);\n"
+                  "static_assert(CUBRIDGE_MAX_BUFFERS == cubridge::gpu::kMaxBuffers);\n");
+  WriteFile(dir + "/check.cc", absl::StrCat("#include <cstddef>\n#include \"kernel.h\"\n",
+                                            "#include \"worker/gpu/abi.h\"\n", plan, checks));
+  const CommandResult r = RunCommand(absl::StrCat("c++ -std=c++20 -fsyntax-only -I", CUBRIDGE_SOURCE_ROOT,
+                                                  " ", dir, "/check.cc"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  CleanUpTempDir(dir, HasFailure());
+}
+
+}  // namespace
+}  // namespace cubridge::lower::testing

@@ -1,0 +1,72 @@
+#include "worker/gpu/autotune.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "tests/lower/lower_test_util.h"
+#include "worker/gpu/driver.h"
+
+namespace cubridge::gpu {
+namespace {
+
+using ::testing::HasSubstr;
+
+cuir::AttentionConfig Config(int64_t head_dim, int64_t seqlen) {
+  cuir::AttentionConfig c;
+  c.head_dim = head_dim;
+  c.seqlen_q = c.seqlen_kv = seqlen;
+  return c;
+}
+
+TEST(Tiles, CandidatesFitTheArchAndTheExpert) {
+  for (lower::Arch arch : {lower::Arch::kSm80, lower::Arch::kSm90}) {
+    for (int64_t d : {64, 128, 256}) {
+      const auto tiles = CandidateTiles(Config(d, 1024), arch);
+      ASSERT_FALSE(tiles.empty());
+      EXPECT_EQ(tiles.front().Name(), "128x64w4");  // the expert's own tile comes first
+      for (const TileConfig& t : tiles) {
+        EXPECT_LE((t.block_m + 2 * t.block_n) * d * 2, arch == lower::Arch::kSm90 ? 227 * 1024 : 163 * 1024)
+            << t.Name();
+        EXPECT_EQ(t.block_n % 16, 0);
+      }
+    }
+  }
+  // 128x128 tiles of hdim 256 need 192 KiB: an H100 has it, an A100 does not.
+  auto has = [](const std::vector<TileConfig>& ts, const std::string& n) {
+    for (const auto& t : ts) if (t.Name() == n) return true;
+    return false;
+  };
+  EXPECT_TRUE(has(CandidateTiles(Config(256, 1024), lower::Arch::kSm90), "64x128w4"));
+  EXPECT_FALSE(has(CandidateTiles(Config(256, 1024), lower::Arch::kSm80), "128x128w8"));
+}
+
+TEST(Tiles, WithTileSetsTheParamsTheLoweringReads) {
+  auto base = lower::testing::LoadTestProgram("causal");
+  ASSERT_TRUE(base.ok()) << base.status();
+  auto p = WithTile(*base, {64, 32, 4});
+  ASSERT_TRUE(p.ok()) << p.status();
+  auto k = lower::Lower(*p, cuir::AttentionConfig{}, lower::Arch::kSm80);
+  ASSERT_TRUE(k.ok()) << k.status();
+  EXPECT_THAT(k->cuda_source, HasSubstr("constexpr int BLOCK_M = 64;"));
+  EXPECT_THAT(k->cuda_source, HasSubstr("constexpr int BLOCK_N = 32;"));
+}
+
+TEST(Tiles, ShapeClassesSeparateSeqlenBucketsAndLayouts) {
+  cuir::AttentionConfig a = Config(128, 1024), b = Config(128, 8192), c = Config(128, 8192);
+  c.heads_kv = 2;
+  EXPECT_NE(ShapeClass(a), ShapeClass(b));
+  EXPECT_NE(ShapeClass(b), ShapeClass(c));
+  EXPECT_EQ(ShapeClass(b), "d128-bf16-mha-s>4k");
+}
+
+TEST(Autotuner, WithoutAGpuTheProbeSaysWhy) {
+  if (ProbeDevice(0).ok()) GTEST_SKIP() << "this machine has a GPU; the gpu suite covers it";
+  GpuAutotuner tuner({});
+  auto probe = tuner.Probe(lower::Arch::kSm80);
+  ASSERT_FALSE(probe.ok());
+  EXPECT_THAT(probe.status().message(), ::testing::AnyOf(HasSubstr("CUDA driver"), HasSubstr("cuInit"),
+                                                         HasSubstr("no GPU")));
+}
+
+}  // namespace
+}  // namespace cubridge::gpu

@@ -1,0 +1,305 @@
+#include "worker/gpu/autotune.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <future>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "cuir/pipeline/files.h"
+#include "worker/gpu/module.h"
+#include "worker/gpu/nvrtc.h"
+
+namespace cubridge::gpu {
+namespace {
+
+namespace fs = std::filesystem;
+
+int ArchNumber(lower::Arch arch) { return arch == lower::Arch::kSm90 ? 90 : 80; }
+
+// Opt-in shared memory per block: A100 164 KiB, H100 227 KiB.
+size_t SmemLimit(lower::Arch arch) { return arch == lower::Arch::kSm90 ? 227 * 1024 : 163 * 1024; }
+
+// The expert's Tiling<D>: hdim 256 doubles the warps when the tile has 32 rows per warp.
+bool ValidFor(const TileConfig& t, int64_t head_dim) {
+  const int warps = head_dim > 128 && t.block_m >= 32 * t.warps ? 2 * t.warps : t.warps;
+  return t.block_m % (16 * warps) == 0 && t.block_n % 16 == 0;
+}
+
+int BufferCount(const cuir::Program& p) {
+  int n = 0;
+  for (const cuir::Stmt& s : p.stmts) n += s.kind == cuir::StmtKind::kBuffer;
+  return n;
+}
+
+std::vector<std::string> BufferOrder(const cuir::Program& p) {
+  std::vector<std::string> out;
+  for (const cuir::Stmt& s : p.stmts) {
+    if (s.kind == cuir::StmtKind::kBuffer) out.push_back(s.name);
+  }
+  return out;
+}
+
+// -1 for a failed candidate; its kept-element throughput when profiled, else 0.
+double Score(const nlohmann::json& candidate) {
+  if (!candidate.value("passed", false)) return -1;
+  if (!candidate.contains("profile")) return 0;
+  return candidate["profile"].value("tflops_kept", 0.0);
+}
+
+}  // namespace
+
+std::string TileConfig::Name() const { return absl::StrFormat("%dx%dw%d", block_m, block_n, warps); }
+
+std::vector<TileConfig> CandidateTiles(const cuir::AttentionConfig& config, lower::Arch arch) {
+  const std::vector<TileConfig> all = {{128, 64, 4}, {128, 128, 8}, {64, 64, 4}, {128, 32, 4},
+                                       {64, 128, 4}};
+  std::vector<TileConfig> out;
+  for (const TileConfig& t : all) {
+    const size_t smem = static_cast<size_t>(t.block_m + 2 * t.block_n) * config.head_dim * 2;
+    if (ValidFor(t, config.head_dim) && smem <= SmemLimit(arch)) out.push_back(t);
+  }
+  return out;
+}
+
+std::string ShapeClass(const cuir::AttentionConfig& c) {
+  const int64_t s = std::max(c.seqlen_q, c.seqlen_kv);
+  const char* bucket = s <= 1024 ? "s<=1k" : s <= 4096 ? "s<=4k" : "s>4k";
+  return absl::StrCat("d", c.head_dim, "-", cuir::DTypeName(c.dtype), "-",
+                      c.heads_q == c.heads_kv ? "mha" : "gqa", "-", bucket);
+}
+
+absl::StatusOr<cuir::Program> WithTile(const cuir::Program& program, const TileConfig& tile) {
+  cuir::Program out = program;
+  int set = 0;
+  for (cuir::Stmt& s : out.stmts) {
+    if (s.kind != cuir::StmtKind::kParam) continue;
+    const int value = s.name == "BLOCK_M" ? tile.block_m
+                      : s.name == "BLOCK_N" ? tile.block_n
+                      : s.name == "WARPS"   ? tile.warps
+                                            : 0;
+    if (value == 0) continue;
+    s.value = cuir::IntLit(value);
+    ++set;
+  }
+  if (set != 3) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "kernel `", program.kernel, "` does not declare the tile params BLOCK_M, BLOCK_N and WARPS"));
+  }
+  return out;
+}
+
+GpuAutotuner::GpuAutotuner(AutotuneOptions options) : options_(std::move(options)) {}
+
+// Scratch files (cubins, requests, child logs) go unless CUBRIDGE_KEEP_GPU_FILES asks to keep them.
+GpuAutotuner::~GpuAutotuner() {
+  const char* keep = std::getenv("CUBRIDGE_KEEP_GPU_FILES");
+  if (own_work_root_ && (keep == nullptr || *keep == '\0')) {
+    pipeline::RemoveTree(options_.work_root);
+  }
+}
+
+absl::StatusOr<std::string> GpuAutotuner::WorkDir(const std::string& name) {
+  if (options_.work_root.empty()) {
+    std::string tmpl = (fs::temp_directory_path() / "cubridge-gpu-XXXXXX").string();
+    if (mkdtemp(tmpl.data()) == nullptr) return absl::InternalError("cannot create a scratch folder");
+    options_.work_root = tmpl;
+    own_work_root_ = true;
+  }
+  const fs::path dir = fs::path(options_.work_root) / name;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir.string(), ": ", ec.message()));
+  return dir.string();
+}
+
+absl::StatusOr<std::string> GpuAutotuner::Probe(lower::Arch arch) {
+  if (!probe_.has_value()) {
+    auto dir = WorkDir("probe");
+    if (!dir.ok()) return dir.status();
+    IsolateOptions iso = options_.isolate;
+    iso.work_dir = *dir;
+    iso.timeout_seconds = std::min(iso.timeout_seconds, 60.0);
+    auto child = RunChild("probe", {}, iso);
+    if (!child.ok()) {
+      probe_ = child.status();
+    } else if (!child->ok) {
+      probe_ = absl::FailedPreconditionError(child->error);
+    } else {
+      device_ = child->result["device"];
+      const std::string a = device_.value("arch", "sm_0");
+      device_cc_ = std::atoi(a.c_str() + 3);
+      probe_ = absl::StrCat(device_.value("name", "?"), " (", a, ")");
+    }
+  }
+  if (!probe_->ok()) return probe_->status();
+  if (device_cc_ < ArchNumber(arch)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the GPU here is ", **probe_, ", which cannot run ", lower::ArchName(arch), " kernels"));
+  }
+  return **probe_;
+}
+
+absl::StatusOr<nlohmann::json> GpuAutotuner::CheckCandidate(
+    const pipeline::GpuStageInput& in, const lower::LoweredKernel& kernel,
+    const cuir::Program& program, const std::string& name, const std::string& reference_program,
+    bool profile) {
+  nlohmann::json cand = {{"name", name}};
+  // A kernel for an older arch than the GPU's is checked through PTX and the driver's JIT.
+  const bool ptx = device_cc_ / 10 != ArchNumber(in.arch) / 10;
+  CompileOptions copt;
+  copt.arch = in.arch;
+  copt.ptx = ptx;
+  const int dtype = in.config.dtype == cuir::DType::kBF16 ? 0 : 1;
+  const auto expressions =
+      EntryExpressions(kernel.device_entries, dtype, static_cast<int>(in.config.head_dim));
+  for (const auto& [role, expr] : expressions) copt.name_expressions.push_back(expr);
+  auto compiled = CompileWithNvrtc(kernel.cuda_source, name + ".cu", copt);
+  if (!compiled.ok()) {
+    cand["passed"] = false;
+    cand["error"] = absl::StrCat("compile: ", compiled.status().message());
+    return cand;
+  }
+  cand["compile_seconds"] = compiled->seconds;
+  auto dir = WorkDir(name);
+  if (!dir.ok()) return dir.status();
+  const std::string image = (fs::path(*dir) / (ptx ? "module.ptx" : "module.cubin")).string();
+  {
+    std::ofstream out(image, std::ios::binary);
+    out.write(compiled->image.data(), static_cast<std::streamsize>(compiled->image.size()));
+  }
+  RunRequest req;
+  req.spec_path = in.spec_path;
+  req.param_overrides = in.param_overrides;
+  req.buffers = in.buffers;
+  req.buffer_order = BufferOrder(program);
+  req.config = in.config;
+  req.config.softmax_scale = in.config.scale();
+  req.verify = in.verify;
+  req.seed = in.seed;
+  req.image_path = image;
+  req.ptx = ptx;
+  for (const auto& [role, expr] : expressions) req.entries[role] = compiled->symbols.at(expr);
+  req.profile = options_.profile;
+  req.profile.enabled = profile && options_.profile.enabled;
+  req.reference_program = reference_program;
+  IsolateOptions iso = options_.isolate;
+  iso.work_dir = *dir;
+  auto child = RunChild("check", req.ToJson(), iso);
+  if (!child.ok()) return child.status();
+  cand["seconds"] = child->seconds;
+  if (!child->ok) {
+    cand["passed"] = false;
+    cand["error"] = child->error;
+    if (!child->stderr_tail.empty()) cand["stderr"] = child->stderr_tail;
+    return cand;
+  }
+  for (const char* key : {"passed", "verification", "profile", "module", "summary", "failure",
+                          "reference"}) {
+    if (child->result.contains(key)) cand[key] = child->result[key];
+  }
+  return cand;
+}
+
+absl::StatusOr<pipeline::GpuStageOutput> GpuAutotuner::Run(const pipeline::GpuStageInput& in) {
+  auto probe = Probe(in.arch);
+  if (!probe.ok()) return probe.status();
+  if (BufferCount(in.program) > kMaxBuffers) {
+    return absl::InvalidArgumentError("the program declares more buffers than the launcher ABI has");
+  }
+  nlohmann::json report = {{"device", device_},
+                           {"nvrtc", NvrtcVersion()},
+                           {"shape_class", ShapeClass(in.config)},
+                           {"arch", lower::ArchName(in.arch)}};
+  auto say = [&](const std::string& line) {
+    if (in.progress) in.progress(line);
+  };
+
+  if (options_.lift_check) {
+    cuir::AttentionConfig mha = in.config;
+    mha.heads_kv = mha.heads_q;
+    auto base_kernel = lower::Lower(in.base, mha, in.arch);
+    if (!base_kernel.ok()) return base_kernel.status();
+    // The base program is plain MHA attention: check it on the job's shape with one KV head
+    // per query head.
+    pipeline::GpuStageInput base_in = in;
+    base_in.config.heads_kv = base_in.config.heads_q;
+    auto lift = CheckCandidate(base_in, *base_kernel, in.base, "lift-check",
+                               cuir::PrintProgram(in.base), /*profile=*/false);
+    if (!lift.ok()) return lift.status();
+    report["lift_check"] = *lift;
+    say(absl::StrCat("lift check (base CuIR interpreted vs the compiled expert): ",
+                     (*lift).value("passed", false) ? "agree" : "DISAGREE"));
+    if (!(*lift).value("passed", false)) {
+      return absl::InternalError(absl::StrCat(
+          "lift check failed: the expert kernel and its base CuIR disagree on this GPU: ",
+          (*lift).value("error", (*lift).value("failure", std::string("see the report")))));
+    }
+  }
+
+  const std::vector<TileConfig> tiles =
+      options_.tiles.empty() ? CandidateTiles(in.config, in.arch) : options_.tiles;
+  struct Lowered {
+    TileConfig tile;
+    absl::StatusOr<lower::LoweredKernel> kernel;
+    absl::StatusOr<cuir::Program> program;
+  };
+  std::vector<Lowered> lowered;
+  for (const TileConfig& t : tiles) {
+    auto program = WithTile(in.program, t);
+    absl::StatusOr<lower::LoweredKernel> kernel =
+        program.ok() ? lower::Lower(*program, in.config, in.arch)
+                     : absl::StatusOr<lower::LoweredKernel>(program.status());
+    lowered.push_back({t, std::move(kernel), std::move(program)});
+  }
+  nlohmann::json candidates = nlohmann::json::array();
+  int best = -1;
+  for (size_t i = 0; i < lowered.size(); ++i) {
+    const Lowered& l = lowered[i];
+    nlohmann::json cand;
+    if (!l.kernel.ok()) {
+      cand = {{"name", l.tile.Name()}, {"passed", false},
+              {"error", absl::StrCat("lower: ", l.kernel.status().message())}};
+    } else {
+      auto checked = CheckCandidate(in, *l.kernel, *l.program, l.tile.Name(), "", true);
+      if (!checked.ok()) return checked.status();
+      cand = *checked;
+    }
+    cand["tile"] = {{"BLOCK_M", l.tile.block_m}, {"BLOCK_N", l.tile.block_n}, {"WARPS", l.tile.warps}};
+    std::string line = "verified";
+    if (cand.contains("profile")) {
+      line = absl::StrFormat("verified, %.1f TFLOP/s on kept elements (%.3f ms)", Score(cand),
+                             cand["profile"].value("median_ms", 0.0));
+    } else if (!cand.value("passed", false)) {
+      line = "FAILED: " + cand.value("error", cand.value("failure", std::string("verification")));
+    }
+    say(absl::StrFormat("candidate %s: %s", l.tile.Name(), line));
+    if (Score(cand) >= 0 && (best < 0 || Score(cand) > Score(candidates[best]))) {
+      best = static_cast<int>(candidates.size());
+    }
+    candidates.push_back(cand);
+  }
+  report["candidates"] = candidates;
+  if (best < 0) {
+    return absl::InternalError(absl::StrCat(
+        "no candidate verified on ", *probe, " (", candidates.size(), " tried); see each one's error:\n",
+        candidates.dump(2).substr(0, 4000)));
+  }
+  report["best"] = candidates[best]["name"];
+  pipeline::GpuStageOutput out;
+  out.kernel = *lowered[best].kernel;
+  out.report = report;
+  out.summary =
+      candidates[best].contains("profile")
+          ? absl::StrFormat("%s: %s fastest of %d candidates, %.1f TFLOP/s on kept elements at %s",
+                            *probe, candidates[best]["name"].get<std::string>(),
+                            static_cast<int>(candidates.size()), Score(candidates[best]),
+                            in.config.ToString())
+          : absl::StrFormat("%s: %s verified (not profiled)", *probe,
+                            candidates[best]["name"].get<std::string>());
+  return out;
+}
+
+}  // namespace cubridge::gpu

@@ -1,0 +1,71 @@
+// The GPU stage of the pipeline: lower the verified program once per tile configuration,
+// compile every candidate with NVRTC, verify and profile each in a runner child, keep the
+// fastest verified one. One of these also checks the lift (base program vs compiled expert).
+#pragma once
+
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cuir/pipeline/adapt.h"
+#include "worker/gpu/isolate.h"
+#include "worker/gpu/run_request.h"
+
+namespace cubridge::gpu {
+
+struct TileConfig {
+  int block_m = 128, block_n = 64, warps = 4;
+  std::string Name() const;  // "128x64w4"
+};
+
+// The tile configurations worth trying for a head dim on an arch: valid for the expert (rows
+// per warp a multiple of 16, BLOCK_N a multiple of 16) and within the arch's shared memory.
+std::vector<TileConfig> CandidateTiles(const cuir::AttentionConfig& config, lower::Arch arch);
+// Autotuning results hold for a shape class: head dim, dtype, GQA or not, and the seqlen bucket.
+std::string ShapeClass(const cuir::AttentionConfig& config);
+// The program with its tile params set to `tile`.
+absl::StatusOr<cuir::Program> WithTile(const cuir::Program& program, const TileConfig& tile);
+
+struct AutotuneOptions {
+  IsolateOptions isolate;          // runner, per-candidate time limit
+  std::string work_root;           // scratch folders; empty = a fresh folder under /tmp
+  std::vector<TileConfig> tiles;   // empty = CandidateTiles()
+  ProfileOptions profile;
+  bool lift_check = true;
+  int compile_threads = 4;
+};
+
+class GpuAutotuner : public pipeline::GpuStage {
+ public:
+  explicit GpuAutotuner(AutotuneOptions options);
+  absl::StatusOr<std::string> Probe(lower::Arch arch) override;
+  absl::StatusOr<pipeline::GpuStageOutput> Run(const pipeline::GpuStageInput& input) override;
+
+  ~GpuAutotuner() override;
+
+  // The device document the runner reported (after a successful Probe).
+  const nlohmann::json& device() const { return device_; }
+
+  // Compiles one kernel and checks it in a runner child (after a successful Probe): the
+  // candidate's report, {"passed": false, "error": ...} for a candidate that does not compile,
+  // crashes or hangs. `reference_program` non-empty: compare with its interpretation instead of
+  // the oracle. Errors only for failures on this side.
+  absl::StatusOr<nlohmann::json> CheckCandidate(const pipeline::GpuStageInput& in,
+                                                const lower::LoweredKernel& kernel,
+                                                const cuir::Program& program,
+                                                const std::string& name,
+                                                const std::string& reference_program,
+                                                bool profile);
+
+ private:
+  absl::StatusOr<std::string> WorkDir(const std::string& name);
+
+  AutotuneOptions options_;
+  bool own_work_root_ = false;
+  std::optional<absl::StatusOr<std::string>> probe_;
+  nlohmann::json device_;
+  int device_cc_ = 0;  // 80, 90, ...
+};
+
+}  // namespace cubridge::gpu

@@ -1,0 +1,144 @@
+#include "worker/gpu/isolate.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace cubridge::gpu {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string ReadAll(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string Tail(const std::string& text, int lines) {
+  std::vector<std::string> all = absl::StrSplit(text, '\n', absl::SkipEmpty());
+  const size_t from = all.size() > static_cast<size_t>(lines) ? all.size() - lines : 0;
+  std::string out;
+  for (size_t i = from; i < all.size(); ++i) absl::StrAppend(&out, all[i], "\n");
+  return out;
+}
+
+const char* SignalName(int sig) {
+  switch (sig) {
+    case SIGSEGV: return "SIGSEGV";
+    case SIGABRT: return "SIGABRT";
+    case SIGKILL: return "SIGKILL";
+    case SIGBUS: return "SIGBUS";
+    case SIGILL: return "SIGILL";
+    case SIGFPE: return "SIGFPE";
+    default: return "a signal";
+  }
+}
+
+}  // namespace
+
+std::string RunnerPath() {
+  if (const char* env = std::getenv("CUBRIDGE_GPU_RUNNER"); env != nullptr && *env != '\0') {
+    return env;
+  }
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const fs::path beside = self.parent_path() / "cubridge-gpu-runner";
+    if (fs::exists(beside)) return beside.string();
+  }
+#ifdef CUBRIDGE_GPU_RUNNER_PATH
+  return CUBRIDGE_GPU_RUNNER_PATH;
+#else
+  return "cubridge-gpu-runner";
+#endif
+}
+
+absl::StatusOr<ChildOutcome> RunChild(const std::string& mode, const nlohmann::json& request,
+                                      const IsolateOptions& options) {
+  const std::string runner = options.runner.empty() ? RunnerPath() : options.runner;
+  if (access(runner.c_str(), X_OK) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the GPU runner ", runner, " is not an executable file (build cubridge-gpu-runner or set "
+        "CUBRIDGE_GPU_RUNNER)"));
+  }
+  const fs::path dir = options.work_dir;
+  const fs::path request_path = dir / "request.json", result_path = dir / "result.json",
+                 stderr_path = dir / "stderr.txt";
+  unlink(result_path.c_str());
+  if (mode == "check") {
+    std::ofstream out(request_path);
+    out << request.dump(2);
+    if (!out) return absl::FailedPreconditionError("cannot write " + request_path.string());
+  }
+  std::vector<std::string> args = {runner, mode};
+  if (mode == "check") args.insert(args.end(), {"--request", request_path.string()});
+  args.insert(args.end(), {"--result", result_path.string()});
+
+  const auto start = std::chrono::steady_clock::now();
+  const pid_t pid = fork();
+  if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
+  if (pid == 0) {
+    setpgid(0, 0);  // its own group: a timeout kills whatever the child started too
+    const int err = open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (err >= 0) dup2(err, STDERR_FILENO), dup2(err, STDOUT_FILENO);
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  setpgid(pid, pid);
+  ChildOutcome out;
+  int status = 0;
+  for (;;) {
+    const pid_t done = waitpid(pid, &status, WNOHANG);
+    if (done == pid) break;
+    out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (out.seconds > options.timeout_seconds) {
+      kill(-pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      out.timed_out = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  out.stderr_tail = Tail(ReadAll(stderr_path), 20);
+  if (WIFEXITED(status)) out.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) out.signal = WTERMSIG(status);
+  auto parsed = nlohmann::json::parse(ReadAll(result_path), nullptr, false);
+  if (!parsed.is_discarded()) out.result = parsed;
+
+  if (out.timed_out) {
+    out.error = absl::StrCat("the candidate ran past the ", options.timeout_seconds,
+                             " s time limit and was killed (a hang or a very slow kernel)");
+  } else if (out.signal != 0) {
+    out.error = absl::StrCat("the runner died of ", SignalName(out.signal), " (signal ",
+                             out.signal, ") while running the candidate");
+  } else if (out.exit_code != 0 || parsed.is_discarded()) {
+    out.error = out.result.contains("error")
+                    ? out.result["error"].get<std::string>()
+                    : absl::StrCat("the runner exited with code ", out.exit_code,
+                                   " and no result: ", Tail(out.stderr_tail, 3));
+  } else {
+    out.ok = true;
+  }
+  return out;
+}
+
+}  // namespace cubridge::gpu
