@@ -9,6 +9,11 @@
 # time; only the spec's params are baked in, so small shapes keep the CPU verification quick.
 # Every other variant keeps its spec defaults (windows 256, 64 global tokens, block 128, cap 20,
 # ALiBi heads=32). At most two CLI jobs run at once.
+#
+# On a GPU machine, CUBRIDGE_TUNE=1 runs the GPU stages too: every kernel is verified on the GPU,
+# each tile candidate profiled at one benchmark shape (Qwen2.5-72B heads 64/8, S=8192, batch 2) and the
+# fastest kept (autotuning for that shape class); NAME.report.json sits beside each kernel. One
+# job at a time then, so profiles do not share the GPU. CUBRIDGE_TILES narrows the candidates.
 set -euo pipefail
 
 if [ $# -lt 1 ] || [ $# -gt 2 ]; then
@@ -28,7 +33,17 @@ TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
 
 # Lowering shape: only a CPU verification size; the kernel is shape-generic.
-SHAPE=(--arch sm_90 --seqlen 512 --heads-q 4 --heads-kv 4 --head-dim 128 --dtype bf16 --no-cache)
+# GQA heads (8 query heads on 2 kv heads): the head mapping h // (heads_q // heads_kv) then
+# serves every layout of the benchmark (MHA is a group of one); a kernel lowered for MHA maps h to h
+# and its launch plan refuses GQA calls.
+SHAPE=(--arch sm_90 --seqlen 512 --heads-q 8 --heads-kv 2 --head-dim 128 --dtype bf16 --no-cache)
+PARALLEL=2
+if [ "${CUBRIDGE_TUNE:-0}" = 1 ]; then
+  SHAPE=(--arch sm_90 --seqlen 8192 --batch 2 --heads-q 64 --heads-kv 8 --head-dim 128 --dtype bf16
+         --no-cache --gpu require)
+  [ -n "${CUBRIDGE_TILES:-}" ] && SHAPE+=(--tiles "$CUBRIDGE_TILES")
+  PARALLEL=1
+fi
 
 # lower SPEC_NAME OUT_NAME [extra CLI flags...]: TMP/OUT_NAME/{kernel.cu,...} -> OUTDIR/OUT_NAME_sm_90.cu
 lower() {
@@ -38,7 +53,9 @@ lower() {
   if "$CLI" adapt "$ROOT/examples/specs/$spec.py" --local --out "$dir" "${SHAPE[@]}" "$@" \
       >"$TMP/$out.log" 2>&1 && [ -s "$dir/kernel.cu" ]; then
     cp "$dir/kernel.cu" "$OUTDIR/${out}_sm_90.cu"
+    cp "$dir/report.json" "$OUTDIR/${out}.report.json"
     echo "ok   $out  ($(grep -m1 '^\[verify' "$TMP/$out.log" | sed 's/^\[verify *\] *ok *//'))"
+    grep '^\[gpu' "$TMP/$out.log" | sed 's/^/     /' || true
   else
     echo "FAIL $out: $CLI adapt examples/specs/$spec.py $* failed:"
     sed 's/^/    /' "$TMP/$out.log"
@@ -68,7 +85,7 @@ for job in "${JOBS[@]}"; do
   # shellcheck disable=SC2086  # word splitting of the job line is intended
   lower $job &
   running=$((running + 1))
-  if [ "$running" -ge 2 ]; then
+  if [ "$running" -ge "$PARALLEL" ]; then
     wait -n || fails=$((fails + 1))
     running=$((running - 1))
   fi

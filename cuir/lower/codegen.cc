@@ -333,6 +333,7 @@ class RegionWriter {
     if (plan_.head_map != nullptr && plan_.head_map_changed) {
       LOWER_ASSIGN_OR_RETURN(line, Declare(*plan_.head_map, kHeadMapLet, &kernel_));
       out_["head_map"] = line;
+      LOWER_RETURN_IF_ERROR(HeadCheck(*plan_.head_map));
     } else {
       kernel_.Bind(kHeadMapLet, kHeadMapLet, CType::kInt);
     }
@@ -462,10 +463,37 @@ class RegionWriter {
     return scope;
   }
 
+  // Subexpressions that read neither the element's indices nor its score (ALiBi's per-head
+  // slope exp2(-8 * (h + 1) / H)) are evaluated once per block, not once per element: each
+  // maximal one becomes a `const` before the element loop. Returns the rewritten expression.
+  absl::StatusOr<ExprPtr> HoistInvariants(const ExprPtr& e, EmitScope* scope, std::string* decls) {
+    const bool varies = cuir::Mentions(e, "q_idx") || cuir::Mentions(e, "kv_idx") ||
+                        cuir::Mentions(e, "score");
+    const bool trivial = e->kind == cuir::ExprKind::kVar || e->kind == cuir::ExprKind::kBoolLit ||
+                         e->kind == cuir::ExprKind::kIntLit || e->kind == cuir::ExprKind::kFloatLit;
+    if (!varies && !trivial) {
+      LOWER_ASSIGN_OR_RETURN(value, EmitExpr(e, loop_));
+      const std::string name = Fresh("invariant");
+      absl::StrAppend(decls, "const ", CTypeName(value.type), " ", name, " = ", value.text, ";\n");
+      Bind(scope, name, name, value.type);
+      return cuir::Var(name, e->loc);
+    }
+    if (!varies || e->args.empty()) return e;
+    auto copy = std::make_shared<cuir::Expr>(*e);
+    for (ExprPtr& arg : copy->args) {
+      LOWER_ASSIGN_OR_RETURN(hoisted, HoistInvariants(arg, scope, decls));
+      arg = hoisted;
+    }
+    return ExprPtr(copy);
+  }
+
   absl::StatusOr<std::string> ScoreMod(const Stmt& s) {
-    LOWER_ASSIGN_OR_RETURN(value, EmitExpr(s.value, ElementScope(true)));
+    EmitScope scope = ElementScope(true);
+    std::string decls;
+    LOWER_ASSIGN_OR_RETURN(expr, HoistInvariants(s.value, &scope, &decls));
+    LOWER_ASSIGN_OR_RETURN(value, EmitExpr(expr, scope));
     if (value.type == CType::kBool) return InvalidAt(s, "score_mod must give a number");
-    return absl::StrCat(Origin(s),
+    return absl::StrCat(Origin(s), decls,
                         ForEachScore(s.value, absl::StrCat("score = ", AsFloat(value), ";")));
   }
 
@@ -483,6 +511,29 @@ class RegionWriter {
       absl::StrAppend(&indented, "  ", line, "\n");
     }
     return absl::StrCat(Origin(s), "if (", when.text, ") {\n", indented, "}\n");
+  }
+
+  // The launch plan refuses a head layout the kernel's mapping does not serve: the mapping is
+  // monotone in h, so the first and the last query head bound every kv head it reads.
+  absl::Status HeadCheck(const Stmt& head_map) {
+    EmitScope scope = ns_.WithTarget(EmitTarget::kHost);
+    BindBuiltins(&scope, "p.");
+    std::string kv[2];
+    for (int i = 0; i < 2; ++i) {
+      EmitScope at = scope;
+      at.Bind("h", i == 0 ? "0" : "(p.heads_q - 1)", CType::kInt);
+      auto e = EmitExpr(head_map.value, at);
+      if (!e.ok()) {
+        return InvalidAt(head_map, absl::StrCat("the head mapping may depend on the query head `h` "
+                                                "and the builtins only: ", e.status().message()));
+      }
+      kv[i] = Convert(*e, CType::kLong);
+    }
+    out_["head_check"] = absl::StrCat(
+        Origin(head_map), "__host__ __device__ __forceinline__ bool variant_heads_ok(const ",
+        params_type_, "& p) {\n  if (p.heads_kv <= 0 || p.heads_q % p.heads_kv != 0) return false;\n",
+        "  return 0 <= ", kv[0], " && ", kv[1], " < p.heads_kv;\n}\n");
+    return absl::OkStatus();
   }
 
   // ---- buffers and tables outside the loop ---------------------------------------------------

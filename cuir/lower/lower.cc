@@ -25,6 +25,7 @@ std::string RegionConstruct(const std::string& region) {
       {"table_kernel", "table declarations"},
       {"workspace", "table workspace and construction"},
       {"head_map", "a changed `let kv_h`"},
+      {"head_check", "the head layouts a changed `let kv_h` serves"},
       {"program_lets", "new top-level lets"},
       {"kv_range", "changed KV loop bounds"},
       {"kv_loop", "a table-form KV loop"},
@@ -130,7 +131,8 @@ absl::StatusOr<LoweredKernel> Lower(const cuir::Program& program,
       "\") for ", ArchName(arch), ".\n// Generated regions: ",
       out.generated_regions.empty() ? "none" : absl::StrJoin(out.generated_regions, ", "),
       "; every other region is the expert's code.\n// Lowered for ", config.ToString(),
-      "; the launcher accepts any shape, dtype (bf16 / fp16) and head dim (64 / 128 / 256).\n",
+      "; the launcher accepts any batch, seqlens, dtype (bf16 / fp16) and head dim (64 / 128 / "
+      "256), and the head layouts its head mapping serves (its launch plan refuses others).\n",
       RenamePrefix(*source, from, to));
   out.device_entries = DeviceEntries(out.cuda_source);
   if (out.device_entries.empty()) {

@@ -202,6 +202,19 @@ TEST_F(Gpu, PlantedCrashFailsThatCandidateAndTheVerifierLivesOn) {
   EXPECT_TRUE(good->value("passed", false)) << good->dump(2);
 }
 
+// A kernel lowered for MHA maps query head h to kv head h: its launch plan refuses GQA calls
+// instead of reading past the K/V tensors.
+TEST_F(Gpu, AKernelRefusesAHeadLayoutItWasNotLoweredFor) {
+  Prepared p = Prepare("causal", Config(1, 4, 4, 256));
+  GpuAutotuner tuner(Options({}, false));
+  ASSERT_TRUE(tuner.Probe(arch_).ok());
+  auto r = tuner.CheckCandidate(Input(p, "causal", Config(1, 4, 2, 256)), p.kernel, p.program,
+                                "mha-kernel-gqa-call", "", false);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->value("passed", true));
+  EXPECT_THAT(r->value("error", ""), HasSubstr("refuses these parameters")) << r->dump(2);
+}
+
 TEST_F(Gpu, PlantedHangIsKilledAtTheTimeLimit) {
   const auto c = Config(1, 2, 2, 128);
   Prepared p = Prepare("causal", c);

@@ -22,7 +22,7 @@ using testing::LoadTestProgram;
 // Every region of the fa2_sm80 expert, as docs/lowering.md lists them.
 const std::set<std::string> kAllRegions = {
     "abi",          "tile_params", "variant_consts", "table_kernel", "workspace",
-    "buffer_check", "variant_bind", "head_map",      "program_lets", "kv_range",
+    "buffer_check", "variant_bind", "head_map",      "head_check",   "program_lets", "kv_range",
     "kv_loop",      "block_class", "qk_scale",       "score_mod",    "mask"};
 
 LoweredKernel LowerOrDie(const std::string& name, Arch arch = Arch::kSm80) {
@@ -78,7 +78,7 @@ INSTANTIATE_TEST_SUITE_P(
         RegionCase{"global_window", {"variant_consts", "kv_range", "block_class", "mask"}},
         RegionCase{"document", kTableRegions}, RegionCase{"document_batched", kTableRegions},
         RegionCase{"softcap_alibi", {"variant_consts", "score_mod"}},
-        RegionCase{"gqa", {"head_map"}},
+        RegionCase{"gqa", {"head_map", "head_check"}},
         RegionCase{"renamed_symbols",
                    {"tile_params", "variant_consts", "buffer_check", "variant_bind", "kv_range",
                     "block_class", "mask"}}),
@@ -130,8 +130,25 @@ TEST(Lower, ScoreModsRunInProgramOrderWithFloatConsts) {
   EXPECT_THAT(RegionText(k, "variant_consts"), HasSubstr("constexpr float cap = 20.0f;"));
 }
 
+TEST(Lower, ScoreModInvariantsAreEvaluatedOncePerBlock) {
+  const LoweredKernel k = LowerOrDie("softcap_alibi");
+  const std::string mods = RegionText(k, "score_mod");
+  const size_t slope = mods.find("const float invariant = exp2f(");
+  const size_t alibi_loop = mods.find("for_each_score([&](const int q_idx");
+  ASSERT_NE(slope, std::string::npos) << mods;
+  ASSERT_NE(alibi_loop, std::string::npos) << mods;
+  EXPECT_LT(slope, alibi_loop);
+  EXPECT_THAT(mods, HasSubstr("score = (score + (static_cast<float>((kv_idx - q_idx)) * invariant));"));
+  // The softcap reads the score: nothing of it can move out of the element loop.
+  EXPECT_THAT(mods, HasSubstr("score = (cap * tanhf((score / cap)));"));
+}
+
 TEST(Lower, GqaMapsQueryHeadsToKvHeadsWithFloorDivision) {
   const LoweredKernel k = LowerOrDie("gqa");
+  // The plan refuses layouts the mapping cannot serve: the last query head must land on a kv head.
+  EXPECT_THAT(RegionText(k, "head_check"),
+              HasSubstr("static_cast<long long>(cuir_floordiv<int>((p.heads_q - 1), "
+                        "cuir_floordiv<int>(p.heads_q, p.heads_kv))) < p.heads_kv;"));
   EXPECT_THAT(RegionText(k, "head_map"),
               HasSubstr("const int kv_h = cuir_floordiv<int>(h, cuir_floordiv<int>(heads_q, "
                         "heads_kv));"));

@@ -173,6 +173,13 @@ __device__ __forceinline__ void variant_compact_row(const cubridge_attn_fwd_para
 }
 // @cuir-end workspace
 
+// @cuir-region head_check
+// The head layouts the head mapping serves: this one maps query head h to kv head h (MHA only).
+__host__ __device__ __forceinline__ bool variant_heads_ok(const cubridge_attn_fwd_params& p) {
+  return p.heads_q == p.heads_kv;
+}
+// @cuir-end head_check
+
 // @cuir-region buffer_check
 // The program's buffers are given and long enough. None here.
 __host__ __device__ __forceinline__ bool variant_buffers_ok(const cubridge_attn_fwd_params& p) {
@@ -383,7 +390,7 @@ __host__ __device__ __forceinline__ void cubridge_attn_fwd_make_plan(
       p.batch > 65535 || p.heads_q > 65535 || (p.dtype != 0 && p.dtype != 1) ||
       !aligned_16(p.q, p.q_row_stride) || !aligned_16(p.k, p.k_row_stride) ||
       !aligned_16(p.v, p.v_row_stride) || !aligned_16(p.o, p.o_row_stride) ||
-      !variant_buffers_ok(p)) {
+      !variant_heads_ok(p) || !variant_buffers_ok(p)) {
     return;
   }
   switch (p.head_dim) {
