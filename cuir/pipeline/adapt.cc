@@ -7,13 +7,12 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "cuir/lower/expert.h"
+#include "cuir/lower/lift.h"
 #include "cuir/pipeline/files.h"
 #include "cuir/spec/spec.h"
 #include "cuir/transfer/transfer.h"
 
-#ifndef CUBRIDGE_EXPERTS_DIR
-#error "CUBRIDGE_EXPERTS_DIR must be defined by the build"
-#endif
 
 namespace cubridge::pipeline {
 namespace {
@@ -49,19 +48,16 @@ class StageRunner {
   nlohmann::json* stages_;
 };
 
-// The base program the expert kernel was lifted to. Lift of the CUDA source itself (and its
-// check on a GPU) lives with the expert kernels; here the lifted form is loaded and validated.
+// Lift: the expert's annotated kernel.cu checked against its base program (cuir/lower/lift.h);
+// the GPU stage adds the check that the compiled expert and the interpreter agree.
 absl::StatusOr<cuir::Program> LoadLiftedExpert(lower::Arch arch, std::string* detail) {
   // Both archs use the sm_80 expert until the Hopper expert exists (it also runs on sm_90).
   const std::string expert = kExpertSm80;
-  const std::string path = ExpertsDir() + "/" + expert + "/base.cuir";
-  auto text = ReadFile(path);
-  if (!text.ok()) return text.status();
-  auto program = cuir::ParseProgram(*text, path);
-  if (!program.ok()) return program.status();
-  if (auto s = cuir::Validate(*program); !s.ok()) return s;
-  *detail = absl::StrFormat("expert %s for %s (%s)", expert, lower::ArchName(arch), path);
-  return program;
+  auto lifted = lower::LiftExpert(expert);
+  if (!lifted.ok()) return lifted.status();
+  *detail = absl::StrFormat("expert %s for %s: %s", expert, lower::ArchName(arch),
+                            absl::StrJoin(lifted->checks, "; "));
+  return lifted->base;
 }
 
 transfer::VariantSpec ToVariantSpec(const spec::Spec& s) {
@@ -101,10 +97,7 @@ std::string DefaultCacheDir() {
   return ".cubridge-cache";
 }
 
-std::string ExpertsDir() {
-  if (const char* d = std::getenv("CUBRIDGE_EXPERTS_DIR"); d && *d) return d;
-  return CUBRIDGE_EXPERTS_DIR;
-}
+std::string ExpertsDir() { return lower::ExpertsDir(); }
 
 absl::StatusOr<AdaptResult> Adapt(const AdaptOptions& o) {
   if (o.out_dir.empty()) {

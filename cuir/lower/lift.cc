@@ -1,0 +1,126 @@
+#include "cuir/lower/lift.h"
+
+#include <algorithm>
+#include <map>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "cuir/lower/expert.h"
+
+namespace cubridge::lower {
+namespace {
+
+// `constexpr int NAME = VALUE;` lines of a region.
+absl::StatusOr<std::map<std::string, int64_t>> ConstexprInts(const std::string& body,
+                                                             const std::string& where) {
+  std::map<std::string, int64_t> out;
+  for (absl::string_view line : absl::StrSplit(body, '\n')) {
+    line = absl::StripAsciiWhitespace(line);
+    if (line.empty() || absl::StartsWith(line, "//")) continue;
+    if (!absl::ConsumePrefix(&line, "constexpr int ") || !absl::ConsumeSuffix(&line, ";")) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          where, ": tile_params holds `", line, "`; only `constexpr int NAME = VALUE;` lines "
+          "can be matched with the base program's params"));
+    }
+    std::vector<std::string> parts = absl::StrSplit(line, '=');
+    int64_t value = 0;
+    if (parts.size() != 2 ||
+        !absl::SimpleAtoi(absl::StripAsciiWhitespace(parts[1]), &value)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(where, ": cannot read `constexpr int ", line, ";`"));
+    }
+    out[std::string(absl::StripAsciiWhitespace(parts[0]))] = value;
+  }
+  return out;
+}
+
+}  // namespace
+
+const std::vector<std::string>& KnownRegions() {
+  static const std::vector<std::string> kRegions = {
+      "abi",        "tile_params", "variant_consts", "table_kernel", "workspace",
+      "head_check", "buffer_check", "variant_bind",  "head_map",     "program_lets",
+      "kv_range",   "kv_loop",     "block_class",    "qk_scale",     "score_mod",
+      "mask"};
+  return kRegions;
+}
+
+absl::StatusOr<LiftResult> LiftExpert(const std::string& name) {
+  auto expert = LoadExpert(name);
+  if (!expert.ok()) return expert.status();
+  if (auto s = cuir::Validate(expert->base); !s.ok()) return s;
+  const std::string file = expert->source.filename;
+  LiftResult out;
+  out.base = expert->base;
+
+  std::vector<std::string> regions;
+  for (const Region& r : expert->source.regions) {
+    const auto& known = KnownRegions();
+    if (std::find(known.begin(), known.end(), r.name) == known.end()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          file, ": region `", r.name, "` is not one the lowering knows (",
+          absl::StrJoin(known, ", "), ")"));
+    }
+    regions.push_back(r.name);
+  }
+  for (const char* required : {"abi", "tile_params"}) {
+    if (expert->source.Find(required) == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(file, ": no `", required, "` region"));
+    }
+  }
+  out.checks.push_back(absl::StrCat(regions.size(), " regions, all known to the lowering"));
+
+  auto tiles = ConstexprInts(expert->source.Body(*expert->source.Find("tile_params")), file);
+  if (!tiles.ok()) return tiles.status();
+  std::map<std::string, int64_t> params;
+  for (const cuir::Stmt& s : expert->base.stmts) {
+    if (s.kind != cuir::StmtKind::kParam) continue;
+    if (s.value == nullptr || s.value->kind != cuir::ExprKind::kIntLit) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          s.loc.ToString(), ": param `", s.name, "` needs an int literal default to match ", file));
+    }
+    params[s.name] = s.value->int_value;
+  }
+  for (const auto& [param, value] : params) {
+    auto it = tiles->find(param);
+    if (it == tiles->end()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          file, ": tile_params does not declare `", param, "`, which base.cuir declares (= ",
+          value, ")"));
+    }
+    if (it->second != value) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          file, ": tile_params says ", param, " = ", it->second, " but base.cuir says ", value));
+    }
+  }
+  if (tiles->size() != params.size()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        file, ": tile_params declares ", tiles->size(), " constants, base.cuir ", params.size(),
+        " params; every tile constant must be a param of the base program"));
+  }
+  out.checks.push_back(absl::StrCat("tile params agree (", params.size(), ")"));
+
+  std::vector<std::string> roles;
+  for (const std::string& text : expert->source.lines) {
+    absl::string_view line = absl::StripLeadingAsciiWhitespace(text);
+    if (absl::ConsumePrefix(&line, "// @cuir-entry ")) {
+      roles.push_back(std::string(line.substr(0, line.find(' '))));
+    }
+  }
+  for (const char* role : {"plan", "classify", "compact", "attention"}) {
+    if (std::find(roles.begin(), roles.end(), role) == roles.end()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          file, ": no `// @cuir-entry ", role, " NAME` line (the device entry points a "
+          "run-time loader needs)"));
+    }
+  }
+  out.checks.push_back("device entry points plan, classify, compact, attention");
+  return out;
+}
+
+}  // namespace cubridge::lower

@@ -1,0 +1,29 @@
+// Lift: an expert kernel's annotated source and the base CuIR program it claims to implement,
+// checked against each other without a GPU. (On a GPU, worker/gpu also checks that the compiled
+// expert and the interpreter running the base program agree on random inputs.)
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "cuir/ir/program.h"
+
+namespace cubridge::lower {
+
+struct LiftResult {
+  cuir::Program base;
+  std::vector<std::string> checks;  // what was checked, one line each
+};
+
+// Reads CUBRIDGE_EXPERTS_DIR/<expert>/{kernel.cu, base.cuir} and checks that: every region of
+// kernel.cu is one the lowering knows; the `tile_params` region declares exactly the base
+// program's int params with the same values; the launcher ABI region and the four device entry
+// points (`@cuir-entry plan|classify|compact|attention`) are there; the base program validates.
+// FAILED_PRECONDITION naming the file and what disagrees otherwise.
+absl::StatusOr<LiftResult> LiftExpert(const std::string& expert);
+
+// Region names the lowering places code into (docs/lowering.md).
+const std::vector<std::string>& KnownRegions();
+
+}  // namespace cubridge::lower
