@@ -392,21 +392,7 @@ def run(args):
         return st
 
     def make_params(lib, q, k, v, o, lse, scale, bufs):
-        p = check.Params()
-        p.q, p.k, p.v, p.o, p.lse = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr()
-        for tn, t in (("q", q), ("k", k), ("v", v), ("o", o)):
-            setattr(p, f"{tn}_batch_stride", t.stride(0))
-            setattr(p, f"{tn}_head_stride", t.stride(1))
-            setattr(p, f"{tn}_row_stride", t.stride(2))
-        p.lse_batch_stride, p.lse_head_stride = lse.stride(0), lse.stride(1)
-        p.batch, p.heads_q, p.heads_kv, p.head_dim = q.shape[0], q.shape[1], k.shape[1], q.shape[3]
-        p.seqlen_q, p.seqlen_kv, p.dtype, p.softmax_scale = q.shape[2], k.shape[2], 0, scale
-        for i, b in enumerate(bufs):
-            p.buffers[i] = b.data_ptr()
-            p.buffer_lengths[i] = b.numel()
-        ws_size = lib.cubridge_attn_fwd_workspace_size(ctypes.byref(p))
-        ws = torch.empty(max(ws_size, 1), dtype=torch.uint8, device=dev)
-        p.workspace, p.workspace_size = ws.data_ptr(), ws_size
+        p, ws, _ = check.make_params(lib, q, k, v, o, lse, scale, bufs, 0)  # bufs already on the GPU
         return p, ws  # ws must stay alive while p is used
 
     def make_eager(q, k, v, scale, neg, score_mod):

@@ -105,7 +105,8 @@ def reference(q, k, v, scale, hq, hkv, mask, smod, bufs):
     return o, lse
 
 
-def run(lib, q, k, v, o, lse, scale, bufs, dtype_code):
+def make_params(lib, q, k, v, o, lse, scale, bufs, dtype_code=0):
+    """Params for one call, its workspace and the buffers on the GPU (keep all three alive)."""
     p = Params()
     p.q, p.k, p.v, p.o, p.lse = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr()
     for name, t in (("q", q), ("k", k), ("v", v), ("o", o)):
@@ -122,9 +123,14 @@ def run(lib, q, k, v, o, lse, scale, bufs, dtype_code):
     ws_size = lib.cubridge_attn_fwd_workspace_size(ctypes.byref(p))
     ws = torch.empty(max(ws_size, 1), dtype=torch.uint8, device="cuda")
     p.workspace, p.workspace_size = ws.data_ptr(), ws_size
+    return p, ws, dev_bufs
+
+
+def run(lib, q, k, v, o, lse, scale, bufs, dtype_code):
+    p, ws, dev_bufs = make_params(lib, q, k, v, o, lse, scale, bufs, dtype_code)
     err = lib.cubridge_attn_fwd(ctypes.byref(p), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
     torch.cuda.synchronize()
-    return err, ws_size, p
+    return err, p.workspace_size, p
 
 
 def main():

@@ -54,11 +54,11 @@ class Gpu : public ::testing::Test {
 
   absl::StatusOr<pipeline::AdaptResult> Adapt(const std::string& spec, cuir::AttentionConfig c,
                                               GpuAutotuner* tuner, const std::string& out,
-                                              std::vector<std::string> params = {}) {
+                                              std::map<std::string, spec::BufferSource> buffers = {}) {
     pipeline::AdaptOptions o;
+    o.buffers = std::move(buffers);
     o.spec_path = Spec(spec);
     o.config = c;
-    o.param_overrides = params;
     o.arch = arch_;
     o.out_dir = dir_ + "/" + out;
     o.use_cache = false;
@@ -151,6 +151,20 @@ TEST_F(Gpu, Fp16AndHeadDims64And256Verify) {
     EXPECT_TRUE(r->report["gpu"]["candidates"][0].value("passed", false))
         << r->report["gpu"].dump(2);
   }
+}
+
+// The user's document lengths fit the job's shape only: the job's shape (profiled) uses them, the
+// ragged verification shapes get random documents, as on the CPU.
+TEST_F(Gpu, UserBufferValuesAreUsedAtTheJobsShape) {
+  GpuAutotuner tuner(Options({{128, 64, 4}}, true));
+  auto r = Adapt("causal_document", Config(1, 8, 2, 1024), &tuner, "doc",
+                 {{"doc", spec::BufferSource{"lengths:300,600,124"}}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  const auto& cand = r->report["gpu"]["candidates"][0];
+  EXPECT_TRUE(cand.value("passed", false)) << cand.dump(2);
+  // Three documents of 300, 600 and 124 tokens, causal inside each.
+  const double kept = 8.0 * (300.0 * 301 + 600.0 * 601 + 124.0 * 125) / 2;
+  EXPECT_EQ(cand["profile"]["kept_elements"].get<double>(), kept);
 }
 
 TEST_F(Gpu, AutotuneProfilesEveryCandidateAndKeepsTheFastest) {

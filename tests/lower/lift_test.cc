@@ -2,6 +2,7 @@
 // expert fail with a message naming what disagrees.
 #include "cuir/lower/lift.h"
 
+#include <array>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -50,34 +51,38 @@ class TamperedExpert : public ::testing::Test {
   std::string dir_;
 };
 
-TEST_F(TamperedExpert, ATileSizeThatDisagreesWithTheBaseProgram) {
-  Edit("kernel.cu", "constexpr int BLOCK_N = 64;", "constexpr int BLOCK_N = 32;");
+struct Tamper {
+  std::string name;
+  std::vector<std::array<std::string, 3>> edits;  // file, from, to
+  std::string message;                            // what the lift error must say
+};
+
+class Tampering : public TamperedExpert, public ::testing::WithParamInterface<Tamper> {};
+
+TEST_P(Tampering, FailsNamingWhatDisagrees) {
+  for (const auto& [file, from, to] : GetParam().edits) Edit(file, from, to);
   auto r = LiftExpert("fa2_sm80");
   ASSERT_FALSE(r.ok());
-  EXPECT_THAT(r.status().message(), HasSubstr("tile_params says BLOCK_N = 32 but base.cuir says 64"));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(r.status().message(), HasSubstr(GetParam().message));
 }
 
-TEST_F(TamperedExpert, AnUnknownRegion) {
-  Edit("kernel.cu", "// @cuir-region qk_scale", "// @cuir-region qk_scaling");
-  Edit("kernel.cu", "// @cuir-end qk_scale", "// @cuir-end qk_scaling");
-  auto r = LiftExpert("fa2_sm80");
-  ASSERT_FALSE(r.ok());
-  EXPECT_THAT(r.status().message(), HasSubstr("region `qk_scaling` is not one the lowering knows"));
-}
-
-TEST_F(TamperedExpert, AMissingEntryPoint) {
-  Edit("kernel.cu", "// @cuir-entry compact", "// compact");
-  auto r = LiftExpert("fa2_sm80");
-  ASSERT_FALSE(r.ok());
-  EXPECT_THAT(r.status().message(), HasSubstr("@cuir-entry compact"));
-}
-
-TEST_F(TamperedExpert, ABaseParamTheKernelDoesNotDeclare) {
-  Edit("base.cuir", "param WARPS: int = 4", "param WARPS: int = 4\n  param SPLITS: int = 2");
-  auto r = LiftExpert("fa2_sm80");
-  ASSERT_FALSE(r.ok());
-  EXPECT_THAT(r.status().message(), HasSubstr("does not declare `SPLITS`"));
-}
+INSTANTIATE_TEST_SUITE_P(
+    Cases, Tampering,
+    ::testing::Values(
+        Tamper{"TileSize",
+               {{"kernel.cu", "constexpr int BLOCK_N = 64;", "constexpr int BLOCK_N = 32;"}},
+               "tile_params says BLOCK_N = 32 but base.cuir says 64"},
+        Tamper{"UnknownRegion",
+               {{"kernel.cu", "// @cuir-region qk_scale", "// @cuir-region qk_scaling"},
+                {"kernel.cu", "// @cuir-end qk_scale", "// @cuir-end qk_scaling"}},
+               "region `qk_scaling` is not one the lowering knows"},
+        Tamper{"MissingEntryPoint", {{"kernel.cu", "// @cuir-entry compact", "// compact"}},
+               "@cuir-entry compact"},
+        Tamper{"BaseParamNotInTheKernel",
+               {{"base.cuir", "param WARPS: int = 4", "param WARPS: int = 4\n  param SPLITS: int = 2"}},
+               "does not declare `SPLITS`"}),
+    [](const auto& info) { return info.param.name; });
 
 }  // namespace
 }  // namespace cubridge::lower

@@ -136,7 +136,12 @@ absl::StatusOr<pipeline::ShapeResult> VerifyShapeOnGpu(const RunRequest& r, cons
   c.seqlen_q = shape.seqlen_q;
   c.seqlen_kv = shape.seqlen_kv;
   c.softmax_scale = r.config.scale();
-  auto inputs = spec::MakeInputs(spec, c, r.buffers, seed);
+  // The job's buffer values belong to the job's own shape; other shapes get random documents
+  // (as on the CPU verifier).
+  const bool own_shape =
+      shape.seqlen_q == r.config.seqlen_q && shape.seqlen_kv == r.config.seqlen_kv;
+  auto inputs = spec::MakeInputs(
+      spec, c, own_shape ? r.buffers : std::map<std::string, spec::BufferSource>{}, seed);
   if (!inputs.ok()) return inputs.status();
   inputs->q = inputs->q.to(kCuda);
   inputs->k = inputs->k.to(kCuda);
