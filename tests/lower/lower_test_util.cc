@@ -26,7 +26,7 @@ absl::StatusOr<cuir::Program> LoadTestProgram(const std::string& name) {
 }
 
 std::string FindNvcc() {
-  for (const std::string candidate : {std::string(CUBRIDGE_NVCC), std::string("/usr/local/cuda/bin/nvcc")}) {
+  for (const std::string& candidate : {std::string(CUBRIDGE_NVCC), std::string("/usr/local/cuda/bin/nvcc")}) {
     if (!candidate.empty() && fs::exists(candidate)) return candidate;
   }
   return "";

@@ -1,0 +1,58 @@
+// A small synchronous Redis client over hiredis: commands as argument vectors (binary safe),
+// replies as a plain value tree, errors as absl::Status, and a reconnect on the next command
+// after the connection broke (a restarted Redis, a dropped socket). One client per thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+struct redisContext;
+
+namespace cubridge::store {
+
+struct RedisReply {
+  enum class Kind { kNil, kInteger, kString, kStatus, kArray };
+  Kind kind = Kind::kNil;
+  int64_t integer = 0;
+  std::string str;  // kString (bulk) and kStatus ("OK")
+  std::vector<RedisReply> elements;
+
+  bool is_nil() const { return kind == Kind::kNil; }
+};
+
+struct RedisOptions {
+  std::string host = "127.0.0.1";
+  int port = 6379;
+  std::string password;  // AUTH when set
+  std::chrono::milliseconds connect_timeout{2000};
+  std::chrono::milliseconds command_timeout{10000};
+};
+
+class RedisClient {
+ public:
+  // UNAVAILABLE ("cannot reach Redis at host:port: ...") when the server does not answer.
+  static absl::StatusOr<std::unique_ptr<RedisClient>> Connect(const RedisOptions& options);
+  ~RedisClient();
+  RedisClient(const RedisClient&) = delete;
+  RedisClient& operator=(const RedisClient&) = delete;
+
+  // Runs one command. A Redis error reply is FAILED_PRECONDITION with Redis's message (e.g.
+  // "WRONGTYPE ..."); a broken connection is UNAVAILABLE, and the next call reconnects first.
+  absl::StatusOr<RedisReply> Command(const std::vector<std::string>& args);
+
+  const RedisOptions& options() const { return options_; }
+
+ private:
+  explicit RedisClient(RedisOptions options) : options_(std::move(options)) {}
+  absl::Status EnsureConnected();
+
+  RedisOptions options_;
+  redisContext* ctx_ = nullptr;
+};
+
+}  // namespace cubridge::store

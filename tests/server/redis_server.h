@@ -1,0 +1,38 @@
+// A real redis-server for tests, on a free loopback port, in its own temp folder; stopped (and
+// its folder removed) when the object goes.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+
+namespace cubridge::testing {
+
+class RedisServer {
+ public:
+  // `appendonly`: AOF on, so a restart keeps what was acknowledged.
+  explicit RedisServer(bool appendonly = false);
+  ~RedisServer();
+  RedisServer(const RedisServer&) = delete;
+  RedisServer& operator=(const RedisServer&) = delete;
+
+  bool running() const { return pid_ > 0; }
+  int port() const { return port_; }
+  const std::string& error() const { return error_; }  // why it did not start
+
+  void Stop();     // SIGTERM and wait (Redis writes its AOF buffer first)
+  bool Restart();  // the same port and folder
+
+ private:
+  bool Start();
+  pid_t pid_ = -1;
+  int port_ = 0;
+  bool appendonly_;
+  std::string dir_;
+  std::string error_;
+};
+
+// A TCP port on 127.0.0.1 nobody listens on at the time of the call.
+int FreeLoopbackPort();
+
+}  // namespace cubridge::testing

@@ -1,0 +1,86 @@
+// The Redis client against a real redis-server on a free loopback port.
+#include "server/store/redis.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "tests/server/redis_server.h"
+
+namespace cubridge::store {
+namespace {
+
+using ::testing::HasSubstr;
+using Kind = RedisReply::Kind;
+
+class Redis : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = std::make_unique<testing::RedisServer>(/*appendonly=*/true);
+    ASSERT_TRUE(server_->running()) << server_->error();
+    RedisOptions o;
+    o.port = server_->port();
+    auto c = RedisClient::Connect(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    client_ = std::move(*c);
+  }
+  RedisReply Run(const std::vector<std::string>& args) {
+    auto r = client_->Command(args);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : RedisReply{};
+  }
+  std::unique_ptr<testing::RedisServer> server_;
+  std::unique_ptr<RedisClient> client_;
+};
+
+TEST_F(Redis, ValuesAreBinarySafe) {
+  const std::string value("kernel\0source\n\xff", 15);
+  EXPECT_EQ(Run({"SET", "k", value}).str, "OK");
+  const RedisReply got = Run({"GET", "k"});
+  EXPECT_EQ(got.kind, Kind::kString);
+  EXPECT_EQ(got.str, value);
+  EXPECT_TRUE(Run({"GET", "missing"}).is_nil());
+  EXPECT_EQ(Run({"INCR", "n"}).integer, 1);
+}
+
+TEST_F(Redis, StreamsWithConsumerGroupsDeliverEachEntryOnce) {
+  Run({"XGROUP", "CREATE", "tasks", "workers", "$", "MKSTREAM"});
+  Run({"XADD", "tasks", "*", "task", "t1"});
+  const RedisReply first = Run({"XREADGROUP", "GROUP", "workers", "w1", "COUNT", "1", "STREAMS",
+                                "tasks", ">"});
+  ASSERT_EQ(first.kind, Kind::kArray);
+  const RedisReply& entry = first.elements[0].elements[1].elements[0];
+  EXPECT_EQ(entry.elements[1].elements[1].str, "t1");
+  // A second consumer finds nothing new: the entry is pending with w1 until acknowledged.
+  EXPECT_TRUE(Run({"XREADGROUP", "GROUP", "workers", "w2", "COUNT", "1", "STREAMS", "tasks", ">"})
+                  .is_nil());
+  EXPECT_EQ(Run({"XACK", "tasks", "workers", entry.elements[0].str}).integer, 1);
+}
+
+TEST_F(Redis, ErrorRepliesAreStatusesWithRedissMessage) {
+  Run({"SET", "s", "x"});
+  auto r = client_->Command({"LPUSH", "s", "y"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(r.status().message(), HasSubstr("WRONGTYPE"));
+}
+
+TEST_F(Redis, AfterARestartTheClientReconnectsAndAcknowledgedWritesSurvive) {
+  Run({"SET", "job:1", "queued"});
+  ASSERT_TRUE(server_->Restart()) << server_->error();
+  // The first command may find the old socket closed; the next one reconnects.
+  auto first = client_->Command({"GET", "job:1"});
+  if (!first.ok()) EXPECT_EQ(first.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(Run({"GET", "job:1"}).str, "queued");
+}
+
+TEST(RedisConnect, NoServerIsUnavailableAndSaysWhere) {
+  RedisOptions o;
+  o.port = testing::FreeLoopbackPort();
+  auto c = RedisClient::Connect(o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(c.status().message(), HasSubstr("127.0.0.1:" + std::to_string(o.port)));
+}
+
+}  // namespace
+}  // namespace cubridge::store
