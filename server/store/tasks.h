@@ -1,0 +1,74 @@
+// Task queues in Redis: one stream per worker class (an arch like "sm_90", or "cpu"), read by
+// the consumer group "workers". A lease is a stream delivery plus a fencing token; heartbeats keep
+// the delivery fresh; a delivery idle longer than the lease is taken over by the next worker that
+// asks, with a new token, so results carrying an older token are refused. Failed attempts are
+// retried up to a limit, then the task is dead-lettered with its last error.
+//
+// Keys (docs/service.md): cubridge:tasks:<class> (stream), cubridge:task:<id> (hash: job, kind,
+// payload, class, attempt, token, entry, worker, state, error), cubridge:fence (counter),
+// cubridge:dead (list of dead-lettered task ids).
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "server/store/redis.h"
+
+namespace cubridge::store {
+
+struct TaskSpec {
+  std::string job_id;
+  std::string kind;     // lift | transfer | candidate
+  std::string payload;  // the kind's inputs (JSON)
+  std::string worker_class;
+};
+
+struct Lease {
+  std::string task_id;
+  TaskSpec task;
+  int attempt = 0;
+  int64_t fencing_token = 0;
+};
+
+struct TaskState {
+  std::string state;  // queued | leased | done | dead
+  int attempt = 0;
+  int64_t fencing_token = 0;
+  std::string worker;
+  std::string result;
+  std::string error;
+  std::string worker_class;  // the queue it belongs to
+  std::string entry;         // its current stream entry
+};
+
+class TaskQueue {
+ public:
+  TaskQueue(RedisClient* redis, std::chrono::milliseconds lease, int max_attempts)
+      : redis_(redis), lease_(lease), max_attempts_(max_attempts) {}
+
+  absl::StatusOr<std::string> Enqueue(const TaskSpec& task);
+  // A new task of the class, or one whose lease expired; nullopt when there is none.
+  absl::StatusOr<std::optional<Lease>> LeaseNext(const std::string& worker_class,
+                                                 const std::string& worker_id);
+  // FAILED_PRECONDITION when `token` is not the task's current lease (lost or superseded).
+  absl::Status Heartbeat(const std::string& task_id, int64_t token);
+  absl::Status Complete(const std::string& task_id, int64_t token, const std::string& result);
+  // Retryable failures go back to the queue until max_attempts; then (or when not retryable)
+  // the task is dead-lettered. Returns the task's state afterwards ("queued" or "dead").
+  absl::StatusOr<std::string> Fail(const std::string& task_id, int64_t token,
+                                   const std::string& error, bool retryable);
+  absl::StatusOr<TaskState> Get(const std::string& task_id);
+
+ private:
+  absl::StatusOr<TaskState> CheckToken(const std::string& task_id, int64_t token);
+  absl::StatusOr<Lease> Take(const std::string& task_id, const std::string& entry,
+                             const std::string& worker_id);
+
+  RedisClient* redis_;
+  std::chrono::milliseconds lease_;
+  int max_attempts_;
+};
+
+}  // namespace cubridge::store
