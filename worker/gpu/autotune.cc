@@ -4,7 +4,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <future>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"

@@ -33,7 +33,6 @@ struct AutotuneOptions {
   std::vector<TileConfig> tiles;   // empty = CandidateTiles()
   ProfileOptions profile;
   bool lift_check = true;
-  int compile_threads = 4;
 };
 
 class GpuAutotuner : public pipeline::GpuStage {

@@ -1,0 +1,114 @@
+#include "server/store/jobs.h"
+
+#include <chrono>
+#include <map>
+#include <random>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace cubridge::store {
+namespace {
+
+constexpr char kIndex[] = "cubridge:jobs";
+constexpr int kIdempotencySeconds = 24 * 3600;
+
+std::string JobKey(const std::string& id) { return "cubridge:job:" + id; }
+std::string EventsKey(const std::string& id) { return JobKey(id) + ":events"; }
+
+std::string NewJobId() {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  return absl::StrCat("j-", absl::Hex(rng(), absl::kZeroPad16));
+}
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+bool Terminal(const std::string& state) {
+  return state == "succeeded" || state == "failed" || state == "cancelled";
+}
+
+}  // namespace
+
+absl::StatusOr<std::pair<JobRecord, bool>> JobStore::Create(const std::string& key,
+                                                            const std::string& spec_hash,
+                                                            const std::string& request) {
+  JobRecord job{NewJobId(), "queued", spec_hash, request, "", NowMs(), 0};
+  // The record is complete before any key points at it, so whoever finds the job through the
+  // idempotency key reads a whole record.
+  auto set = redis_->Command({"HSET", JobKey(job.id), "state", job.state, "spec_hash", spec_hash,
+                              "request", request, "error", "", "created_ms",
+                              absl::StrCat(job.created_ms), "finished_ms", "0"});
+  if (!set.ok()) return set.status();
+  if (!key.empty()) {
+    auto claimed = redis_->Command({"SET", "cubridge:idem:" + key, job.id, "NX", "EX",
+                                    absl::StrCat(kIdempotencySeconds)});
+    if (!claimed.ok()) return claimed.status();
+    if (claimed->is_nil()) {  // an earlier submit owns the key: drop ours, answer with theirs
+      redis_->Command({"DEL", JobKey(job.id)});
+      auto owner = redis_->Command({"GET", "cubridge:idem:" + key});
+      if (!owner.ok()) return owner.status();
+      auto existing = Get(owner->str);
+      if (!existing.ok()) return existing.status();
+      return std::make_pair(*existing, false);
+    }
+  }
+  auto index = redis_->Command({"ZADD", kIndex, absl::StrCat(job.created_ms), job.id});
+  if (!index.ok()) return index.status();
+  return std::make_pair(job, true);
+}
+
+absl::StatusOr<JobRecord> JobStore::Get(const std::string& id) {
+  auto r = redis_->Command({"HGETALL", JobKey(id)});
+  if (!r.ok()) return r.status();
+  if (r->elements.empty()) return absl::NotFoundError(absl::StrCat("no job ", id));
+  std::map<std::string, std::string> m;
+  for (size_t i = 0; i + 1 < r->elements.size(); i += 2) m[r->elements[i].str] = r->elements[i + 1].str;
+  JobRecord job{id, m["state"], m["spec_hash"], m["request"], m["error"], 0, 0};
+  (void)absl::SimpleAtoi(m["created_ms"], &job.created_ms);
+  (void)absl::SimpleAtoi(m["finished_ms"], &job.finished_ms);
+  return job;
+}
+
+absl::Status JobStore::SetState(const std::string& id, const std::string& state,
+                                const std::string& error) {
+  auto job = Get(id);
+  if (!job.ok()) return job.status();
+  if (Terminal(job->state)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", id, " already ended (", job->state, ")"));
+  }
+  std::vector<std::string> cmd = {"HSET", JobKey(id), "state", state, "error", error};
+  if (Terminal(state)) cmd.insert(cmd.end(), {"finished_ms", absl::StrCat(NowMs())});
+  auto r = redis_->Command(cmd);
+  return r.ok() ? absl::OkStatus() : r.status();
+}
+
+absl::Status JobStore::AppendEvent(const std::string& id, const std::string& event_json) {
+  auto r = redis_->Command({"RPUSH", EventsKey(id), event_json});
+  return r.ok() ? absl::OkStatus() : r.status();
+}
+
+absl::StatusOr<std::vector<std::string>> JobStore::Events(const std::string& id, int64_t from) {
+  auto r = redis_->Command({"LRANGE", EventsKey(id), absl::StrCat(from), "-1"});
+  if (!r.ok()) return r.status();
+  std::vector<std::string> out;
+  for (const RedisReply& e : r->elements) out.push_back(e.str);
+  return out;
+}
+
+absl::StatusOr<std::vector<JobRecord>> JobStore::List(int limit) {
+  auto ids = redis_->Command({"ZREVRANGE", kIndex, "0", absl::StrCat(limit - 1)});
+  if (!ids.ok()) return ids.status();
+  std::vector<JobRecord> out;
+  for (const RedisReply& id : ids->elements) {
+    auto job = Get(id.str);
+    if (job.ok()) out.push_back(*std::move(job));
+  }
+  return out;
+}
+
+}  // namespace cubridge::store

@@ -1,0 +1,109 @@
+// Job records on a real Redis: idempotent creation (also under concurrent submits), state
+// transitions, events, the newest-first list, and survival across a Redis restart with AOF.
+#include "server/store/jobs.h"
+
+#include <algorithm>
+#include <set>
+#include <thread>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "tests/server/redis_server.h"
+
+namespace cubridge::store {
+namespace {
+
+class Jobs : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(server_.running()) << server_.error();
+    client_ = Connect();
+    ASSERT_NE(client_, nullptr);
+  }
+  std::unique_ptr<RedisClient> Connect() {
+    RedisOptions o;
+    o.port = server_.port();
+    auto c = RedisClient::Connect(o);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? std::move(*c) : nullptr;
+  }
+  testing::RedisServer server_{/*appendonly=*/true};
+  std::unique_ptr<RedisClient> client_;
+};
+
+TEST_F(Jobs, TheSameIdempotencyKeyGivesTheSameJob) {
+  JobStore jobs(client_.get());
+  auto a = jobs.Create("key-1", "hash-a", "request-a");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_TRUE(a->second);
+  auto b = jobs.Create("key-1", "hash-a", "request-a (retried)");
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_FALSE(b->second);
+  EXPECT_EQ(b->first.id, a->first.id);
+  EXPECT_EQ(b->first.request, "request-a");  // the first submit's job, untouched
+  auto c = jobs.Create("key-2", "hash-a", "request-a");
+  ASSERT_TRUE(c.ok());
+  EXPECT_NE(c->first.id, a->first.id);
+  auto listed = jobs.List(10);
+  ASSERT_TRUE(listed.ok());
+  EXPECT_EQ(listed->size(), 2u);  // the retried submit left no record behind
+}
+
+TEST_F(Jobs, ConcurrentSubmitsWithOneKeyCreateOneJob) {
+  std::vector<std::string> ids(16);
+  std::vector<int> created(16, 0);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 16; ++i) {
+    threads.emplace_back([&, i] {
+      auto c = Connect();  // a client per thread, as each coordinator thread has
+      JobStore jobs(c.get());
+      auto r = jobs.Create("same-key", "h", "r");
+      if (r.ok()) ids[i] = r->first.id, created[i] = r->second;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(std::set<std::string>(ids.begin(), ids.end()).size(), 1u);
+  EXPECT_FALSE(ids[0].empty());
+  EXPECT_EQ(std::count(created.begin(), created.end(), 1), 1);
+}
+
+TEST_F(Jobs, StatesEventsAndAnEndedJobStaysEnded) {
+  JobStore jobs(client_.get());
+  auto j = jobs.Create("", "h", "r");
+  ASSERT_TRUE(j.ok());
+  const std::string id = j->first.id;
+  ASSERT_TRUE(jobs.SetState(id, "running").ok());
+  ASSERT_TRUE(jobs.AppendEvent(id, R"({"stage":"transfer","ok":true})").ok());
+  ASSERT_TRUE(jobs.AppendEvent(id, R"({"stage":"verify","ok":true})").ok());
+  ASSERT_TRUE(jobs.SetState(id, "succeeded").ok());
+  auto got = jobs.Get(id);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->state, "succeeded");
+  EXPECT_GE(got->finished_ms, got->created_ms);
+  auto later = jobs.Events(id, 1);  // a watcher that already saw the first event
+  ASSERT_TRUE(later.ok());
+  ASSERT_EQ(later->size(), 1u);
+  EXPECT_EQ((*later)[0], R"({"stage":"verify","ok":true})");
+  const absl::Status again = jobs.SetState(id, "failed", "late");
+  EXPECT_EQ(again.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(jobs.Get("j-unknown").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(Jobs, AcceptedJobsSurviveARedisRestart) {
+  JobStore jobs(client_.get());
+  auto j = jobs.Create("k", "h", "the request");
+  ASSERT_TRUE(j.ok());
+  ASSERT_TRUE(server_.Restart()) << server_.error();
+  auto c = Connect();
+  JobStore after(c.get());
+  auto got = after.Get(j->first.id);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->request, "the request");
+  auto retried = after.Create("k", "h", "the request");
+  ASSERT_TRUE(retried.ok());
+  EXPECT_EQ(retried->first.id, j->first.id);
+}
+
+}  // namespace
+}  // namespace cubridge::store
