@@ -122,8 +122,6 @@ absl::StatusOr<AdaptResult> Adapt(const AdaptOptions& o) {
   result.spec_hash = spec::SpecHash(*spec, o.config, transfer::RulesetVersion());
 
   const std::string arch = lower::ArchName(o.arch);
-  const std::string cache_dir =
-      (o.cache_dir.empty() ? DefaultCacheDir() : o.cache_dir) + "/" + result.spec_hash + "/" + arch;
 
   // A GPU here means kernels are verified and profiled on it; a cached kernel that was checked on
   // the CPU only is then not good enough and is redone.
@@ -138,6 +136,12 @@ absl::StatusOr<AdaptResult> Adapt(const AdaptOptions& o) {
     return absl::FailedPreconditionError(
         absl::StrCat("gpu: a GPU was required (--gpu require) but none is usable: ", gpu_absent));
   }
+
+  // A kernel tuned on a GPU is the fastest for its shape class only; CPU-verified kernels do not
+  // depend on the shape.
+  const std::string cache_dir =
+      (o.cache_dir.empty() ? DefaultCacheDir() : o.cache_dir) + "/" + result.spec_hash + "/" + arch +
+      (gpu_here ? "/" + o.gpu->ShapeClass(o.config) : "");
 
   if (o.use_cache) {
     auto cached = stage.Run("cache", [&](std::string* detail)

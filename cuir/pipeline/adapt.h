@@ -54,6 +54,9 @@ class GpuStage {
   // A description of the GPU that would run `arch` kernels, or why there is none.
   virtual absl::StatusOr<std::string> Probe(lower::Arch arch) = 0;
   virtual absl::StatusOr<GpuStageOutput> Run(const GpuStageInput& input) = 0;
+  // The class of shapes one autotuning result holds for (e.g. "d128-bf16-gqa-s>4k"): GPU-tuned
+  // kernels are cached per (spec hash, arch, shape class).
+  virtual std::string ShapeClass(const cuir::AttentionConfig& config) const = 0;
 };
 
 enum class GpuMode { kAuto, kOff, kRequire };

@@ -153,6 +153,34 @@ TEST_F(Gpu, Fp16AndHeadDims64And256Verify) {
   }
 }
 
+// GPU-tuned kernels are cached per shape class: the same class hits, another seqlen bucket is
+// tuned anew.
+TEST_F(Gpu, TunedKernelsAreCachedPerShapeClass) {
+  GpuAutotuner tuner(Options({{128, 64, 4}}, true));
+  auto run = [&](int64_t s, const std::string& out) {
+    pipeline::AdaptOptions o;
+    o.spec_path = Spec("causal");
+    o.config = Config(1, 4, 4, s);
+    o.arch = arch_;
+    o.out_dir = dir_ + "/" + out;
+    o.cache_dir = dir_ + "/cache";
+    o.seed = 7;
+    o.gpu = &tuner;
+    o.gpu_mode = pipeline::GpuMode::kRequire;
+    return pipeline::Adapt(o);
+  };
+  auto first = run(1024, "a");
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_FALSE(first->cache_hit);
+  auto same_class = run(1000, "b");  // still s<=1k
+  ASSERT_TRUE(same_class.ok()) << same_class.status();
+  EXPECT_TRUE(same_class->cache_hit);
+  auto other_class = run(2048, "c");
+  ASSERT_TRUE(other_class.ok()) << other_class.status();
+  EXPECT_FALSE(other_class->cache_hit);
+  EXPECT_EQ(other_class->report["gpu"]["shape_class"], "d128-bf16-mha-s<=4k");
+}
+
 // The user's document lengths fit the job's shape only: the job's shape (profiled) uses them, the
 // ragged verification shapes get random documents, as on the CPU.
 TEST_F(Gpu, UserBufferValuesAreUsedAtTheJobsShape) {

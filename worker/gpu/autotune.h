@@ -40,6 +40,9 @@ class GpuAutotuner : public pipeline::GpuStage {
   explicit GpuAutotuner(AutotuneOptions options);
   absl::StatusOr<std::string> Probe(lower::Arch arch) override;
   absl::StatusOr<pipeline::GpuStageOutput> Run(const pipeline::GpuStageInput& input) override;
+  std::string ShapeClass(const cuir::AttentionConfig& config) const override {
+    return gpu::ShapeClass(config);
+  }
 
   ~GpuAutotuner() override;
 
