@@ -1,0 +1,39 @@
+// The kernel cache in Redis: verified kernels by (spec hash, arch, ruleset version), with their
+// CuIR, CUDA source, launcher header and report. An entry is only ever written whole and only for
+// a verified kernel; the verification level it passed is part of the entry.
+//
+// Key (docs/service.md): cubridge:kernel:<spec hash>:<arch>:<ruleset> (hash).
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "server/store/redis.h"
+
+namespace cubridge::store {
+
+struct CachedKernel {
+  std::string spec_hash, arch, ruleset;
+  std::string verification;  // "gpu" or "ir"
+  std::string cuir, cuda_source, launcher_header, report_json;
+};
+
+class KernelCache {
+ public:
+  explicit KernelCache(RedisClient* redis) : redis_(redis) {}
+
+  // INVALID_ARGUMENT for an entry without a key part, a verification level or any of its files:
+  // the cache never holds a partial kernel.
+  absl::Status Put(const CachedKernel& k);
+  // nullopt on a miss. `min_verification` "gpu" ignores kernels verified only at the IR level.
+  absl::StatusOr<std::optional<CachedKernel>> Get(const std::string& spec_hash,
+                                                  const std::string& arch,
+                                                  const std::string& ruleset,
+                                                  const std::string& min_verification = "ir");
+
+ private:
+  RedisClient* redis_;
+};
+
+}  // namespace cubridge::store
