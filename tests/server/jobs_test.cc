@@ -14,23 +14,7 @@
 namespace cubridge::store {
 namespace {
 
-class Jobs : public ::testing::Test {
- protected:
-  void SetUp() override {
-    ASSERT_TRUE(server_.running()) << server_.error();
-    client_ = Connect();
-    ASSERT_NE(client_, nullptr);
-  }
-  std::unique_ptr<RedisClient> Connect() {
-    RedisOptions o;
-    o.port = server_.port();
-    auto c = RedisClient::Connect(o);
-    EXPECT_TRUE(c.ok()) << c.status();
-    return c.ok() ? std::move(*c) : nullptr;
-  }
-  testing::RedisServer server_{/*appendonly=*/true};
-  std::unique_ptr<RedisClient> client_;
-};
+using Jobs = testing::RedisTest;
 
 TEST_F(Jobs, TheSameIdempotencyKeyGivesTheSameJob) {
   JobStore jobs(client_.get());

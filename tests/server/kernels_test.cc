@@ -10,26 +10,16 @@
 namespace cubridge::store {
 namespace {
 
-class Kernels : public ::testing::Test {
+class Kernels : public testing::RedisTest {
  protected:
-  void SetUp() override {
-    ASSERT_TRUE(server_.running()) << server_.error();
-    RedisOptions o;
-    o.port = server_.port();
-    auto c = RedisClient::Connect(o);
-    ASSERT_TRUE(c.ok()) << c.status();
-    redis_ = std::move(*c);
-  }
   static CachedKernel Entry(const std::string& verification) {
     return {"abc123", "sm_90", "rules-1", verification, "cuir 1\nkernel k {}\n",
             std::string("__global__ void k() {}\0", 23), "int cubridge_k();\n", R"({"ok": true})"};
   }
-  testing::RedisServer server_;
-  std::unique_ptr<RedisClient> redis_;
 };
 
 TEST_F(Kernels, AnEntryComesBackWholeUnderItsKeyOnly) {
-  KernelCache cache(redis_.get());
+  KernelCache cache(client_.get());
   ASSERT_TRUE(cache.Put(Entry("gpu")).ok());
   auto hit = cache.Get("abc123", "sm_90", "rules-1");
   ASSERT_TRUE(hit.ok()) << hit.status();
@@ -44,14 +34,14 @@ TEST_F(Kernels, AnEntryComesBackWholeUnderItsKeyOnly) {
 }
 
 TEST_F(Kernels, IrVerifiedKernelsAreNotServedAsGpuVerified) {
-  KernelCache cache(redis_.get());
+  KernelCache cache(client_.get());
   ASSERT_TRUE(cache.Put(Entry("ir")).ok());
   EXPECT_TRUE(cache.Get("abc123", "sm_90", "rules-1", "ir")->has_value());
   EXPECT_FALSE(cache.Get("abc123", "sm_90", "rules-1", "gpu")->has_value());
 }
 
 TEST_F(Kernels, PartialOrUnverifiedEntriesAreRefused) {
-  KernelCache cache(redis_.get());
+  KernelCache cache(client_.get());
   CachedKernel no_source = Entry("gpu");
   no_source.cuda_source.clear();
   EXPECT_EQ(cache.Put(no_source).code(), absl::StatusCode::kInvalidArgument);

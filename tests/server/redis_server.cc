@@ -98,6 +98,20 @@ void RedisServer::Stop() {
   pid_ = -1;
 }
 
+void RedisTest::SetUp() {
+  ASSERT_TRUE(server_.running()) << server_.error();
+  client_ = Connect();
+  ASSERT_NE(client_, nullptr);
+}
+
+std::unique_ptr<store::RedisClient> RedisTest::Connect() {
+  store::RedisOptions o;
+  o.port = server_.port();
+  auto c = store::RedisClient::Connect(o);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? std::move(*c) : nullptr;
+}
+
 bool RedisServer::Restart() {
   Stop();
   return Start();

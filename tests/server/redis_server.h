@@ -4,7 +4,12 @@
 
 #include <sys/types.h>
 
+#include <memory>
 #include <string>
+
+#include <gtest/gtest.h>
+
+#include "server/store/redis.h"
 
 namespace cubridge::testing {
 
@@ -34,5 +39,16 @@ class RedisServer {
 
 // A TCP port on 127.0.0.1 nobody listens on at the time of the call.
 int FreeLoopbackPort();
+
+// A test with its own redis-server (AOF on, so restarts keep acknowledged writes) and a client.
+class RedisTest : public ::testing::Test {
+ protected:
+  void SetUp() override;
+  // Another client of the same server (a thread each, or one made after a restart).
+  std::unique_ptr<store::RedisClient> Connect();
+
+  RedisServer server_{/*appendonly=*/true};
+  std::unique_ptr<store::RedisClient> client_;
+};
 
 }  // namespace cubridge::testing

@@ -12,24 +12,13 @@ namespace {
 using ::testing::HasSubstr;
 using Kind = RedisReply::Kind;
 
-class Redis : public ::testing::Test {
+class Redis : public testing::RedisTest {
  protected:
-  void SetUp() override {
-    server_ = std::make_unique<testing::RedisServer>(/*appendonly=*/true);
-    ASSERT_TRUE(server_->running()) << server_->error();
-    RedisOptions o;
-    o.port = server_->port();
-    auto c = RedisClient::Connect(o);
-    ASSERT_TRUE(c.ok()) << c.status();
-    client_ = std::move(*c);
-  }
   RedisReply Run(const std::vector<std::string>& args) {
     auto r = client_->Command(args);
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? *r : RedisReply{};
   }
-  std::unique_ptr<testing::RedisServer> server_;
-  std::unique_ptr<RedisClient> client_;
 };
 
 TEST_F(Redis, ValuesAreBinarySafe) {
@@ -66,7 +55,7 @@ TEST_F(Redis, ErrorRepliesAreStatusesWithRedissMessage) {
 
 TEST_F(Redis, AfterARestartTheClientReconnectsAndAcknowledgedWritesSurvive) {
   Run({"SET", "job:1", "queued"});
-  ASSERT_TRUE(server_->Restart()) << server_->error();
+  ASSERT_TRUE(server_.Restart()) << server_.error();
   // The first command may find the old socket closed; the next one reconnects.
   auto first = client_->Command({"GET", "job:1"});
   if (!first.ok()) EXPECT_EQ(first.status().code(), absl::StatusCode::kUnavailable);

@@ -15,16 +15,8 @@ namespace {
 using ::testing::HasSubstr;
 using namespace std::chrono_literals;
 
-class Tasks : public ::testing::Test {
+class Tasks : public testing::RedisTest {
  protected:
-  void SetUp() override {
-    ASSERT_TRUE(server_.running()) << server_.error();
-    RedisOptions o;
-    o.port = server_.port();
-    auto c = RedisClient::Connect(o);
-    ASSERT_TRUE(c.ok()) << c.status();
-    redis_ = std::move(*c);
-  }
   std::string Enqueue(TaskQueue& q, const std::string& cls = "sm_90") {
     auto id = q.Enqueue({"job-1", "candidate", R"({"tile":"128x64w4"})", cls});
     EXPECT_TRUE(id.ok()) << id.status();
@@ -36,12 +28,10 @@ class Tasks : public ::testing::Test {
     EXPECT_TRUE(l.ok() && l->has_value()) << "no task for " << worker;
     return l.ok() && l->has_value() ? **l : Lease{};
   }
-  testing::RedisServer server_;
-  std::unique_ptr<RedisClient> redis_;
 };
 
 TEST_F(Tasks, ALeasedTaskCompletesOnceAndOnlyForItsClass) {
-  TaskQueue q(redis_.get(), 10s, 3);
+  TaskQueue q(client_.get(), 10s, 3);
   const std::string id = Enqueue(q);
   auto none = q.LeaseNext("sm_80", "a100-worker");  // another arch's queue is empty
   ASSERT_TRUE(none.ok()) << none.status();
@@ -61,7 +51,7 @@ TEST_F(Tasks, ALeasedTaskCompletesOnceAndOnlyForItsClass) {
 }
 
 TEST_F(Tasks, AnExpiredLeaseIsTakenOverAndTheStaleResultRefused) {
-  TaskQueue q(redis_.get(), 300ms, 3);
+  TaskQueue q(client_.get(), 300ms, 3);
   const std::string id = Enqueue(q);
   const Lease first = MustLease(q, "w1");  // w1 is killed here: no heartbeat follows
   std::this_thread::sleep_for(500ms);
@@ -79,7 +69,7 @@ TEST_F(Tasks, AnExpiredLeaseIsTakenOverAndTheStaleResultRefused) {
 }
 
 TEST_F(Tasks, HeartbeatsKeepALeaseAlive) {
-  TaskQueue q(redis_.get(), 400ms, 3);
+  TaskQueue q(client_.get(), 400ms, 3);
   const std::string id = Enqueue(q);
   const Lease l = MustLease(q, "w1");
   for (int i = 0; i < 4; ++i) {  // 800 ms of work, beating every 200 ms
@@ -93,7 +83,7 @@ TEST_F(Tasks, HeartbeatsKeepALeaseAlive) {
 }
 
 TEST_F(Tasks, RetriesUpToTheLimitThenDeadLetters) {
-  TaskQueue q(redis_.get(), 10s, 2);
+  TaskQueue q(client_.get(), 10s, 2);
   const std::string id = Enqueue(q);
   const Lease a = MustLease(q, "w1");
   auto s1 = q.Fail(id, a.fencing_token, "nvrtc: out of memory", /*retryable=*/true);
@@ -106,7 +96,7 @@ TEST_F(Tasks, RetriesUpToTheLimitThenDeadLetters) {
   EXPECT_EQ(*s2, "dead");
   auto st = q.Get(id);
   EXPECT_EQ(st->error, "nvrtc: out of memory again");
-  auto dead = redis_->Command({"LRANGE", "cubridge:dead", "0", "-1"});
+  auto dead = client_->Command({"LRANGE", "cubridge:dead", "0", "-1"});
   ASSERT_TRUE(dead.ok());
   ASSERT_EQ(dead->elements.size(), 1u);
   EXPECT_EQ(dead->elements[0].str, id);
@@ -115,7 +105,7 @@ TEST_F(Tasks, RetriesUpToTheLimitThenDeadLetters) {
 }
 
 TEST_F(Tasks, ABadInputIsNotRetried) {
-  TaskQueue q(redis_.get(), 10s, 5);
+  TaskQueue q(client_.get(), 10s, 5);
   const std::string id = Enqueue(q, "cpu");
   const Lease l = MustLease(q, "cpu-1", "cpu");
   auto s = q.Fail(id, l.fencing_token, "spec.py:4:12: unsupported op", /*retryable=*/false);
