@@ -3,13 +3,13 @@
 #include <chrono>
 #include <cstdlib>
 #include <optional>
-#include <random>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "cuir/lower/expert.h"
 #include "cuir/lower/lift.h"
 #include "cuir/pipeline/files.h"
+#include "cuir/pipeline/stages.h"
 #include "cuir/spec/spec.h"
 #include "cuir/transfer/transfer.h"
 
@@ -17,7 +17,6 @@
 namespace cubridge::pipeline {
 namespace {
 
-constexpr const char* kExpertSm80 = "fa2_sm80";
 const char* const kOutputs[] = {"kernel.cuir", "kernel.cu", "kernel.h", "report.json"};
 
 // Times one stage, reports it, and prefixes failures with the stage's name.
@@ -48,46 +47,6 @@ class StageRunner {
   nlohmann::json* stages_;
 };
 
-// Lift: the expert's annotated kernel.cu checked against its base program (cuir/lower/lift.h);
-// the GPU stage adds the check that the compiled expert and the interpreter agree.
-absl::StatusOr<cuir::Program> LoadLiftedExpert(lower::Arch arch, std::string* detail) {
-  // Both archs use the sm_80 expert until the Hopper expert exists (it also runs on sm_90).
-  const std::string expert = kExpertSm80;
-  auto lifted = lower::LiftExpert(expert);
-  if (!lifted.ok()) return lifted.status();
-  *detail = absl::StrFormat("expert %s for %s: %s", expert, lower::ArchName(arch),
-                            absl::StrJoin(lifted->checks, "; "));
-  return lifted->base;
-}
-
-transfer::VariantSpec ToVariantSpec(const spec::Spec& s) {
-  transfer::VariantSpec v;
-  v.mask = s.mask;
-  v.score = s.score;
-  v.mask_loc = s.mask_loc;
-  v.score_loc = s.score_loc;
-  for (const auto& p : s.params) {
-    cuir::ExprPtr lit = std::visit(
-        [](auto x) -> cuir::ExprPtr {
-          using T = decltype(x);
-          if constexpr (std::is_same_v<T, bool>) return cuir::BoolLit(x);
-          else if constexpr (std::is_same_v<T, int64_t>) return cuir::IntLit(x);
-          else return cuir::FloatLit(x);
-        },
-        p.value);
-    v.consts.push_back({p.name, p.type, lit, p.loc});
-  }
-  for (const auto& b : s.buffers) {
-    v.buffers.push_back({b.name, b.indexed_by_q, b.indexed_by_kv, cuir::Type::kInt, b.loc});
-  }
-  return v;
-}
-
-uint64_t FreshSeed() {
-  std::random_device rd;
-  return (static_cast<uint64_t>(rd()) << 32 | rd()) | 1;
-}
-
 }  // namespace
 
 std::string DefaultCacheDir() {
@@ -109,14 +68,8 @@ absl::StatusOr<AdaptResult> Adapt(const AdaptOptions& o) {
   nlohmann::json stages = nlohmann::json::array();
   StageRunner stage(o, &stages);
 
-  auto spec = stage.Run("spec", [&](std::string* detail) -> absl::StatusOr<spec::Spec> {
-    auto s = spec::LoadSpecFile(o.spec_path);
-    if (!s.ok()) return s.status();
-    if (auto st = spec::OverrideParams(*s, o.param_overrides); !st.ok()) return st;
-    *detail = absl::StrFormat("%s: %s%s%s, %d params, %d buffers", o.spec_path,
-                              s->mask ? "mask_mod" : "", s->mask && s->score ? " + " : "",
-                              s->score ? "score_mod" : "", s->params.size(), s->buffers.size());
-    return s;
+  auto spec = stage.Run("spec", [&](std::string* d) {
+    return SpecStage(spec::LoadSpecFile(o.spec_path), o.param_overrides, d);
   });
   if (!spec.ok()) return spec.status();
   result.spec_hash = spec::SpecHash(*spec, o.config, transfer::RulesetVersion());
@@ -170,43 +123,21 @@ absl::StatusOr<AdaptResult> Adapt(const AdaptOptions& o) {
     }
   }
 
-  auto base = stage.Run("lift", [&](std::string* d) { return LoadLiftedExpert(o.arch, d); });
+  auto base = stage.Run("lift", [&](std::string* d) { return LiftStage(o.arch, d); });
   if (!base.ok()) return base.status();
 
-  auto transferred =
-      stage.Run("transfer", [&](std::string* detail) -> absl::StatusOr<transfer::TransferResult> {
-        auto t = transfer::Transfer(*base, ToVariantSpec(*spec), o.config);
-        if (!t.ok()) return t.status();
-        std::vector<std::string> names;
-        for (const auto& r : t->applied) names.push_back(r.name);
-        *detail = names.empty() ? "no rule needed (the base program is the variant)"
-                                : absl::StrJoin(names, ", ");
-        return t;
-      });
+  auto transferred = stage.Run(
+      "transfer", [&](std::string* d) { return TransferStage(*base, *spec, o.config, d); });
   if (!transferred.ok()) return transferred.status();
 
   const uint64_t seed = o.seed ? o.seed : FreshSeed();
-  auto verified = stage.Run("verify", [&](std::string* detail) -> absl::StatusOr<VerifyReport> {
-    auto r = VerifyOnCpu(transferred->program, *spec, o.config, o.buffers, seed, o.verify);
-    if (!r.ok()) return r.status();
-    if (!r->passed) {
-      return absl::InternalError(absl::StrFormat(
-          "the transferred program does not match the spec's oracle (seed %d):\n%s", seed,
-          r->FailureDetail()));
-    }
-    *detail = r->Summary();
-    return r;
+  auto verified = stage.Run("verify", [&](std::string* d) {
+    return VerifyStage(transferred->program, *spec, o.config, o.buffers, seed, o.verify, d);
   });
   if (!verified.ok()) return verified.status();
 
-  auto lowered = stage.Run("lower", [&](std::string* detail) -> absl::StatusOr<lower::LoweredKernel> {
-    auto k = lower::Lower(transferred->program, o.config, o.arch);
-    if (!k.ok()) return k.status();
-    *detail = absl::StrFormat("%s: generated [%s], copied [%s] from the expert", arch,
-                              absl::StrJoin(k->generated_regions, ", "),
-                              absl::StrJoin(k->copied_regions, ", "));
-    return k;
-  });
+  auto lowered = stage.Run(
+      "lower", [&](std::string* d) { return LowerStage(transferred->program, o.config, o.arch, d); });
   if (!lowered.ok()) return lowered.status();
 
   nlohmann::json gpu_report = {{"skipped", gpu_absent}};
@@ -227,24 +158,17 @@ absl::StatusOr<AdaptResult> Adapt(const AdaptOptions& o) {
     gpu_report = gpu->report;
   }
 
-  nlohmann::json applied = nlohmann::json::array();
-  for (const auto& r : transferred->applied) {
-    applied.push_back({{"rule", r.name}, {"detail", r.detail}});
-  }
   nlohmann::json report = {
       {"spec", o.spec_path},
       {"spec_hash", result.spec_hash},
       {"canonical_form", spec::CanonicalForm(*spec, o.config, transfer::RulesetVersion())},
       {"ruleset", transfer::RulesetVersion()},
       {"arch", arch},
-      {"expert", kExpertSm80},
+      {"expert", ExpertFor(o.arch)},
       {"config", ConfigJson(o.config)},
-      {"transfer", applied},
+      {"transfer", AppliedRulesJson(*transferred)},
       {"verification", verified->ToJson()},
-      {"lowering",
-       {{"entry_point", lowered->entry_point},
-        {"generated_regions", lowered->generated_regions},
-        {"copied_regions", lowered->copied_regions}}},
+      {"lowering", LoweringJson(*lowered)},
       {"gpu", gpu_report},
       {"stages", stages},
       {"cache_hit", false},

@@ -27,9 +27,19 @@ int64_t NowMs() {
       .count();
 }
 
-bool Terminal(const std::string& state) {
-  return state == "succeeded" || state == "failed" || state == "cancelled";
-}
+// Check and write in one step: two coordinators ending one job must not both win.
+constexpr char kSetState[] = R"lua(
+local s = redis.call('HGET', KEYS[1], 'state')
+if not s then return redis.error_reply('NOJOB') end
+if s == 'succeeded' or s == 'failed' or s == 'cancelled' then return s end
+redis.call('HSET', KEYS[1], 'state', ARGV[1], 'error', ARGV[2])
+if ARGV[3] ~= '' then
+  redis.call('HSET', KEYS[1], 'finished_ms', ARGV[3])
+  redis.call('SREM', 'cubridge:active', ARGV[4])
+end
+return 'OK')lua";
+
+constexpr char kActive[] = "cubridge:active";
 
 }  // namespace
 
@@ -58,6 +68,8 @@ absl::StatusOr<std::pair<JobRecord, bool>> JobStore::Create(const std::string& k
   }
   auto index = redis_->Command({"ZADD", kIndex, absl::StrCat(job.created_ms), job.id});
   if (!index.ok()) return index.status();
+  auto active = redis_->Command({"SADD", kActive, job.id});
+  if (!active.ok()) return active.status();
   return std::make_pair(job, true);
 }
 
@@ -75,21 +87,68 @@ absl::StatusOr<JobRecord> JobStore::Get(const std::string& id) {
 
 absl::Status JobStore::SetState(const std::string& id, const std::string& state,
                                 const std::string& error) {
-  auto job = Get(id);
-  if (!job.ok()) return job.status();
-  if (Terminal(job->state)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("job ", id, " already ended (", job->state, ")"));
+  const bool terminal = state == "succeeded" || state == "failed" || state == "cancelled";
+  auto r = redis_->Command({"EVAL", kSetState, "1", JobKey(id), state, error,
+                            terminal ? absl::StrCat(NowMs()) : "", id});
+  if (!r.ok()) {
+    if (r.status().message().find("NOJOB") != std::string::npos) {
+      return absl::NotFoundError(absl::StrCat("no job ", id));
+    }
+    return r.status();
   }
-  std::vector<std::string> cmd = {"HSET", JobKey(id), "state", state, "error", error};
-  if (Terminal(state)) cmd.insert(cmd.end(), {"finished_ms", absl::StrCat(NowMs())});
-  auto r = redis_->Command(cmd);
-  return r.ok() ? absl::OkStatus() : r.status();
+  if (r->str != "OK") {
+    return absl::FailedPreconditionError(absl::StrCat("job ", id, " already ended (", r->str, ")"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status JobStore::AppendEvent(const std::string& id, const std::string& event_json) {
   auto r = redis_->Command({"RPUSH", EventsKey(id), event_json});
   return r.ok() ? absl::OkStatus() : r.status();
+}
+
+absl::StatusOr<bool> JobStore::Once(const std::string& id, const std::string& key) {
+  auto fresh = redis_->Command({"HSETNX", JobKey(id), key, "1"});
+  if (!fresh.ok()) return fresh.status();
+  return fresh->integer == 1;
+}
+
+absl::StatusOr<std::map<std::string, std::string>> JobStore::Fields(const std::string& id,
+                                                                    const std::string& prefix) {
+  auto r = redis_->Command({"HGETALL", JobKey(id)});
+  if (!r.ok()) return r.status();
+  std::map<std::string, std::string> out;
+  for (size_t i = 0; i + 1 < r->elements.size(); i += 2) {
+    if (r->elements[i].str.rfind(prefix, 0) == 0) out[r->elements[i].str] = r->elements[i + 1].str;
+  }
+  return out;
+}
+
+absl::Status JobStore::AppendEventOnce(const std::string& id, const std::string& key,
+                                       const std::string& event_json) {
+  auto fresh = Once(id, "event:" + key);
+  if (!fresh.ok()) return fresh.status();
+  return *fresh ? AppendEvent(id, event_json) : absl::OkStatus();
+}
+
+absl::Status JobStore::SetField(const std::string& id, const std::string& field,
+                                const std::string& value) {
+  auto r = redis_->Command({"HSET", JobKey(id), field, value});
+  return r.ok() ? absl::OkStatus() : r.status();
+}
+
+absl::StatusOr<std::string> JobStore::Field(const std::string& id, const std::string& field) {
+  auto r = redis_->Command({"HGET", JobKey(id), field});
+  if (!r.ok()) return r.status();
+  return r->str;
+}
+
+absl::StatusOr<std::vector<std::string>> JobStore::Active() {
+  auto r = redis_->Command({"SMEMBERS", kActive});
+  if (!r.ok()) return r.status();
+  std::vector<std::string> out;
+  for (const RedisReply& e : r->elements) out.push_back(e.str);
+  return out;
 }
 
 absl::StatusOr<std::vector<std::string>> JobStore::Events(const std::string& id, int64_t from) {

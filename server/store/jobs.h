@@ -2,9 +2,11 @@
 // map a client's retried submit to the job it already created, and the newest-first index.
 //
 // Keys (docs/service.md): cubridge:job:<id> (hash), cubridge:job:<id>:events (list of JSON
-// events), cubridge:idem:<key> (job id, 24 h), cubridge:jobs (sorted set by creation time).
+// events), cubridge:idem:<key> (job id, 24 h), cubridge:jobs (sorted set by creation time),
+// cubridge:active (set of the jobs that have not ended: what a restarted coordinator resumes).
 #pragma once
 
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -40,6 +42,20 @@ class JobStore {
   absl::Status SetState(const std::string& id, const std::string& state,
                         const std::string& error = "");
   absl::Status AppendEvent(const std::string& id, const std::string& event_json);
+  // Appends unless an event with this key was already appended to the job: several coordinators
+  // (or one restarted) may observe the same task outcome.
+  absl::Status AppendEventOnce(const std::string& id, const std::string& key,
+                               const std::string& event_json);
+  // Extra fields of the job's record (archs, verification level, cache hit, ...).
+  absl::Status SetField(const std::string& id, const std::string& field, const std::string& value);
+  absl::StatusOr<std::string> Field(const std::string& id, const std::string& field);
+  absl::StatusOr<std::vector<std::string>> Active();  // jobs not ended, any order
+  // True the first time it is called for (job, key): one-time steps of a job that several
+  // coordinators may attempt together.
+  absl::StatusOr<bool> Once(const std::string& id, const std::string& key);
+  // Every field of the record whose name starts with `prefix`.
+  absl::StatusOr<std::map<std::string, std::string>> Fields(const std::string& id,
+                                                            const std::string& prefix);
   absl::StatusOr<std::vector<std::string>> Events(const std::string& id, int64_t from = 0);
   absl::StatusOr<std::vector<JobRecord>> List(int limit);  // newest first
 

@@ -5,13 +5,15 @@
 // retried up to a limit, then the task is dead-lettered with its last error.
 //
 // Keys (docs/service.md): cubridge:tasks:<class> (stream), cubridge:task:<id> (hash: job, kind,
-// payload, class, attempt, token, entry, worker, state, error), cubridge:fence (counter),
-// cubridge:dead (list of dead-lettered task ids).
+// payload, class, attempt, token, entry, worker, state, error), cubridge:task:<id>:jobs (set of
+// the jobs waiting on it), cubridge:fence (counter), cubridge:retry (sorted set: backed-off retries
+// by due time), cubridge:dead (list of dead-lettered task ids).
 #pragma once
 
 #include <chrono>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "server/store/redis.h"
@@ -30,10 +32,11 @@ struct Lease {
   TaskSpec task;
   int attempt = 0;
   int64_t fencing_token = 0;
+  bool reclaimed = false;  // taken over from a worker whose lease expired
 };
 
 struct TaskState {
-  std::string state;  // queued | leased | done | dead
+  std::string state;  // queued | leased | retrying | done | dead
   int attempt = 0;
   int64_t fencing_token = 0;
   std::string worker;
@@ -48,7 +51,24 @@ class TaskQueue {
   TaskQueue(RedisClient* redis, std::chrono::milliseconds lease, int max_attempts)
       : redis_(redis), lease_(lease), max_attempts_(max_attempts) {}
 
+  // A failed attempt waits retry_backoff * 2^(attempt-1) before it is queued again (zero: at
+  // once); PromoteDueRetries() moves the due ones back.
+  void set_retry_backoff(std::chrono::milliseconds backoff) { backoff_ = backoff; }
+
   absl::StatusOr<std::string> Enqueue(const TaskSpec& task);
+  // Enqueues under a caller-chosen id unless a task with that id exists (atomically: any number
+  // of coordinators may race). True when this call created it. Identical work shares one id.
+  absl::StatusOr<bool> EnqueueOnce(const std::string& task_id, const TaskSpec& task);
+  // A dead task queued again with a fresh attempt count (a new job asked for the same work);
+  // false when it was not dead.
+  absl::StatusOr<bool> Revive(const std::string& task_id);
+  // Jobs waiting on a task (shared work): progress and completion reach each of them.
+  absl::Status Subscribe(const std::string& task_id, const std::string& job_id);
+  absl::StatusOr<std::vector<std::string>> Subscribers(const std::string& task_id);
+  // Queues the backed-off retries whose time has come; returns how many.
+  absl::StatusOr<int> PromoteDueRetries();
+  // Entries of the class not yet handed to any worker.
+  absl::StatusOr<int64_t> Depth(const std::string& worker_class);
   // A new task of the class, or one whose lease expired; nullopt when there is none.
   absl::StatusOr<std::optional<Lease>> LeaseNext(const std::string& worker_class,
                                                  const std::string& worker_id);
@@ -69,6 +89,7 @@ class TaskQueue {
   RedisClient* redis_;
   std::chrono::milliseconds lease_;
   int max_attempts_;
+  std::chrono::milliseconds backoff_{0};
 };
 
 }  // namespace cubridge::store

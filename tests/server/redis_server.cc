@@ -1,5 +1,8 @@
 #include "tests/server/redis_server.h"
 
+#include <signal.h>
+#include <sys/prctl.h>
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -67,6 +70,7 @@ bool RedisServer::Start() {
   const std::string port = std::to_string(port_);
   const pid_t pid = fork();
   if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // a test that aborts leaves no server behind
     execlp("redis-server", "redis-server", "--port", port.c_str(), "--bind", "127.0.0.1",
            "--dir", dir_.c_str(), "--save", "", "--appendonly", appendonly_ ? "yes" : "no",
            "--appendfsync", "always", "--daemonize", "no", "--loglevel", "warning",

@@ -1,6 +1,7 @@
 #include "worker/gpu/autotune.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -41,16 +42,28 @@ std::vector<std::string> BufferOrder(const cuir::Program& p) {
   return out;
 }
 
-// -1 for a failed candidate; its kept-element throughput when profiled, else 0.
+}  // namespace
+
 double Score(const nlohmann::json& candidate) {
   if (!candidate.value("passed", false)) return -1;
   if (!candidate.contains("profile")) return 0;
   return candidate["profile"].value("tflops_kept", 0.0);
 }
 
-}  // namespace
-
 std::string TileConfig::Name() const { return absl::StrFormat("%dx%dw%d", block_m, block_n, warps); }
+
+absl::StatusOr<TileConfig> ParseTile(const std::string& name) {
+  TileConfig tile;
+  char w = 0;
+  char extra = 0;
+  if (std::sscanf(name.c_str(), "%dx%d%c%d%c", &tile.block_m, &tile.block_n, &w, &tile.warps,
+                  &extra) != 4 ||
+      w != 'w' || tile.block_m <= 0 || tile.block_n <= 0 || tile.warps <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tile '", name, "' must be BLOCK_MxBLOCK_NwWARPS, e.g. 128x64w4"));
+  }
+  return tile;
+}
 
 std::vector<TileConfig> CandidateTiles(const cuir::AttentionConfig& config, lower::Arch arch) {
   const std::vector<TileConfig> all = {{128, 64, 4}, {128, 128, 8}, {64, 64, 4}, {128, 32, 4},
@@ -121,7 +134,7 @@ absl::StatusOr<std::string> GpuAutotuner::Probe(lower::Arch arch) {
     IsolateOptions iso = options_.isolate;
     iso.work_dir = *dir;
     iso.timeout_seconds = std::min(iso.timeout_seconds, 60.0);
-    auto child = RunChild("probe", {}, iso);
+    auto child = RunChild("probe", nlohmann::json(), iso);
     if (!child.ok()) {
       probe_ = child.status();
     } else if (!child->ok) {
@@ -202,6 +215,40 @@ absl::StatusOr<nlohmann::json> GpuAutotuner::CheckCandidate(
   return cand;
 }
 
+absl::StatusOr<nlohmann::json> GpuAutotuner::LiftCheck(const pipeline::GpuStageInput& in) {
+  if (auto probe = Probe(in.arch); !probe.ok()) return probe.status();
+  // The base program is plain MHA attention: check it on the job's shape with one KV head per
+  // query head.
+  pipeline::GpuStageInput base_in = in;
+  base_in.config.heads_kv = base_in.config.heads_q;
+  auto base_kernel = lower::Lower(in.base, base_in.config, in.arch);
+  if (!base_kernel.ok()) return base_kernel.status();
+  return CheckCandidate(base_in, *base_kernel, in.base, "lift-check", cuir::PrintProgram(in.base),
+                        /*profile=*/false);
+}
+
+absl::StatusOr<nlohmann::json> GpuAutotuner::CheckTile(const pipeline::GpuStageInput& in,
+                                                       const TileConfig& tile,
+                                                       lower::LoweredKernel* kernel) {
+  if (auto probe = Probe(in.arch); !probe.ok()) return probe.status();
+  auto program = WithTile(in.program, tile);
+  absl::StatusOr<lower::LoweredKernel> lowered =
+      program.ok() ? lower::Lower(*program, in.config, in.arch)
+                   : absl::StatusOr<lower::LoweredKernel>(program.status());
+  nlohmann::json cand;
+  if (!lowered.ok()) {
+    cand = {{"name", tile.Name()}, {"passed", false},
+            {"error", absl::StrCat("lower: ", lowered.status().message())}};
+  } else {
+    auto checked = CheckCandidate(in, *lowered, *program, tile.Name(), "", true);
+    if (!checked.ok()) return checked.status();
+    cand = *checked;
+    *kernel = *std::move(lowered);
+  }
+  cand["tile"] = {{"BLOCK_M", tile.block_m}, {"BLOCK_N", tile.block_n}, {"WARPS", tile.warps}};
+  return cand;
+}
+
 absl::StatusOr<pipeline::GpuStageOutput> GpuAutotuner::Run(const pipeline::GpuStageInput& in) {
   auto probe = Probe(in.arch);
   if (!probe.ok()) return probe.status();
@@ -217,16 +264,7 @@ absl::StatusOr<pipeline::GpuStageOutput> GpuAutotuner::Run(const pipeline::GpuSt
   };
 
   if (options_.lift_check) {
-    cuir::AttentionConfig mha = in.config;
-    mha.heads_kv = mha.heads_q;
-    auto base_kernel = lower::Lower(in.base, mha, in.arch);
-    if (!base_kernel.ok()) return base_kernel.status();
-    // The base program is plain MHA attention: check it on the job's shape with one KV head
-    // per query head.
-    pipeline::GpuStageInput base_in = in;
-    base_in.config.heads_kv = base_in.config.heads_q;
-    auto lift = CheckCandidate(base_in, *base_kernel, in.base, "lift-check",
-                               cuir::PrintProgram(in.base), /*profile=*/false);
+    auto lift = LiftCheck(in);
     if (!lift.ok()) return lift.status();
     report["lift_check"] = *lift;
     say(absl::StrCat("lift check (base CuIR interpreted vs the compiled expert): ",
@@ -237,36 +275,16 @@ absl::StatusOr<pipeline::GpuStageOutput> GpuAutotuner::Run(const pipeline::GpuSt
           (*lift).value("error", (*lift).value("failure", std::string("see the report")))));
     }
   }
-
   const std::vector<TileConfig> tiles =
       options_.tiles.empty() ? CandidateTiles(in.config, in.arch) : options_.tiles;
-  struct Lowered {
-    TileConfig tile;
-    absl::StatusOr<lower::LoweredKernel> kernel;
-    absl::StatusOr<cuir::Program> program;
-  };
-  std::vector<Lowered> lowered;
-  for (const TileConfig& t : tiles) {
-    auto program = WithTile(in.program, t);
-    absl::StatusOr<lower::LoweredKernel> kernel =
-        program.ok() ? lower::Lower(*program, in.config, in.arch)
-                     : absl::StatusOr<lower::LoweredKernel>(program.status());
-    lowered.push_back({t, std::move(kernel), std::move(program)});
-  }
   nlohmann::json candidates = nlohmann::json::array();
+  std::vector<lower::LoweredKernel> kernels;
   int best = -1;
-  for (size_t i = 0; i < lowered.size(); ++i) {
-    const Lowered& l = lowered[i];
-    nlohmann::json cand;
-    if (!l.kernel.ok()) {
-      cand = {{"name", l.tile.Name()}, {"passed", false},
-              {"error", absl::StrCat("lower: ", l.kernel.status().message())}};
-    } else {
-      auto checked = CheckCandidate(in, *l.kernel, *l.program, l.tile.Name(), "", true);
-      if (!checked.ok()) return checked.status();
-      cand = *checked;
-    }
-    cand["tile"] = {{"BLOCK_M", l.tile.block_m}, {"BLOCK_N", l.tile.block_n}, {"WARPS", l.tile.warps}};
+  for (const TileConfig& t : tiles) {
+    lower::LoweredKernel kernel;
+    auto checked = CheckTile(in, t, &kernel);
+    if (!checked.ok()) return checked.status();
+    const nlohmann::json& cand = *checked;
     std::string line = "verified";
     if (cand.contains("profile")) {
       line = absl::StrFormat("verified, %.1f TFLOP/s on kept elements (%.3f ms)", Score(cand),
@@ -274,11 +292,12 @@ absl::StatusOr<pipeline::GpuStageOutput> GpuAutotuner::Run(const pipeline::GpuSt
     } else if (!cand.value("passed", false)) {
       line = "FAILED: " + cand.value("error", cand.value("failure", std::string("verification")));
     }
-    say(absl::StrFormat("candidate %s: %s", l.tile.Name(), line));
+    say(absl::StrFormat("candidate %s: %s", t.Name(), line));
     if (Score(cand) >= 0 && (best < 0 || Score(cand) > Score(candidates[best]))) {
       best = static_cast<int>(candidates.size());
     }
     candidates.push_back(cand);
+    kernels.push_back(std::move(kernel));
   }
   report["candidates"] = candidates;
   if (best < 0) {
@@ -288,7 +307,7 @@ absl::StatusOr<pipeline::GpuStageOutput> GpuAutotuner::Run(const pipeline::GpuSt
   }
   report["best"] = candidates[best]["name"];
   pipeline::GpuStageOutput out;
-  out.kernel = *lowered[best].kernel;
+  out.kernel = kernels[best];
   out.report = report;
   out.summary =
       candidates[best].contains("profile")

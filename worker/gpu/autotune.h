@@ -18,6 +18,11 @@ struct TileConfig {
   int block_m = 128, block_n = 64, warps = 4;
   std::string Name() const;  // "128x64w4"
 };
+absl::StatusOr<TileConfig> ParseTile(const std::string& name);  // inverse of Name()
+
+// How a candidate report ranks: -1 failed, 0 verified but not profiled, else its TFLOP/s on
+// kept elements.
+double Score(const nlohmann::json& candidate);
 
 // The tile configurations worth trying for a head dim on an arch: valid for the expert (rows
 // per warp a multiple of 16, BLOCK_N a multiple of 16) and within the arch's shared memory.
@@ -48,6 +53,14 @@ class GpuAutotuner : public pipeline::GpuStage {
 
   // The device document the runner reported (after a successful Probe).
   const nlohmann::json& device() const { return device_; }
+
+  // The lift check: the expert compiled from its base program against the interpreter running
+  // that program, on the job's shape with MHA heads. The check's report ("passed", ...).
+  absl::StatusOr<nlohmann::json> LiftCheck(const pipeline::GpuStageInput& in);
+  // One autotuning candidate: the program at `tile`, lowered, compiled, verified and profiled.
+  // Its report; `kernel` receives the lowered kernel when it lowered.
+  absl::StatusOr<nlohmann::json> CheckTile(const pipeline::GpuStageInput& in, const TileConfig& tile,
+                                           lower::LoweredKernel* kernel);
 
   // Compiles one kernel and checks it in a runner child (after a successful Probe): the
   // candidate's report, {"passed": false, "error": ...} for a candidate that does not compile,

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -80,13 +81,13 @@ absl::StatusOr<ChildOutcome> RunChild(const std::string& mode, const nlohmann::j
   const fs::path request_path = dir / "request.json", result_path = dir / "result.json",
                  stderr_path = dir / "stderr.txt";
   unlink(result_path.c_str());
-  if (mode == "check") {
+  if (!request.is_null()) {
     std::ofstream out(request_path);
     out << request.dump(2);
     if (!out) return absl::FailedPreconditionError("cannot write " + request_path.string());
   }
   std::vector<std::string> args = {runner, mode};
-  if (mode == "check") args.insert(args.end(), {"--request", request_path.string()});
+  if (!request.is_null()) args.insert(args.end(), {"--request", request_path.string()});
   args.insert(args.end(), {"--result", result_path.string()});
 
   const auto start = std::chrono::steady_clock::now();
@@ -94,6 +95,7 @@ absl::StatusOr<ChildOutcome> RunChild(const std::string& mode, const nlohmann::j
   if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
   if (pid == 0) {
     setpgid(0, 0);  // its own group: a timeout kills whatever the child started too
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // and it does not outlive a killed worker
     const int err = open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (err >= 0) dup2(err, STDERR_FILENO), dup2(err, STDOUT_FILENO);
     std::vector<char*> argv;
@@ -109,10 +111,11 @@ absl::StatusOr<ChildOutcome> RunChild(const std::string& mode, const nlohmann::j
     const pid_t done = waitpid(pid, &status, WNOHANG);
     if (done == pid) break;
     out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (out.seconds > options.timeout_seconds) {
+    out.stopped = options.should_stop && options.should_stop();
+    if (out.seconds > options.timeout_seconds || out.stopped) {
       kill(-pid, SIGKILL);
       waitpid(pid, &status, 0);
-      out.timed_out = true;
+      out.timed_out = !out.stopped;
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -124,12 +127,14 @@ absl::StatusOr<ChildOutcome> RunChild(const std::string& mode, const nlohmann::j
   auto parsed = nlohmann::json::parse(ReadAll(result_path), nullptr, false);
   if (!parsed.is_discarded()) out.result = parsed;
 
-  if (out.timed_out) {
-    out.error = absl::StrCat("the candidate ran past the ", options.timeout_seconds,
+  if (out.stopped) {
+    out.error = absl::StrCat(options.what, " was stopped before it finished");
+  } else if (out.timed_out) {
+    out.error = absl::StrCat(options.what, " ran past the ", options.timeout_seconds,
                              " s time limit and was killed (a hang or a very slow kernel)");
   } else if (out.signal != 0) {
     out.error = absl::StrCat("the runner died of ", SignalName(out.signal), " (signal ",
-                             out.signal, ") while running the candidate");
+                             out.signal, ") while running ", options.what);
   } else if (out.exit_code != 0 || parsed.is_discarded()) {
     out.error = out.result.contains("error")
                     ? out.result["error"].get<std::string>()

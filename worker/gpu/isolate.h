@@ -3,6 +3,7 @@
 // on: a crash or a timeout is a failed candidate with a message saying which.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -15,6 +16,9 @@ struct IsolateOptions {
   std::string runner;            // empty = RunnerPath()
   double timeout_seconds = 120;  // the child is killed (SIGKILL, whole process group) after this
   std::string work_dir;          // request/result files; must exist
+  // Polled while the child runs (every 20 ms); true kills it (the outcome says `stopped`).
+  std::function<bool()> should_stop;
+  std::string what = "the candidate";  // what the child runs, for messages
 };
 
 struct ChildOutcome {
@@ -22,6 +26,7 @@ struct ChildOutcome {
   int exit_code = -1;       // -1 when killed by a signal
   int signal = 0;
   bool timed_out = false;
+  bool stopped = false;     // killed because should_stop said so
   double seconds = 0;
   nlohmann::json result;    // the runner's result document (may hold {"ok": false, "error"})
   std::string error;        // one line: why the candidate failed, when it did
@@ -32,8 +37,9 @@ struct ChildOutcome {
 // tree's (CUBRIDGE_GPU_RUNNER_PATH).
 std::string RunnerPath();
 
-// `mode` is "probe" or "check"; `request` is written for "check". Errors only for what is wrong
-// on this side (no runner binary, unwritable work dir); a failing child is an outcome.
+// Runs `runner MODE [--request FILE] --result FILE`; the request file is written unless `request`
+// is null. Errors only for what is wrong on this side (no runner binary, unwritable work dir); a
+// failing child is an outcome.
 absl::StatusOr<ChildOutcome> RunChild(const std::string& mode, const nlohmann::json& request,
                                       const IsolateOptions& options);
 

@@ -1,0 +1,128 @@
+#include "client/cli/adapt_command.h"
+
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "client/cli/config_flags.h"
+#include "cuir/pipeline/adapt.h"
+#include "worker/gpu/autotune.h"
+
+namespace cubridge::cli {
+namespace {
+
+using pipeline::AdaptOptions;
+using pipeline::StageEvent;
+
+struct AdaptFlags {
+  AdaptOptions options;
+  ConfigFlags config;
+  bool local = false;
+  bool json = false;
+  bool no_cache = false;
+  std::string arch = "sm_80";
+  std::string gpu = "auto";
+  double gpu_timeout = 120;
+  std::vector<std::string> tiles;  // BMxBNwW
+};
+
+void AddFlags(CLI::App* cmd, AdaptFlags& f) {
+  // A flag given twice takes its last value, so scripts can append overrides.
+  cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  cmd->add_option("spec", f.options.spec_path, "Python file with mask_mod and/or score_mod")
+      ->required();
+  cmd->add_flag("--local", f.local, "Run the whole pipeline in this process (no service)");
+  cmd->add_option("--out,-o", f.options.out_dir, "Output directory")->required();
+  cmd->add_option("--arch", f.arch, "Target GPU architecture: sm_80 or sm_90");
+  AddConfigFlags(cmd, f.config);
+  cmd->add_option("--cache-dir", f.options.cache_dir, "Kernel cache directory");
+  cmd->add_flag("--no-cache", f.no_cache, "Neither read nor write the kernel cache");
+  cmd->add_option("--seed", f.options.seed, "Seed for the verification inputs (default: fresh)");
+  cmd->add_flag("--json", f.json, "Print the report as JSON instead of stage lines");
+  cmd->add_option("--gpu", f.gpu,
+                  "auto: verify, profile and autotune on this machine's GPU when it has one; "
+                  "require: fail without one; off: CPU verification only");
+  cmd->add_option("--gpu-timeout", f.gpu_timeout,
+                  "Seconds one candidate may run on the GPU before it is killed");
+  cmd->add_option("--tiles", f.tiles,
+                  "Tile candidates to autotune, e.g. 128x64w4,64x64w4 (default: all that fit)")
+      ->delimiter(',');
+}
+
+int UsageError(const std::string& message) {
+  std::cerr << "cubridge-cli adapt: " << message << "\n";
+  return 2;
+}
+
+// Fills the options that need checking beyond what CLI11 parsed; a non-empty result is the
+// usage error to print.
+std::string ApplyFlags(AdaptFlags& f, cubridge::gpu::AutotuneOptions& tune) {
+  auto& o = f.options;
+  auto arch = lower::ParseArch(f.arch);
+  if (!arch.ok()) return absl::StrCat("--arch: ", arch.status().message());
+  o.arch = *arch;
+  auto config = ResolveConfig(f.config);
+  if (!config.ok()) return std::string(config.status().message());
+  o.config = config->attention;
+  for (const auto& [name, value] : config->params) o.param_overrides.push_back(name + "=" + value);
+  for (const auto& [name, source] : config->buffers) o.buffers[name] = spec::BufferSource{source};
+  o.use_cache = !f.no_cache;
+  if (f.gpu == "auto" || f.gpu == "require" || f.gpu == "off") {
+    o.gpu_mode = f.gpu == "auto"      ? pipeline::GpuMode::kAuto
+                 : f.gpu == "require" ? pipeline::GpuMode::kRequire
+                                      : pipeline::GpuMode::kOff;
+  } else {
+    return "--gpu must be auto, require or off, got '" + f.gpu + "'";
+  }
+  tune.isolate.timeout_seconds = f.gpu_timeout;
+  for (const auto& t : f.tiles) {
+    cubridge::gpu::TileConfig tile;
+    char w = 0;
+    if (std::sscanf(t.c_str(), "%dx%d%c%d", &tile.block_m, &tile.block_n, &w, &tile.warps) != 4 ||
+        w != 'w') {
+      return "--tiles '" + t + "' must be BLOCK_MxBLOCK_NwWARPS, e.g. 128x64w4";
+    }
+    tune.tiles.push_back(tile);
+  }
+  return "";
+}
+
+int RunAdapt(AdaptFlags& f) {
+  if (!f.local) {
+    return UsageError(
+        "pass --local to run the pipeline in this process (jobs for a CuBridge service go "
+        "through `cubridge-cli submit`)");
+  }
+  cubridge::gpu::AutotuneOptions tune;
+  if (std::string error = ApplyFlags(f, tune); !error.empty()) return UsageError(error);
+  auto& o = f.options;
+  cubridge::gpu::GpuAutotuner autotuner(tune);
+  o.gpu = &autotuner;
+  if (!f.json) {
+    o.on_stage = [](const StageEvent& e) { PrintStageLine(e.stage, e.ok, e.seconds, e.detail); };
+  }
+  auto result = pipeline::Adapt(o);
+  if (!result.ok()) {
+    std::cerr << "cubridge-cli adapt: " << result.status().message() << "\n";
+    return 1;
+  }
+  if (f.json) {
+    std::cout << result->report.dump(2) << "\n";
+  } else {
+    std::printf("%s: spec %s for %s, outputs in %s\n", result->cache_hit ? "cache hit" : "adapted",
+                result->spec_hash.c_str(), f.arch.c_str(), o.out_dir.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command AddAdaptCommand(CLI::App& app) {
+  auto flags = std::make_shared<AdaptFlags>();
+  auto* cmd = app.add_subcommand("adapt", "Adapt the expert kernel to an attention variant spec");
+  AddFlags(cmd, *flags);
+  return {cmd, [flags] { return RunAdapt(*flags); }};
+}
+
+}  // namespace cubridge::cli

@@ -1,0 +1,11 @@
+// `cubridge-cli adapt SPEC --local [config flags] --arch sm_80|sm_90 --out DIR`: the whole
+// pipeline in this process, no service.
+#pragma once
+
+#include "client/cli/common.h"
+
+namespace cubridge::cli {
+
+Command AddAdaptCommand(CLI::App& app);
+
+}  // namespace cubridge::cli

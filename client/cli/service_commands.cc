@@ -1,0 +1,419 @@
+#include "client/cli/service_commands.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+
+#include <cubridge/client.h>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "client/cli/config_flags.h"
+#include "client/cli/service_output.h"
+#include "cuir/pipeline/files.h"
+
+namespace cubridge::cli {
+namespace {
+
+enum ExitCode { kOk = 0, kFailed = 1, kUsage = 2, kUnreachable = 3, kUnauthenticated = 4 };
+
+// Shared by every service command; each subcommand binds the same variables.
+struct ConnectionFlags {
+  std::string address;     // empty: CUBRIDGE_ADDRESS, else localhost:50051
+  std::string token_file;  // empty: CUBRIDGE_TOKEN, else CUBRIDGE_TOKEN_FILE
+  std::string tls_ca;      // empty: CUBRIDGE_TLS_CA; set: TLS with this CA bundle
+  bool json = false;
+};
+
+void AddConnectionFlags(CLI::App* cmd, ConnectionFlags& c) {
+  const char* group = "Connection";
+  cmd->add_option("--address", c.address,
+                  "Coordinator HOST:PORT (default: $CUBRIDGE_ADDRESS, else localhost:50051)")
+      ->group(group);
+  cmd->add_option("--token-file", c.token_file,
+                  "File holding the client token (default: $CUBRIDGE_TOKEN, else the file "
+                  "$CUBRIDGE_TOKEN_FILE names)")
+      ->group(group);
+  cmd->add_option("--tls-ca", c.tls_ca, "Use TLS, trusting this PEM CA bundle ($CUBRIDGE_TLS_CA)")
+      ->group(group);
+  cmd->add_flag("--json", c.json, "Print the protobuf messages as JSON, one per line")
+      ->group(group);
+}
+
+// One service command's run: the connection, and how a failure becomes a message and an exit
+// code.
+class Session {
+ public:
+  Session(std::string command, const ConnectionFlags& flags)
+      : command_(std::move(command)), flags_(flags) {}
+
+  absl::Status Connect() {
+    // The flag replaces the environment's token; a broken CUBRIDGE_TOKEN_FILE must not stop it.
+    if (!flags_.token_file.empty()) {
+      unsetenv("CUBRIDGE_TOKEN");
+      unsetenv("CUBRIDGE_TOKEN_FILE");
+    }
+    auto options = ClientOptions::FromEnvironment();
+    if (!options.ok()) return options.status();
+    if (!flags_.address.empty()) options->address = flags_.address;
+    if (!flags_.token_file.empty()) {
+      auto token = ReadTokenFile(flags_.token_file);
+      if (!token.ok()) return token.status();
+      options->token = *token;
+    }
+    if (!flags_.tls_ca.empty()) {
+      options->tls = true;
+      options->root_certs_file = flags_.tls_ca;
+    }
+    address_ = options->address;
+    auto client = Client::Connect(*options);
+    if (!client.ok()) return client.status();
+    client_ = *std::move(client);
+    return absl::OkStatus();
+  }
+
+  Client& client() { return *client_; }
+  bool json() const { return flags_.json; }
+
+  // A problem with what this machine was given (flags, local files).
+  int UsageError(const absl::Status& status) const {
+    std::cerr << "cubridge-cli " << command_ << ": " << status.message() << "\n";
+    return kUsage;
+  }
+
+  // A call that failed: the message, how to fix it where the code says, and the exit code.
+  int Fail(const absl::Status& status) const {
+    const std::string prefix = "cubridge-cli " + command_ + ": ";
+    switch (status.code()) {
+      case absl::StatusCode::kInvalidArgument:
+        // The coordinator's message names file:line:col; editors jump to it when it leads.
+        std::cerr << status.message() << "\n";
+        return kUsage;
+      case absl::StatusCode::kUnavailable:
+        std::cerr << prefix << "cannot reach the coordinator at " << address_ << ": "
+                  << status.message() << "\n  Is the coordinator running? Point at it with "
+                  << "--address HOST:PORT or CUBRIDGE_ADDRESS.\n";
+        return kUnreachable;
+      case absl::StatusCode::kUnauthenticated:
+        std::cerr << prefix << status.message() << "\n  The coordinator needs a client token: "
+                  << "set --token-file FILE or CUBRIDGE_TOKEN.\n";
+        return kUnauthenticated;
+      default:
+        std::cerr << prefix << status.message() << "\n";
+        return kFailed;
+    }
+  }
+
+ private:
+  std::string command_;
+  ConnectionFlags flags_;
+  std::string address_;
+  std::unique_ptr<Client> client_;
+};
+
+// Registers one command: its flags, the connection flags, and a run that connects first.
+template <class Flags>
+Command Register(CLI::App& app, const std::shared_ptr<ConnectionFlags>& connection,
+                 const char* name, const char* help, void (*add_flags)(CLI::App*, Flags&),
+                 int (*run)(Session&, const Flags&)) {
+  auto flags = std::make_shared<Flags>();
+  auto* cmd = app.add_subcommand(name, help);
+  // A flag given twice takes its last value (lists collect every value), as in `adapt`.
+  cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  add_flags(cmd, *flags);
+  AddConnectionFlags(cmd, *connection);
+  return {cmd, [=] {
+            Session session(name, *connection);
+            if (auto st = session.Connect(); !st.ok()) return session.UsageError(st);
+            return run(session, *flags);
+          }};
+}
+
+int ExitCodeOf(const v1::Job& job) {
+  return job.state() == v1::JOB_STATE_SUCCEEDED ? kOk : kFailed;
+}
+
+// Events as they happen, then the outcome; the exit code says whether the job succeeded.
+int FollowJob(Session& s, const std::string& job_id) {
+  auto job = s.client().Watch(job_id, [&](const v1::StageEvent& e) {
+    if (s.json()) {
+      PrintJson(e);
+    } else {
+      PrintEvent(e);
+    }
+  });
+  if (!job.ok()) return s.Fail(job.status());
+  if (s.json()) {
+    PrintJson(*job);
+  } else {
+    PrintOutcome(*job);
+  }
+  return ExitCodeOf(*job);
+}
+
+struct JobFlags {
+  std::string job_id;
+};
+
+void AddJobFlags(CLI::App* cmd, JobFlags& f) {
+  cmd->add_option("job", f.job_id, "Job id (j-...)")->required();
+}
+
+// ---- submit -----------------------------------------------------------------------------------
+
+struct SubmitFlags {
+  std::string spec;
+  ConfigFlags config;
+  std::vector<std::string> archs;
+  std::string verification;
+  std::string idempotency_key;
+  bool watch = false;
+};
+
+void AddSubmitFlags(CLI::App* cmd, SubmitFlags& f) {
+  cmd->add_option("spec", f.spec, "Python file with mask_mod and/or score_mod")->required();
+  AddConfigFlags(cmd, f.config);
+  cmd->add_option("--arch", f.archs,
+                  "Target architecture, repeatable: --arch sm_80 --arch sm_90 (default: every "
+                  "arch a worker has registered)");
+  cmd->add_option("--verification", f.verification,
+                  "gpu (default): checked on a GPU of the arch; ir: CuIR checked on CPU, CUDA "
+                  "compiled but not run")
+      ->check(CLI::IsMember({"gpu", "ir"}));
+  cmd->add_option("--idempotency-key", f.idempotency_key,
+                  "Resubmitting with the same key returns the same job (default: a fresh key)");
+  cmd->add_flag("--watch", f.watch, "Follow the job as `watch` does");
+}
+
+// The coordinator cannot read this machine's files, so a file: buffer travels as its values.
+absl::StatusOr<std::string> WireBufferSource(const std::string& name, const std::string& source) {
+  if (!absl::StartsWith(source, "file:")) return source;
+  auto text = pipeline::ReadFile(source.substr(5));
+  if (!text.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--buffer ", name, "=", source, ": ", text.status().message()));
+  }
+  std::vector<std::string> values =
+      absl::StrSplit(*text, absl::ByAnyChar(" \t\r\n"), absl::SkipEmpty());
+  return absl::StrCat("values:", absl::StrJoin(values, ","));
+}
+
+void SetConfig(const cuir::AttentionConfig& c, v1::AttentionConfig& out) {
+  out.set_batch(c.batch);
+  out.set_heads_q(c.heads_q);
+  out.set_heads_kv(c.heads_kv);
+  out.set_head_dim(c.head_dim);
+  out.set_seqlen_q(c.seqlen_q);
+  out.set_seqlen_kv(c.seqlen_kv);
+  out.set_dtype(cuir::DTypeName(c.dtype));
+  out.set_softmax_scale(c.softmax_scale);
+}
+
+absl::StatusOr<v1::SubmitJobRequest> BuildRequest(const SubmitFlags& f) {
+  auto request = RequestFromSpecFile(f.spec);
+  if (!request.ok()) return request.status();
+  auto config = ResolveConfig(f.config);
+  if (!config.ok()) return config.status();
+  SetConfig(config->attention, *request->mutable_config());
+  auto& spec = *request->mutable_spec();
+  for (const auto& [name, value] : config->params) (*spec.mutable_params())[name] = value;
+  for (const auto& [name, source] : config->buffers) {
+    auto wire = WireBufferSource(name, source);
+    if (!wire.ok()) return wire.status();
+    (*spec.mutable_buffers())[name] = *wire;
+  }
+  for (const auto& arch : f.archs) request->add_archs(arch);
+  if (!f.verification.empty()) {
+    request->set_verification(f.verification == "ir" ? v1::VERIFICATION_LEVEL_IR
+                                                     : v1::VERIFICATION_LEVEL_GPU);
+  }
+  request->set_idempotency_key(f.idempotency_key);
+  return request;
+}
+
+int RunSubmit(Session& s, const SubmitFlags& f) {
+  auto request = BuildRequest(f);
+  if (!request.ok()) return s.UsageError(request.status());
+  auto job = s.client().Submit(*request);
+  if (!job.ok()) return s.Fail(job.status());
+  if (s.json()) {
+    PrintJson(*job);
+  } else if (job->cache_hit()) {
+    std::printf("%s  cache hit: spec %s is already in the kernel cache\n", job->job_id().c_str(),
+                job->spec_hash().c_str());
+  } else {
+    std::printf("%s  submitted (%s)\n", job->job_id().c_str(), StateName(job->state()).c_str());
+  }
+  std::fflush(stdout);
+  return f.watch ? FollowJob(s, job->job_id()) : kOk;
+}
+
+// ---- status, watch, cancel ----------------------------------------------------------------------
+
+int RunStatus(Session& s, const JobFlags& f) {
+  auto job = s.client().Get(f.job_id);
+  if (!job.ok()) return s.Fail(job.status());
+  if (s.json()) {
+    PrintJson(*job);
+  } else {
+    PrintJobStatus(*job);
+  }
+  return kOk;
+}
+
+int RunWatch(Session& s, const JobFlags& f) { return FollowJob(s, f.job_id); }
+
+int RunCancel(Session& s, const JobFlags& f) {
+  auto job = s.client().Cancel(f.job_id);
+  if (!job.ok()) return s.Fail(job.status());
+  if (s.json()) {
+    PrintJson(*job);
+  } else {
+    std::printf("job %s %s\n", job->job_id().c_str(), StateName(job->state()).c_str());
+  }
+  return kOk;
+}
+
+// ---- get ----------------------------------------------------------------------------------------
+
+struct GetFlags {
+  std::string target;  // a job id or a spec hash
+  std::string arch;
+  std::string out;
+};
+
+void AddGetFlags(CLI::App* cmd, GetFlags& f) {
+  cmd->add_option("target", f.target, "Job id (j-...) or spec hash")->required();
+  cmd->add_option("--arch", f.arch, "sm_80 or sm_90 (default for a job: its only arch)");
+  cmd->add_option("--out,-o", f.out, "Directory for kernel.cuir, kernel.cu, kernel.h, report.json")
+      ->required();
+}
+
+int RunGet(Session& s, const GetFlags& f) {
+  std::string spec_hash = f.target;
+  std::string arch = f.arch;
+  if (absl::StartsWith(f.target, "j-")) {
+    auto job = s.client().Get(f.target);
+    if (!job.ok()) return s.Fail(job.status());
+    if (job->state() != v1::JOB_STATE_SUCCEEDED) {
+      return s.Fail(absl::FailedPreconditionError(
+          absl::StrCat("job ", f.target, " is ", StateName(job->state()),
+                       "; only a succeeded job has a kernel (follow it: cubridge-cli watch ",
+                       f.target, ")")));
+    }
+    spec_hash = job->spec_hash();
+    if (arch.empty() && job->archs_size() != 1) {
+      return s.UsageError(absl::InvalidArgumentError(
+          absl::StrCat("job ", f.target, " has kernels for ", absl::StrJoin(job->archs(), ", "),
+                       ": pick one with --arch")));
+    }
+    if (arch.empty()) arch = job->archs(0);
+  } else if (arch.empty()) {
+    return s.UsageError(
+        absl::InvalidArgumentError("--arch is required with a spec hash, e.g. --arch sm_90"));
+  }
+  auto kernel = s.client().GetKernel(spec_hash, arch);
+  if (!kernel.ok()) return s.Fail(kernel.status());
+  const absl::Status written = pipeline::PublishFiles(
+      f.out, {{"kernel.cuir", kernel->cuir()},
+              {"kernel.cu", kernel->cuda_source()},
+              {"kernel.h", kernel->launcher_header()},
+              {"report.json", kernel->report_json()}});
+  if (!written.ok()) return s.Fail(written);
+  if (s.json()) {
+    // The files are in the directory; the line carries what identifies them.
+    v1::Kernel summary = *kernel;
+    summary.clear_cuir();
+    summary.clear_cuda_source();
+    summary.clear_launcher_header();
+    summary.clear_report_json();
+    PrintJson(summary);
+  } else {
+    std::printf("kernel for spec %s on %s (ruleset %s), %s: kernel.cuir, kernel.cu, kernel.h, "
+                "report.json in %s\n",
+                spec_hash.c_str(), arch.c_str(), kernel->ruleset().c_str(),
+                VerificationText(kernel->verification()).c_str(), f.out.c_str());
+  }
+  return kOk;
+}
+
+// ---- list, workers ------------------------------------------------------------------------------
+
+struct ListFlags {
+  std::string state;
+  int limit = 0;
+};
+
+void AddListFlags(CLI::App* cmd, ListFlags& f) {
+  cmd->add_option("--state", f.state, "Only jobs in this state: queued, running, succeeded, "
+                                      "failed or cancelled");
+  cmd->add_option("--limit", f.limit, "At most this many, newest first (default 50)")
+      ->check(CLI::NonNegativeNumber);
+}
+
+absl::StatusOr<v1::JobState> ParseState(const std::string& name) {
+  v1::JobState state = v1::JOB_STATE_UNSPECIFIED;
+  if (name.empty()) return state;
+  if (v1::JobState_Parse("JOB_STATE_" + absl::AsciiStrToUpper(name), &state) &&
+      state != v1::JOB_STATE_UNSPECIFIED) {
+    return state;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--state must be queued, running, succeeded, failed or cancelled, got '", name, "'"));
+}
+
+int RunList(Session& s, const ListFlags& f) {
+  auto state = ParseState(f.state);
+  if (!state.ok()) return s.UsageError(state.status());
+  auto jobs = s.client().List(f.limit, *state);
+  if (!jobs.ok()) return s.Fail(jobs.status());
+  if (s.json()) {
+    v1::ListJobsResponse response;
+    for (auto& job : *jobs) *response.add_jobs() = std::move(job);
+    PrintJson(response);
+  } else {
+    PrintJobTable(*jobs);
+  }
+  return kOk;
+}
+
+struct NoFlags {};
+void AddNoFlags(CLI::App*, NoFlags&) {}
+
+int RunWorkers(Session& s, const NoFlags&) {
+  auto workers = s.client().Workers();
+  if (!workers.ok()) return s.Fail(workers.status());
+  if (s.json()) {
+    v1::ListWorkersResponse response;
+    for (auto& w : *workers) *response.add_workers() = std::move(w);
+    PrintJson(response);
+  } else {
+    PrintWorkerTable(*workers);
+  }
+  return kOk;
+}
+
+}  // namespace
+
+std::vector<Command> AddServiceCommands(CLI::App& app) {
+  auto c = std::make_shared<ConnectionFlags>();
+  return {
+      Register(app, c, "submit", "Submit an adaptation job to the CuBridge service",
+               AddSubmitFlags, RunSubmit),
+      Register(app, c, "status", "Show a job: state, spec hash, archs, errors, events",
+               AddJobFlags, RunStatus),
+      Register(app, c, "watch", "Follow a job's stages until it ends (exit 1 unless it succeeded)",
+               AddJobFlags, RunWatch),
+      Register(app, c, "get", "Fetch a verified kernel's files from the service", AddGetFlags,
+               RunGet),
+      Register(app, c, "list", "List jobs, newest first", AddListFlags, RunList),
+      Register(app, c, "cancel", "Cancel a job", AddJobFlags, RunCancel),
+      Register(app, c, "workers", "List the registered workers", AddNoFlags, RunWorkers),
+  };
+}
+
+}  // namespace cubridge::cli

@@ -1,0 +1,90 @@
+// The C++ SDK of the CuBridge service: submit adaptation jobs to a coordinator, follow them, and
+// fetch the verified kernels.
+//
+//   auto options = cubridge::ClientOptions::FromEnvironment();
+//   auto client = cubridge::Client::Connect(*options);
+//   auto request = cubridge::RequestFromSpecFile("doc.py");
+//   auto job = (*client)->Submit(*request);
+//   auto done = (*client)->Watch(job->job_id(), [](const cubridge::v1::StageEvent& e) { ... });
+//
+// Every call returns the server's gRPC status as an absl::Status with the same code and message.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "cubridge/v1/client.pb.h"
+#include "cubridge/v1/common.pb.h"
+
+namespace cubridge {
+
+struct ClientOptions {
+  std::string address = "localhost:50051";  // host:port of the coordinator
+  std::string token;  // sent as "authorization: Bearer <token>" metadata on every call
+  bool tls = false;
+  std::string root_certs_file;  // PEM CA bundle for TLS; empty = the system's roots
+  std::chrono::milliseconds deadline{30000};  // per unary call (streams have none)
+  int max_attempts = 5;  // attempts per call; only UNAVAILABLE is retried
+  std::chrono::milliseconds initial_backoff{200};  // doubles after every failed attempt
+
+  // The defaults above, overridden by CUBRIDGE_ADDRESS, CUBRIDGE_TOKEN (else the contents of
+  // the file CUBRIDGE_TOKEN_FILE names) and CUBRIDGE_TLS_CA (a CA bundle; turns TLS on). Fails
+  // only when CUBRIDGE_TOKEN_FILE names a file that cannot be read or is empty.
+  static absl::StatusOr<ClientOptions> FromEnvironment();
+};
+
+// A token file's contents without surrounding whitespace; NOT_FOUND / PERMISSION_DENIED when it
+// cannot be read, INVALID_ARGUMENT when it is empty.
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
+
+// SUCCEEDED, FAILED and CANCELLED: the job will not change any more.
+bool IsTerminal(v1::JobState state);
+
+// Safe to use from several threads at once: after Connect nothing in it changes.
+class Client {
+ public:
+  // Creates the channel; the coordinator need not be up (calls retry UNAVAILABLE). Fails only on
+  // unusable options: no address, a token that cannot be sent as metadata, an unreadable CA file.
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(const ClientOptions& options);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Retrying is safe: a request without an idempotency key gets a random one before the first
+  // attempt, so every attempt names the same job.
+  absl::StatusOr<v1::Job> Submit(const v1::SubmitJobRequest& request);
+  absl::StatusOr<v1::Job> Get(const std::string& job_id);
+  // Calls on_event for each of the job's stage events, from the first, and returns the job once
+  // it ended. A broken stream is re-opened and the events already delivered are not repeated.
+  absl::StatusOr<v1::Job> Watch(const std::string& job_id,
+                                std::function<void(const v1::StageEvent&)> on_event);
+  // The ended job; DEADLINE_EXCEEDED when it has not ended within `timeout`.
+  absl::StatusOr<v1::Job> Wait(const std::string& job_id, std::chrono::milliseconds timeout);
+  // FAILED_PRECONDITION when the job already ended.
+  absl::StatusOr<v1::Job> Cancel(const std::string& job_id);
+  // Newest first; limit 0 = the server's default (50); UNSPECIFIED = every state.
+  absl::StatusOr<std::vector<v1::Job>> List(int limit = 0,
+                                            v1::JobState state = v1::JOB_STATE_UNSPECIFIED);
+  // NOT_FOUND when the cache has no verified kernel for (spec_hash, arch).
+  absl::StatusOr<v1::Kernel> GetKernel(const std::string& spec_hash, const std::string& arch);
+  absl::StatusOr<std::vector<v1::WorkerInfo>> Workers();
+
+  const ClientOptions& options() const;
+
+ private:
+  struct Impl;
+  explicit Client(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// A request carrying the spec file at `path` (file_name is the path as given, so the server's
+// "file:line:col" errors point at it). Config, archs and verification are left for the caller.
+// NOT_FOUND when the file does not exist; PERMISSION_DENIED / INVALID_ARGUMENT when it cannot be
+// read.
+absl::StatusOr<v1::SubmitJobRequest> RequestFromSpecFile(const std::string& path);
+
+}  // namespace cubridge

@@ -1,0 +1,165 @@
+#include "server/coordinator/coordinator.h"
+
+#include <fstream>
+#include <sstream>
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/str_cat.h"
+#include "cuir/transfer/transfer.h"
+
+namespace cubridge::coordinator {
+namespace {
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+Coordinator::Coordinator(CoordinatorOptions options) : options_(std::move(options)) {
+  if (options_.flow.ruleset.empty()) options_.flow.ruleset = transfer::RulesetVersion();
+}
+
+Coordinator::~Coordinator() {
+  Drain();
+  Wait();
+}
+
+absl::StatusOr<core::JobFlow*> Coordinator::Flow() {
+  struct Local {
+    const Coordinator* owner = nullptr;
+    std::unique_ptr<store::RedisClient> redis;
+    std::unique_ptr<core::JobFlow> flow;
+  };
+  thread_local Local local;
+  if (local.owner != this || !local.flow) {
+    auto redis = store::RedisClient::Connect(options_.redis);
+    if (!redis.ok()) return redis.status();
+    local.redis = *std::move(redis);
+    local.flow = std::make_unique<core::JobFlow>(local.redis.get(), options_.flow, &metrics_);
+    local.owner = this;
+  }
+  return local.flow.get();
+}
+
+absl::Status Coordinator::Start() {
+  if (options_.client_tokens.empty() || options_.worker_tokens.empty()) {
+    return absl::InvalidArgumentError(
+        "the coordinator needs client tokens and a worker token (--client-tokens-file / "
+        "CUBRIDGE_CLIENT_TOKENS and --worker-tokens-file / CUBRIDGE_WORKER_TOKEN): every call is "
+        "authenticated");
+  }
+  auto flow = Flow();  // fail early, with the address, when Redis is not there
+  if (!flow.ok()) return flow.status();
+
+  std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
+  if (!options_.tls_cert_file.empty() || !options_.tls_key_file.empty()) {
+    auto cert = ReadFile(options_.tls_cert_file);
+    if (!cert.ok()) return absl::InvalidArgumentError(absl::StrCat("--tls-cert: ", cert.status().message()));
+    auto key = ReadFile(options_.tls_key_file);
+    if (!key.ok()) return absl::InvalidArgumentError(absl::StrCat("--tls-key: ", key.status().message()));
+    grpc::SslServerCredentialsOptions ssl;
+    ssl.pem_key_cert_pairs.push_back({*key, *cert});
+    creds = grpc::SslServerCredentials(ssl);
+  }
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  client_service_ = MakeClientService(this);
+  worker_service_ = MakeWorkerService(this);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options_.listen, creds, &port_);
+  builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
+  builder.RegisterService(client_service_.get());
+  builder.RegisterService(worker_service_.get());
+  server_ = builder.BuildAndStart();
+  if (!server_ || port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", options_.listen, " (is the port taken?)"));
+  }
+  server_->GetHealthCheckService()->SetServingStatus(true);
+  if (!options_.metrics_listen.empty()) {
+    auto p = metrics_.Serve(options_.metrics_listen);
+    if (!p.ok()) return p.status();
+    metrics_port_ = *p;
+  }
+  sweeper_ = std::thread([this] { SweepLoop(); });
+  spdlog::info("coordinator listening on port {} (metrics port {}), redis {}:{}, ruleset {}", port_,
+               metrics_port_, options_.redis.host, options_.redis.port, options_.flow.ruleset);
+  return absl::OkStatus();
+}
+
+void Coordinator::AdvanceSubscribers(core::JobFlow& flow, const std::string& task_id) {
+  auto jobs = flow.tasks().Subscribers(task_id);
+  if (!jobs.ok()) return;  // the sweep will get to them
+  for (const std::string& job : *jobs) {
+    if (auto s = flow.Advance(job); !s.ok()) {
+      spdlog::warn("job={} task={} advance: {}", job, task_id, std::string(s.message()));
+    }
+  }
+}
+
+void Coordinator::SweepLoop() {
+  auto last_gauges = std::chrono::steady_clock::now() - std::chrono::hours(1);
+  std::unique_lock lock(mu_);
+  while (!stopped_) {
+    lock.unlock();
+    auto flow = Flow();
+    if (!flow.ok()) {
+      spdlog::warn("sweep: {}", std::string(flow.status().message()));
+    } else {
+      core::JobFlow& f = **flow;
+      if (auto n = f.tasks().PromoteDueRetries(); n.ok() && *n > 0) {
+        spdlog::info("sweep: {} backed-off task(s) queued again", *n);
+      }
+      if (auto active = f.jobs().Active(); active.ok()) {
+        for (const std::string& job : *active) {
+          if (auto s = f.Advance(job); !s.ok()) spdlog::warn("job={} advance: {}", job, std::string(s.message()));
+        }
+      }
+      if (std::chrono::steady_clock::now() - last_gauges > std::chrono::seconds(2)) {
+        last_gauges = std::chrono::steady_clock::now();
+        std::map<std::string, int> by_arch = {{"cpu", 0}, {"sm_80", 0}, {"sm_90", 0}};
+        if (auto workers = f.workers().List(); workers.ok()) {
+          for (const auto& w : *workers) ++by_arch[w.arch];
+        }
+        for (const auto& [arch, n] : by_arch) {
+          metrics_.Workers(arch, n);
+          if (auto d = f.tasks().Depth(arch); d.ok()) metrics_.QueueDepth(arch, *d);
+        }
+      }
+    }
+    lock.lock();
+    stop_cv_.wait_for(lock, options_.sweep_interval, [&] { return stopped_; });
+  }
+}
+
+void Coordinator::Drain() {
+  if (draining_.exchange(true) || !server_) return;
+  spdlog::info("draining: no new jobs or leases; calls in flight get up to {} ms",
+               options_.drain_timeout.count());
+  server_->GetHealthCheckService()->SetServingStatus(false);
+  server_->Shutdown(std::chrono::system_clock::now() + options_.drain_timeout);
+  {
+    std::lock_guard lock(mu_);
+    stopped_ = true;
+  }
+  stop_cv_.notify_all();
+}
+
+void Coordinator::Wait() {
+  if (server_) server_->Wait();
+  if (sweeper_.joinable()) sweeper_.join();
+}
+
+}  // namespace cubridge::coordinator

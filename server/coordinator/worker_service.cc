@@ -1,0 +1,185 @@
+// cubridge.v1.Workers: what worker daemons call (the worker token). Results are accepted only
+// with the lease's current fencing token.
+#include <algorithm>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/str_cat.h"
+#include "cubridge/v1/worker.grpc.pb.h"
+#include "server/coordinator/coordinator.h"
+#include "server/core/task_contract.h"
+
+namespace cubridge::coordinator {
+namespace {
+
+class WorkerService final : public v1::Workers::Service {
+ public:
+  explicit WorkerService(Coordinator* c) : c_(c) {}
+
+  grpc::Status Register(grpc::ServerContext* ctx, const v1::RegisterRequest* req,
+                        v1::RegisterResponse* out) override {
+    return Call(ctx, [&](core::JobFlow& flow) -> absl::Status {
+      std::string arch = req->arch();
+      if (arch != "cpu") {
+        auto n = core::NormalizeArch(arch);
+        if (!n.ok()) return n.status();
+        arch = *n;
+      }
+      store::WorkerRecord w;
+      w.arch = arch;
+      w.gpu_name = req->gpu_name();
+      w.memory_bytes = req->memory_bytes();
+      w.capabilities = {req->capabilities().begin(), req->capabilities().end()};
+      w.hostname = req->hostname();
+      auto id = flow.workers().Register(w);
+      if (!id.ok()) return id.status();
+      out->set_worker_id(*id);
+      out->set_lease_millis(c_->options().flow.lease.count());
+      spdlog::info("worker={} registered arch={} gpu='{}' host={}", *id, arch, w.gpu_name, w.hostname);
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::Status LeaseTask(grpc::ServerContext* ctx, const v1::LeaseTaskRequest* req,
+                         v1::LeaseTaskResponse* out) override {
+    return Call(ctx, [&](core::JobFlow& flow) -> absl::Status {
+      auto worker = flow.workers().Get(req->worker_id());
+      if (!worker.ok()) {
+        return absl::NotFoundError(absl::StrCat("worker ", req->worker_id(),
+                                                " is not registered (expired?): register again"));
+      }
+      // A GPU worker serves its arch first, then the CPU work every worker can do.
+      std::vector<std::string> classes = {worker->arch};
+      if (worker->arch != "cpu") classes.push_back("cpu");
+      const auto deadline = std::chrono::steady_clock::now() +
+                            std::chrono::milliseconds(std::clamp<int64_t>(req->wait_millis(), 0, 30000));
+      do {
+        if (c_->draining()) return absl::OkStatus();  // nothing new while draining
+        if (auto s = flow.workers().Touch(worker->id, ""); !s.ok()) return s;
+        for (const std::string& cls : classes) {
+          auto lease = flow.tasks().LeaseNext(cls, worker->id);
+          if (!lease.ok()) return lease.status();
+          if (!lease->has_value()) continue;
+          const store::Lease& l = **lease;
+          if (l.reclaimed) c_->metrics().LeaseExpired();
+          (void)flow.workers().Touch(worker->id, l.task_id);
+          auto* t = out->mutable_task();
+          t->set_task_id(l.task_id);
+          t->set_job_id(l.task.job_id);
+          t->set_kind(KindEnum(l.task.kind));
+          t->set_attempt(l.attempt);
+          t->set_fencing_token(l.fencing_token);
+          t->set_payload_json(l.task.payload);
+          spdlog::info("task={} job={} kind={} leased by worker={} attempt={} token={}{}", l.task_id,
+                       l.task.job_id, l.task.kind, worker->id, l.attempt, l.fencing_token,
+                       l.reclaimed ? " (taken over from an expired lease)" : "");
+          c_->AdvanceSubscribers(flow, l.task_id);  // queued -> running
+          return absl::OkStatus();
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      } while (std::chrono::steady_clock::now() < deadline && !ctx->IsCancelled());
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::Status Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
+                         v1::HeartbeatResponse*) override {
+    return Call(ctx, [&](core::JobFlow& flow) -> absl::Status {
+      if (auto s = flow.tasks().Heartbeat(req->task_id(), req->fencing_token()); !s.ok()) return s;
+      auto touched = flow.workers().Touch(req->worker_id(), req->task_id());
+      // The registry may have been reset under a live lease; the lease itself is what counts.
+      if (!touched.ok() && !absl::IsNotFound(touched)) return touched;
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::Status ReportProgress(grpc::ServerContext* ctx, const v1::ReportProgressRequest* req,
+                              v1::ReportProgressResponse*) override {
+    return Call(ctx, [&](core::JobFlow& flow) -> absl::Status {
+      auto st = flow.tasks().Get(req->task_id());
+      if (!st.ok()) return st.status();
+      if (st->state != "leased" || st->fencing_token != req->fencing_token()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "task ", req->task_id(), ": fencing token ", req->fencing_token(), " is stale"));
+      }
+      auto jobs = flow.tasks().Subscribers(req->task_id());
+      if (!jobs.ok()) return jobs.status();
+      const auto& e = req->event();
+      nlohmann::json ev = {{"stage", e.stage()},       {"ok", e.ok()},
+                           {"seconds", e.seconds()},   {"detail", e.detail()},
+                           {"worker_id", st->worker},  {"unix_millis", e.unix_millis()}};
+      for (const std::string& job : *jobs) (void)flow.jobs().AppendEvent(job, ev.dump());
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::Status CompleteTask(grpc::ServerContext* ctx, const v1::CompleteTaskRequest* req,
+                            v1::CompleteTaskResponse*) override {
+    return Call(ctx, [&](core::JobFlow& flow) -> absl::Status {
+      auto st = flow.tasks().Get(req->task_id());
+      if (!st.ok()) return st.status();
+      auto done = flow.tasks().Complete(req->task_id(), req->fencing_token(), req->result_json());
+      if (!done.ok()) {
+        spdlog::warn("task={} result refused: {}", req->task_id(), std::string(done.message()));
+        return done;
+      }
+      const auto result = nlohmann::json::parse(req->result_json(), nullptr, false);
+      const double seconds = result.is_object() ? result.value("seconds", 0.0) : 0.0;
+      c_->metrics().StageSeconds(KindOf(req->task_id()), seconds);
+      spdlog::info("task={} done by worker={} in {:.2f}s", req->task_id(), st->worker, seconds);
+      c_->AdvanceSubscribers(flow, req->task_id());
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::Status FailTask(grpc::ServerContext* ctx, const v1::FailTaskRequest* req,
+                        v1::FailTaskResponse*) override {
+    return Call(ctx, [&](core::JobFlow& flow) -> absl::Status {
+      auto state = flow.tasks().Fail(req->task_id(), req->fencing_token(), req->error(),
+                                     req->retryable());
+      if (!state.ok()) return state.status();
+      if (*state == "dead") {
+        c_->metrics().TaskDead();
+      } else {
+        c_->metrics().TaskRetried();
+      }
+      spdlog::warn("task={} failed ({}): {}", req->task_id(), *state, req->error());
+      c_->AdvanceSubscribers(flow, req->task_id());
+      return absl::OkStatus();
+    });
+  }
+
+ private:
+  template <typename F>
+  grpc::Status Call(grpc::ServerContext* ctx, F&& body) {
+    if (auto s = c_->options().worker_tokens.Check(ctx, "worker"); !s.ok()) return s;
+    auto flow = c_->Flow();
+    if (!flow.ok()) return ToGrpc(flow.status());
+    return ToGrpc(body(**flow));
+  }
+
+  static v1::TaskKind KindEnum(const std::string& kind) {
+    if (kind == core::kLiftTask) return v1::TASK_KIND_LIFT;
+    if (kind == core::kTransferTask) return v1::TASK_KIND_TRANSFER;
+    if (kind == core::kCandidateTask) return v1::TASK_KIND_CANDIDATE;
+    return v1::TASK_KIND_UNSPECIFIED;
+  }
+  // Task ids start with what they compute: lift-, transfer-, cand-.
+  static std::string KindOf(const std::string& task_id) {
+    if (task_id.rfind("lift-", 0) == 0) return core::kLiftTask;
+    if (task_id.rfind("transfer-", 0) == 0) return core::kTransferTask;
+    return core::kCandidateTask;
+  }
+
+  Coordinator* c_;
+};
+
+}  // namespace
+
+std::unique_ptr<grpc::Service> MakeWorkerService(Coordinator* c) {
+  return std::make_unique<WorkerService>(c);
+}
+
+}  // namespace cubridge::coordinator

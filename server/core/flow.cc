@@ -1,0 +1,450 @@
+#include "server/core/flow.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "cuir/lower/lower.h"
+#include "cuir/pipeline/stages.h"
+#include "cuir/pipeline/verify.h"
+#include "server/core/request.h"
+#include "server/core/task_contract.h"
+#include "worker/gpu/autotune.h"
+
+namespace cubridge::core {
+
+using nlohmann::json;
+
+struct JobFlow::Job {
+  store::JobRecord record;
+  std::vector<std::string> archs;
+  std::string level;
+  SpecInput input;
+};
+
+namespace {
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+bool Ended(const std::string& task_state) { return task_state == "done" || task_state == "dead"; }
+
+v1::JobState StateEnum(const std::string& s) {
+  if (s == "queued") return v1::JOB_STATE_QUEUED;
+  if (s == "running") return v1::JOB_STATE_RUNNING;
+  if (s == "succeeded") return v1::JOB_STATE_SUCCEEDED;
+  if (s == "failed") return v1::JOB_STATE_FAILED;
+  if (s == "cancelled") return v1::JOB_STATE_CANCELLED;
+  return v1::JOB_STATE_UNSPECIFIED;
+}
+
+// The class of worker that can run a task: GPU work goes to workers of the arch, the rest to
+// anyone (GPU workers also lease from the cpu class).
+std::string ClassFor(const std::string& level, const std::string& arch) {
+  return level == kLevelGpu ? arch : "cpu";
+}
+
+// At the `ir` level nothing is profiled, so one candidate is enough: the expert's own tile.
+std::vector<gpu::TileConfig> TilesFor(const std::string& level, const cuir::AttentionConfig& config,
+                                      lower::Arch arch) {
+  auto tiles = gpu::CandidateTiles(config, arch);
+  if (level == kLevelIr && !tiles.empty()) tiles.resize(1);
+  return tiles;
+}
+
+json ParseOr(const std::string& text, json fallback) {
+  auto j = json::parse(text, nullptr, false);
+  return j.is_discarded() ? fallback : j;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> NormalizeArch(const std::string& arch) {
+  std::string a = absl::AsciiStrToLower(arch);
+  a.erase(std::remove(a.begin(), a.end(), '_'), a.end());
+  if (a == "sm80") return std::string("sm_80");
+  if (a == "sm90" || a == "sm90a") return std::string("sm_90");
+  return absl::InvalidArgumentError(
+      absl::StrCat("arch \"", arch, "\" is not supported: use sm_80 (A100) or sm_90 (H100)"));
+}
+
+std::string LevelName(v1::VerificationLevel level) {
+  return level == v1::VERIFICATION_LEVEL_IR ? kLevelIr : kLevelGpu;
+}
+
+JobFlow::JobFlow(store::RedisClient* redis, const FlowOptions& options, Metrics* metrics)
+    : options_(options),
+      metrics_(metrics),
+      jobs_(redis),
+      tasks_(redis, options.lease, options.max_attempts),
+      kernels_(redis),
+      // A worker is alive while it heartbeats; three lease periods of silence and it is gone.
+      workers_(redis, options.lease * 3) {
+  tasks_.set_retry_backoff(options.retry_backoff);
+}
+
+absl::Status JobFlow::Event(const std::string& job_id, const std::string& key,
+                            const std::string& stage, bool ok, double seconds,
+                            const std::string& detail, const std::string& worker) {
+  json ev = {{"stage", stage},   {"ok", ok},         {"seconds", seconds},
+             {"detail", detail}, {"worker_id", worker}, {"unix_millis", NowMs()}};
+  return jobs_.AppendEventOnce(job_id, key, ev.dump());
+}
+
+absl::StatusOr<v1::Job> JobFlow::Submit(const v1::SubmitJobRequest& request,
+                                        const std::string& spec_hash,
+                                        const std::string& canonical_form,
+                                        const std::vector<std::string>& archs) {
+  auto config = ConfigFromProto(request.config());
+  if (!config.ok()) return config.status();
+  SpecInput input;
+  input.file_name = request.spec().file_name().empty() ? "spec.py" : request.spec().file_name();
+  input.source = request.spec().source();
+  for (const auto& [name, value] : request.spec().params()) input.params.push_back(name + "=" + value);
+  input.buffers = {request.spec().buffers().begin(), request.spec().buffers().end()};
+  input.config = *config;
+  input.seed = pipeline::FreshSeed();
+
+  auto created = jobs_.Create(request.idempotency_key(), spec_hash, request.SerializeAsString());
+  if (!created.ok()) return created.status();
+  const std::string id = created->first.id;
+  if (!created->second) {
+    if (metrics_) metrics_->JobSubmitted("duplicate");
+    return Describe(id);
+  }
+  const std::string level = LevelName(request.verification());
+  for (const auto& [field, value] :
+       std::vector<std::pair<std::string, std::string>>{{"archs", absl::StrJoin(archs, ",")},
+                                                        {"level", level},
+                                                        {"canonical_form", canonical_form},
+                                                        {"input", input.ToJson().dump()}}) {
+    if (auto s = jobs_.SetField(id, field, value); !s.ok()) return s;
+  }
+  bool all_cached = true;
+  for (const std::string& arch : archs) {
+    auto hit = kernels_.Get(spec_hash, arch, options_.ruleset, level);
+    if (!hit.ok()) return hit.status();
+    if (metrics_) metrics_->CacheLookup(hit->has_value());
+    all_cached = all_cached && hit->has_value();
+    if (hit->has_value()) {
+      auto s = Event(id, "cache:" + arch, "cache", true, 0,
+                     absl::StrCat("hit ", spec_hash.substr(0, 16), "/", arch, " (verified: ",
+                                  (*hit)->verification, ")"));
+      if (!s.ok()) return s;
+    }
+  }
+  if (metrics_) metrics_->JobSubmitted(all_cached ? "hit" : "miss");
+  if (all_cached) {
+    if (auto s = jobs_.SetField(id, "cache_hit", "1"); !s.ok()) return s;
+    auto job = Load(id);
+    if (!job.ok()) return job.status();
+    if (auto s = Finish(*job, "succeeded", ""); !s.ok()) return s;
+  } else if (auto s = Advance(id); !s.ok()) {
+    return s;
+  }
+  return Describe(id);
+}
+
+absl::StatusOr<JobFlow::Job> JobFlow::Load(const std::string& job_id) {
+  Job job;
+  auto rec = jobs_.Get(job_id);
+  if (!rec.ok()) return rec.status();
+  job.record = *std::move(rec);
+  auto fields = jobs_.Fields(job_id, "");
+  if (!fields.ok()) return fields.status();
+  auto& f = *fields;
+  if (!f.count("input")) {
+    return absl::UnavailableError(absl::StrCat("job ", job_id, " is still being created"));
+  }
+  job.archs = absl::StrSplit(f["archs"], ',', absl::SkipEmpty());
+  job.level = f["level"];
+  auto input = SpecInput::FromJson(ParseOr(f["input"], json::object()));
+  if (!input.ok()) return input.status();
+  job.input = *std::move(input);
+  return job;
+}
+
+absl::StatusOr<store::TaskState> JobFlow::Need(const Job& job, const std::string& task_id,
+                                               const store::TaskSpec& spec) {
+  auto first = jobs_.Once(job.record.id, "planned:" + task_id);
+  if (!first.ok()) return first.status();
+  if (*first) {
+    // Subscribed before it can end, so its completion advances this job.
+    if (auto s = tasks_.Subscribe(task_id, job.record.id); !s.ok()) return s;
+    auto created = tasks_.EnqueueOnce(task_id, spec);
+    if (!created.ok()) return created.status();
+    // Someone else's earlier attempt at the same work died: this new job tries it afresh.
+    if (!*created) {
+      auto revived = tasks_.Revive(task_id);
+      if (!revived.ok()) return revived.status();
+    }
+  }
+  auto state = tasks_.Get(task_id);
+  if (!state.ok()) return state.status();
+  if (auto s = Observe(job, task_id, *state, spec.kind); !s.ok()) return s;
+  return state;
+}
+
+absl::Status JobFlow::Observe(const Job& job, const std::string& task_id,
+                              const store::TaskState& st, const std::string& kind) {
+  if (!Ended(st.state)) return absl::OkStatus();
+  const json result = ParseOr(st.result, json::object());
+  const double seconds = result.value("seconds", 0.0);
+  if (st.state == "dead") {
+    return Event(job.record.id, task_id, kind == kCandidateTask ? "candidate" : kind, false,
+                 seconds, st.error, st.worker);
+  }
+  if (kind == kTransferTask) {
+    if (auto s = Event(job.record.id, task_id, "transfer", true, result.value("transfer_seconds", 0.0),
+                       result.value("transfer_detail", ""), st.worker);
+        !s.ok()) {
+      return s;
+    }
+    return Event(job.record.id, task_id + ":verify", "verify", true,
+                 result.value("verify_seconds", 0.0), result.value("verify_detail", ""), st.worker);
+  }
+  const std::string stage = kind == kLiftTask ? "lift" : job.level == kLevelGpu ? "gpu" : "compile";
+  return Event(job.record.id, task_id, stage, result.value("passed", true), seconds,
+               result.value("detail", ""), st.worker);
+}
+
+absl::Status JobFlow::Finish(const Job& job, const std::string& state, const std::string& error) {
+  auto s = jobs_.SetState(job.record.id, state, error);
+  if (absl::IsFailedPrecondition(s)) return absl::OkStatus();  // someone ended it first
+  if (!s.ok()) return s;
+  if (metrics_) metrics_->JobEnded(state);
+  return absl::OkStatus();
+}
+
+absl::Status JobFlow::Advance(const std::string& job_id) {
+  auto loaded = Load(job_id);
+  if (absl::IsUnavailable(loaded.status())) return absl::OkStatus();  // its submit is mid-way
+  if (!loaded.ok()) return loaded.status();
+  const Job& job = *loaded;
+  const std::string& st = job.record.state;
+  if (st == "succeeded" || st == "failed" || st == "cancelled") return absl::OkStatus();
+  const std::string& hash = job.record.spec_hash;
+  const std::string payload_spec = job.input.ToJson().dump();
+
+  std::vector<std::pair<std::string, store::TaskState>> deps;
+  auto need = [&](const std::string& id, const std::string& kind, const json& payload,
+                  const std::string& cls) -> absl::Status {
+    auto state = Need(job, id, {job_id, kind, payload.dump(), cls});
+    if (!state.ok()) return state.status();
+    deps.emplace_back(kind, *state);
+    return absl::OkStatus();
+  };
+  const json spec_json = job.input.ToJson();
+  const std::string transfer_id = absl::StrCat("transfer-", hash);
+  if (auto s = need(transfer_id, kTransferTask, {{"spec", spec_json}}, "cpu"); !s.ok()) return s;
+  for (const std::string& arch : job.archs) {
+    auto a = lower::ParseArch(arch);
+    if (!a.ok()) return a.status();
+    const std::string expert = pipeline::ExpertFor(*a);
+    json payload = {{"expert", expert}, {"arch", arch}, {"level", job.level}, {"spec", spec_json}};
+    const std::string id = absl::StrCat("lift-", expert, "-", arch, "-", job.level, "-", options_.ruleset);
+    if (auto s = need(id, kLiftTask, payload, ClassFor(job.level, arch)); !s.ok()) return s;
+  }
+  bool ready = true, started = false;
+  for (const auto& [kind, state] : deps) {
+    if (state.state == "dead") return Finish(job, "failed", absl::StrCat(kind, ": ", state.error));
+    ready = ready && state.state == "done";
+    started = started || state.state != "queued";
+  }
+  if (started && st == "queued") (void)jobs_.SetState(job_id, "running");
+  if (!ready) return absl::OkStatus();
+
+  auto transfer_state = tasks_.Get(transfer_id);
+  if (!transfer_state.ok()) return transfer_state.status();
+  const json transferred = ParseOr(transfer_state->result, json::object());
+  auto program = Field(transferred, "program", "transfer result");
+  if (!program.ok()) return Finish(job, "failed", std::string(program.status().message()));
+
+  bool all_cached = true;
+  for (const std::string& arch : job.archs) {
+    auto hit = kernels_.Get(hash, arch, options_.ruleset, job.level);
+    if (!hit.ok()) return hit.status();
+    if (hit->has_value()) continue;
+    all_cached = false;
+    auto a = lower::ParseArch(arch);
+    if (!a.ok()) return a.status();
+    std::vector<std::string> ids;
+    bool all_ended = true;
+    for (const gpu::TileConfig& tile : TilesFor(job.level, job.input.config, *a)) {
+      const std::string id = absl::StrCat("cand-", hash, "-", arch, "-", job.level, "-", tile.Name());
+      json payload = {{"spec", spec_json}, {"program", *program}, {"arch", arch},
+                      {"tile", tile.Name()}, {"level", job.level}};
+      auto state = Need(job, id, {job_id, kCandidateTask, payload.dump(), ClassFor(job.level, arch)});
+      if (!state.ok()) return state.status();
+      all_ended = all_ended && Ended(state->state);
+      ids.push_back(id);
+    }
+    if (ids.empty()) {
+      return Finish(job, "failed", absl::StrCat("no tile configuration of the expert fits ",
+                                                job.input.config.ToString(), " on ", arch));
+    }
+    if (!all_ended) continue;
+    auto stored = Select(job, arch, ids, transferred);
+    if (!stored.ok()) return Finish(job, "failed", std::string(stored.status().message()));
+    all_cached = all_cached && *stored;
+  }
+  if (all_cached) return Finish(job, "succeeded", "");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> JobFlow::Select(const Job& job, const std::string& arch,
+                                     const std::vector<std::string>& ids, const json& transferred) {
+  json candidates = json::array();
+  int best = -1;
+  json best_result;
+  std::vector<std::string> errors;
+  for (const std::string& id : ids) {
+    auto st = tasks_.Get(id);
+    if (!st.ok()) return st.status();
+    json result = ParseOr(st->result, json::object());
+    json check = result.value("check", json::object());
+    if (st->state == "dead") check = {{"passed", false}, {"error", st->error}};
+    check["name"] = result.value("tile", id.substr(id.rfind('-') + 1));
+    check["worker_id"] = st->worker;
+    if (!check.value("passed", false)) {
+      errors.push_back(absl::StrCat(check["name"].get<std::string>(), ": ",
+                                    check.value("error", check.value("failure", std::string("failed")))));
+    }
+    if (gpu::Score(check) >= 0 && (best < 0 || gpu::Score(check) > gpu::Score(candidates[best]))) {
+      best = static_cast<int>(candidates.size());
+      best_result = result;
+    }
+    candidates.push_back(check);
+  }
+  if (best < 0) {
+    return absl::InternalError(absl::StrCat("no candidate verified for ", arch, " (", ids.size(),
+                                            " tried): ", absl::StrJoin(errors, "; ")));
+  }
+  json report = {
+      {"spec", job.input.file_name},
+      {"spec_hash", job.record.spec_hash},
+      {"canonical_form", jobs_.Field(job.record.id, "canonical_form").value_or("")},
+      {"ruleset", options_.ruleset},
+      {"arch", arch},
+      {"expert", best_result.value("expert", "")},
+      {"config", pipeline::ConfigJson(job.input.config)},
+      {"transfer", transferred.value("transfer", json::array())},
+      {"verification", transferred.value("verification", json::object())},
+      {"verification_level", job.level},
+      {"lowering", best_result.value("lowering", json::object())},
+      {job.level == kLevelGpu ? "gpu" : "ir",
+       {{"candidates", candidates}, {"best", candidates[best]["name"]}}},
+      {"job_id", job.record.id},
+  };
+  store::CachedKernel k{job.record.spec_hash,
+                        arch,
+                        options_.ruleset,
+                        job.level,
+                        best_result.value("cuir", ""),
+                        best_result.value("kernel_cu", ""),
+                        best_result.value("kernel_h", ""),
+                        report.dump(2) + "\n"};
+  if (auto s = kernels_.Put(k); !s.ok()) return s;
+  const std::string detail =
+      job.level == kLevelGpu
+          ? absl::StrCat("stored ", arch, " kernel ", candidates[best]["name"].get<std::string>(),
+                         " (fastest verified of ", ids.size(), ", ",
+                         absl::StrFormat("%.1f", gpu::Score(candidates[best])),
+                         " TFLOP/s on kept elements)")
+          : absl::StrCat("stored ", arch, " kernel ", candidates[best]["name"].get<std::string>(),
+                         " (verified at the IR level; CUDA compiled, not run)");
+  if (auto s = Event(job.record.id, "store:" + arch, "cache", true, 0, detail); !s.ok()) return s;
+  return true;
+}
+
+absl::StatusOr<v1::Job> JobFlow::Cancel(const std::string& job_id) {
+  auto s = jobs_.SetState(job_id, "cancelled", "cancelled by the client");
+  if (!s.ok()) return s;
+  if (metrics_) metrics_->JobEnded("cancelled");
+  return Describe(job_id);
+}
+
+absl::StatusOr<std::string> JobFlow::WaitingFor(const std::string& job_id) {
+  auto planned = jobs_.Fields(job_id, "planned:");
+  if (!planned.ok()) return planned.status();
+  auto workers = workers_.List();
+  if (!workers.ok()) return workers.status();
+  std::map<std::string, int> queued;  // class -> tasks waiting
+  std::string retrying;
+  for (const auto& [field, unused] : *planned) {
+    auto st = tasks_.Get(field.substr(std::string("planned:").size()));
+    if (!st.ok()) continue;
+    if (st->state == "queued") ++queued[st->worker_class];
+    if (st->state == "retrying") retrying = st->error;
+  }
+  for (const auto& [cls, n] : queued) {
+    const bool someone = std::any_of(workers->begin(), workers->end(), [&](const auto& w) {
+      return cls == "cpu" || w.arch == cls;
+    });
+    if (!someone) {
+      return cls == "cpu"
+                 ? std::string("no worker has registered (start cubridge-worker)")
+                 : absl::StrCat("no ", cls, " worker has registered: GPU verification needs a "
+                                "worker on an ", cls, " GPU (or submit with --verification ir)");
+    }
+  }
+  if (!queued.empty()) {
+    std::vector<std::string> parts;
+    for (const auto& [cls, n] : queued) parts.push_back(absl::StrCat(n, " ", cls));
+    return absl::StrCat("waiting for a free worker (", absl::StrJoin(parts, ", "), " tasks queued)");
+  }
+  if (!retrying.empty()) return absl::StrCat("retrying after a failed attempt: ", retrying);
+  return std::string();
+}
+
+absl::StatusOr<v1::Job> JobFlow::Describe(const std::string& job_id) {
+  auto rec = jobs_.Get(job_id);
+  if (!rec.ok()) return rec.status();
+  auto extra = jobs_.Fields(job_id, "");
+  if (!extra.ok()) return extra.status();
+  v1::Job out;
+  out.set_job_id(rec->id);
+  out.set_state(StateEnum(rec->state));
+  out.set_spec_hash(rec->spec_hash);
+  for (absl::string_view a : absl::StrSplit((*extra)["archs"], ',', absl::SkipEmpty())) {
+    out.add_archs(std::string(a));
+  }
+  out.set_verification((*extra)["level"] == kLevelIr ? v1::VERIFICATION_LEVEL_IR
+                                                     : v1::VERIFICATION_LEVEL_GPU);
+  out.set_cache_hit((*extra)["cache_hit"] == "1");
+  out.set_error(rec->error);
+  out.set_created_unix_millis(rec->created_ms);
+  out.set_finished_unix_millis(rec->finished_ms);
+  if (rec->state == "queued" || rec->state == "running") {
+    auto why = WaitingFor(job_id);
+    if (why.ok()) out.set_waiting_for(*why);
+  }
+  auto events = jobs_.Events(job_id);
+  if (!events.ok()) return events.status();
+  for (const std::string& e : *events) *out.add_events() = EventFromJson(job_id, e);
+  return out;
+}
+
+v1::StageEvent EventFromJson(const std::string& job_id, const std::string& text) {
+  const json j = ParseOr(text, json::object());
+  v1::StageEvent ev;
+  ev.set_job_id(job_id);
+  ev.set_stage(j.value("stage", ""));
+  ev.set_ok(j.value("ok", false));
+  ev.set_seconds(j.value("seconds", 0.0));
+  ev.set_detail(j.value("detail", ""));
+  ev.set_worker_id(j.value("worker_id", ""));
+  ev.set_unix_millis(j.value("unix_millis", int64_t{0}));
+  return ev;
+}
+
+}  // namespace cubridge::core

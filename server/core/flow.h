@@ -1,0 +1,93 @@
+// How a job moves: the coordinator's whole orchestration, kept in Redis so that any coordinator
+// (or the same one restarted) can pick a job up where it stands.
+//
+// A job needs, per target arch: the lift of the expert for that arch, the transfer of its spec
+// (verified on the CPU), then one candidate per tile configuration (lowered, compiled, verified
+// and profiled on a GPU of the arch; at the `ir` level one candidate compiled on a CPU worker);
+// the best verified candidate goes into the kernel cache. Task ids are derived from what they
+// compute (expert + arch, spec hash, spec hash + arch + tile), so identical work submitted by
+// many jobs is queued once and every waiting job advances when it completes.
+//
+// Advance() is idempotent: it looks at the job and its tasks and does whatever is next. It runs
+// when a job is submitted, when one of its tasks ends, and from the coordinator's periodic sweep
+// over the active jobs (which is what finishes jobs after a coordinator restart).
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/statusor.h"
+#include "cubridge/v1/client.pb.h"
+#include "server/core/metrics.h"
+#include "server/store/jobs.h"
+#include "server/store/kernels.h"
+#include "server/store/tasks.h"
+#include "server/store/workers.h"
+
+namespace cubridge::core {
+
+struct FlowOptions {
+  std::string ruleset;            // the transfer rules' version (cache key part)
+  std::chrono::milliseconds lease{10000};
+  int max_attempts = 3;
+  std::chrono::milliseconds retry_backoff{1000};
+};
+
+// One coordinator thread's view of the stores (a Redis client is used by one thread at a time).
+class JobFlow {
+ public:
+  JobFlow(store::RedisClient* redis, const FlowOptions& options, Metrics* metrics);
+
+  // Creates the job (or returns the one its idempotency key already made) for a request whose
+  // spec was already parsed and hashed. A job whose kernels are all cached ends at once as a
+  // cache hit. `archs` is the resolved list (never empty).
+  absl::StatusOr<v1::Job> Submit(const v1::SubmitJobRequest& request, const std::string& spec_hash,
+                                 const std::string& canonical_form,
+                                 const std::vector<std::string>& archs);
+  absl::Status Advance(const std::string& job_id);
+  // The API view of a job: state, events, why it waits.
+  absl::StatusOr<v1::Job> Describe(const std::string& job_id);
+  absl::StatusOr<v1::Job> Cancel(const std::string& job_id);
+
+  store::JobStore& jobs() { return jobs_; }
+  store::TaskQueue& tasks() { return tasks_; }
+  store::KernelCache& kernels() { return kernels_; }
+  store::WorkerRegistry& workers() { return workers_; }
+
+ private:
+  struct Job;
+  absl::StatusOr<Job> Load(const std::string& job_id);
+  // Queues the task for the job (once per job; a dead task is revived for a new job) and
+  // returns its state, recording its outcome as one of the job's events once it ended.
+  absl::StatusOr<store::TaskState> Need(const Job& job, const std::string& task_id,
+                                        const store::TaskSpec& spec);
+  absl::Status Observe(const Job& job, const std::string& task_id, const store::TaskState& state,
+                       const std::string& kind);
+  // The arch's candidates all ended: the best verified one goes to the cache.
+  absl::StatusOr<bool> Select(const Job& job, const std::string& arch,
+                              const std::vector<std::string>& candidate_ids,
+                              const nlohmann::json& transfer_result);
+  absl::Status Finish(const Job& job, const std::string& state, const std::string& error);
+  absl::StatusOr<std::string> WaitingFor(const std::string& job_id);
+  absl::Status Event(const std::string& job_id, const std::string& key, const std::string& stage,
+                     bool ok, double seconds, const std::string& detail,
+                     const std::string& worker = "");
+
+  FlowOptions options_;
+  Metrics* metrics_;
+  store::JobStore jobs_;
+  store::TaskQueue tasks_;
+  store::KernelCache kernels_;
+  store::WorkerRegistry workers_;
+};
+
+// "sm_80" for every arch of the request that is "sm80"/"SM_80"-like; INVALID_ARGUMENT otherwise.
+absl::StatusOr<std::string> NormalizeArch(const std::string& arch);
+std::string LevelName(v1::VerificationLevel level);  // "gpu" (also for UNSPECIFIED) or "ir"
+// A stored event (JSON, as JobStore keeps them) in the API's form.
+v1::StageEvent EventFromJson(const std::string& job_id, const std::string& text);
+
+}  // namespace cubridge::core

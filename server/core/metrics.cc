@@ -1,0 +1,109 @@
+#include "server/core/metrics.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace cubridge::core {
+
+using prometheus::BuildCounter;
+using prometheus::BuildGauge;
+using prometheus::BuildHistogram;
+
+struct Metrics::Families {
+  explicit Families(prometheus::Registry& r)
+      : jobs(BuildCounter().Name("cubridge_jobs_total").Help("Jobs that ended, by outcome").Register(r)),
+        submitted(BuildCounter()
+                      .Name("cubridge_jobs_submitted_total")
+                      .Help("Submits, by whether the kernel cache answered them")
+                      .Register(r)),
+        lookups(BuildCounter()
+                    .Name("cubridge_kernel_cache_lookups_total")
+                    .Help("Kernel cache lookups per (job, arch), by result")
+                    .Register(r)),
+        stages(BuildHistogram()
+                   .Name("cubridge_stage_duration_seconds")
+                   .Help("Time a worker spent on one task, by stage")
+                   .Register(r)),
+        depth(BuildGauge().Name("cubridge_queue_depth").Help("Tasks waiting for a worker").Register(r)),
+        expiries(BuildCounter()
+                     .Name("cubridge_lease_expiries_total")
+                     .Help("Leases taken over after their worker stopped heartbeating")
+                     .Register(r)),
+        retries(BuildCounter().Name("cubridge_task_retries_total").Help("Failed attempts queued again").Register(r)),
+        dead(BuildCounter().Name("cubridge_tasks_dead_total").Help("Tasks dead-lettered").Register(r)),
+        workers(BuildGauge().Name("cubridge_workers").Help("Live registered workers, by arch").Register(r)),
+        worker_tasks(BuildCounter()
+                         .Name("cubridge_worker_tasks_total")
+                         .Help("Tasks this worker ran, by kind and outcome")
+                         .Register(r)),
+        worker_seconds(BuildHistogram()
+                           .Name("cubridge_worker_task_duration_seconds")
+                           .Help("Time this worker spent on one task, by kind")
+                           .Register(r)) {}
+
+  prometheus::Family<prometheus::Counter>& jobs;
+  prometheus::Family<prometheus::Counter>& submitted;
+  prometheus::Family<prometheus::Counter>& lookups;
+  prometheus::Family<prometheus::Histogram>& stages;
+  prometheus::Family<prometheus::Gauge>& depth;
+  prometheus::Family<prometheus::Counter>& expiries;
+  prometheus::Family<prometheus::Counter>& retries;
+  prometheus::Family<prometheus::Counter>& dead;
+  prometheus::Family<prometheus::Gauge>& workers;
+  prometheus::Family<prometheus::Counter>& worker_tasks;
+  prometheus::Family<prometheus::Histogram>& worker_seconds;
+};
+
+namespace {
+// Tasks run from well under a second (a cached lift) to minutes (autotuning a candidate).
+const prometheus::Histogram::BucketBoundaries kSeconds = {0.05, 0.1, 0.25, 0.5, 1,  2.5,
+                                                          5,    10,  30,   60,  120, 300};
+}  // namespace
+
+Metrics::Metrics()
+    : registry_(std::make_shared<prometheus::Registry>()),
+      f_(std::make_unique<Families>(*registry_)) {}
+
+Metrics::~Metrics() = default;
+
+void Metrics::JobEnded(const std::string& outcome) { f_->jobs.Add({{"outcome", outcome}}).Increment(); }
+void Metrics::JobSubmitted(const std::string& cache) { f_->submitted.Add({{"cache", cache}}).Increment(); }
+void Metrics::CacheLookup(bool hit) {
+  f_->lookups.Add({{"result", hit ? "hit" : "miss"}}).Increment();
+}
+void Metrics::StageSeconds(const std::string& stage, double s) {
+  f_->stages.Add({{"stage", stage}}, kSeconds).Observe(s);
+}
+void Metrics::QueueDepth(const std::string& cls, double d) { f_->depth.Add({{"class", cls}}).Set(d); }
+void Metrics::LeaseExpired() { f_->expiries.Add({}).Increment(); }
+void Metrics::TaskRetried() { f_->retries.Add({}).Increment(); }
+void Metrics::TaskDead() { f_->dead.Add({}).Increment(); }
+void Metrics::Workers(const std::string& arch, double n) { f_->workers.Add({{"arch", arch}}).Set(n); }
+void Metrics::WorkerTask(const std::string& kind, const std::string& outcome, double s) {
+  f_->worker_tasks.Add({{"kind", kind}, {"outcome", outcome}}).Increment();
+  f_->worker_seconds.Add({{"kind", kind}}, kSeconds).Observe(s);
+}
+
+absl::StatusOr<int> Metrics::Serve(const std::string& address) {
+  try {
+    exposer_ = std::make_unique<prometheus::Exposer>(address, 1);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve metrics on ", address, ": ", e.what(), " (is the port taken?)"));
+  }
+  exposer_->RegisterCollectable(registry_);
+  auto ports = exposer_->GetListeningPorts();
+  return ports.empty() ? 0 : ports.front();
+}
+
+std::string Metrics::Render() const {
+  return prometheus::TextSerializer().Serialize(registry_->Collect());
+}
+
+}  // namespace cubridge::core

@@ -1,0 +1,54 @@
+// Prometheus metrics of the coordinator and the workers (prometheus-cpp), named with their units:
+//   cubridge_jobs_total{outcome}                    jobs that ended: succeeded | failed | cancelled
+//   cubridge_jobs_submitted_total{cache}            submits: hit | miss | duplicate (idempotency key)
+//   cubridge_kernel_cache_lookups_total{result}     hit | miss, per (job, arch)
+//   cubridge_stage_duration_seconds{stage}          lift | transfer | candidate (histogram)
+//   cubridge_queue_depth{class}                     tasks waiting for a worker, per worker class
+//   cubridge_lease_expiries_total                   leases taken over after their worker went silent
+//   cubridge_task_retries_total                     failed attempts queued again
+//   cubridge_tasks_dead_total                       tasks dead-lettered
+//   cubridge_workers{arch}                          live registered workers
+//   cubridge_worker_tasks_total{kind,outcome}       (worker) tasks run: ok | failed | crashed | lost
+//   cubridge_worker_task_duration_seconds{kind}     (worker) histogram
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace prometheus {
+class Registry;
+class Exposer;
+}  // namespace prometheus
+
+namespace cubridge::core {
+
+class Metrics {
+ public:
+  Metrics();
+  ~Metrics();
+
+  void JobEnded(const std::string& outcome);
+  void JobSubmitted(const std::string& cache);
+  void CacheLookup(bool hit);
+  void StageSeconds(const std::string& stage, double seconds);
+  void QueueDepth(const std::string& worker_class, double depth);
+  void LeaseExpired();
+  void TaskRetried();
+  void TaskDead();
+  void Workers(const std::string& arch, double count);
+  void WorkerTask(const std::string& kind, const std::string& outcome, double seconds);
+
+  // Serves /metrics on host:port (port 0 picks one); returns the port.
+  absl::StatusOr<int> Serve(const std::string& address);
+  std::string Render() const;  // the text exposition format, as /metrics answers
+
+ private:
+  struct Families;
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<Families> f_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+};
+
+}  // namespace cubridge::core

@@ -1,0 +1,96 @@
+#include "server/core/request.h"
+
+#include "absl/strings/str_cat.h"
+#include "cuir/spec/spec.h"
+
+namespace cubridge::core {
+namespace {
+
+absl::Status Over(const std::string& what, int64_t got, int64_t limit) {
+  return absl::ResourceExhaustedError(
+      absl::StrCat(what, " is ", got, ", over this service's limit of ", limit));
+}
+
+absl::Status CheckLimits(const v1::SubmitJobRequest& r, const Limits& l) {
+  const auto& s = r.spec();
+  if (s.source().size() > l.max_source_bytes) {
+    return Over("the spec source size (bytes)", s.source().size(), l.max_source_bytes);
+  }
+  if (s.params_size() > l.max_params) return Over("the number of params", s.params_size(), l.max_params);
+  if (s.buffers_size() > l.max_buffers) return Over("the number of buffers", s.buffers_size(), l.max_buffers);
+  for (const auto& [name, source] : s.buffers()) {
+    if (source.size() > l.max_buffer_source_bytes) {
+      return Over(absl::StrCat("buffer '", name, "' source size (bytes)"), source.size(),
+                  l.max_buffer_source_bytes);
+    }
+  }
+  const auto& c = r.config();
+  if (c.batch() > l.max_batch) return Over("batch", c.batch(), l.max_batch);
+  if (c.heads_q() > l.max_heads) return Over("heads_q", c.heads_q(), l.max_heads);
+  if (c.seqlen_q() > l.max_seqlen) return Over("seqlen_q", c.seqlen_q(), l.max_seqlen);
+  if (c.seqlen_kv() > l.max_seqlen) return Over("seqlen_kv", c.seqlen_kv(), l.max_seqlen);
+  if (r.idempotency_key().size() > l.max_idempotency_key_bytes) {
+    return Over("the idempotency key length", r.idempotency_key().size(), l.max_idempotency_key_bytes);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<cuir::AttentionConfig> ConfigFromProto(const v1::AttentionConfig& p) {
+  cuir::AttentionConfig c;
+  if (p.batch()) c.batch = p.batch();
+  if (p.heads_q()) c.heads_q = p.heads_q();
+  c.heads_kv = p.heads_kv() ? p.heads_kv() : c.heads_q;
+  if (p.head_dim()) c.head_dim = p.head_dim();
+  if (p.seqlen_q()) c.seqlen_q = p.seqlen_q();
+  if (p.seqlen_kv()) c.seqlen_kv = p.seqlen_kv();
+  if (p.dtype() == "fp16") {
+    c.dtype = cuir::DType::kFP16;
+  } else if (!p.dtype().empty() && p.dtype() != "bf16") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.dtype must be \"bf16\" or \"fp16\", got \"", p.dtype(), "\""));
+  }
+  c.softmax_scale = p.softmax_scale();
+  if (auto s = cuir::ValidateConfig(c); !s.ok()) return absl::InvalidArgumentError(s.message());
+  return c;
+}
+
+absl::StatusOr<CheckedSubmit> CheckSubmit(const v1::SubmitJobRequest& r, const Limits& limits,
+                                          const std::string& ruleset) {
+  if (auto s = CheckLimits(r, limits); !s.ok()) return s;
+  if (r.spec().source().empty()) {
+    return absl::InvalidArgumentError(
+        "spec.source is empty: send the text of a spec file defining mask_mod and/or score_mod");
+  }
+  CheckedSubmit out;
+  auto config = ConfigFromProto(r.config());
+  if (!config.ok()) return config.status();
+  out.config = *config;
+  const std::string file = r.spec().file_name().empty() ? "spec.py" : r.spec().file_name();
+  auto spec = spec::LoadSpecSource(r.spec().source(), file);
+  if (!spec.ok()) return absl::InvalidArgumentError(spec.status().message());
+  std::vector<std::string> overrides;
+  for (const auto& [name, value] : r.spec().params()) overrides.push_back(name + "=" + value);
+  if (auto s = spec::OverrideParams(*spec, overrides); !s.ok()) {
+    return absl::InvalidArgumentError(s.message());
+  }
+  for (const auto& [name, source] : r.spec().buffers()) {
+    bool known = false;
+    for (const auto& b : spec->buffers) known = known || b.name == name;
+    if (!known) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          file, ": buffer '", name, "' is given values but the spec declares no such buffer"));
+    }
+    if (source.rfind("file:", 0) == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "buffer '", name, "': file: sources name files on the submitting machine; send the "
+          "values (values:1,2,..) or lengths (lengths:A,B,..) instead"));
+    }
+  }
+  out.spec_hash = spec::SpecHash(*spec, out.config, ruleset);
+  out.canonical_form = spec::CanonicalForm(*spec, out.config, ruleset);
+  return out;
+}
+
+}  // namespace cubridge::core

@@ -1,0 +1,51 @@
+// What the coordinator asks of a worker, task by task, and what comes back: the JSON of each
+// task kind's payload and result. The coordinator writes payloads and reads results; the worker
+// (worker/daemon/execute.h) reads payloads and writes results. docs/service.md lists the fields.
+//
+//   lift       {expert, arch, level, spec}           -> {detail, seconds[, gpu]}
+//   transfer   {spec}                                -> {detail, seconds, program, transfer,
+//                                                        verification, canonical_form}
+//   candidate  {spec, program, arch, tile, level}    -> {detail, seconds, passed, tile, cuir,
+//                                                        kernel_cu, kernel_h, lowering, check}
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/statusor.h"
+#include "cuir/ir/config.h"
+#include "cuir/spec/tensors.h"
+
+namespace cubridge::core {
+
+inline constexpr char kLiftTask[] = "lift";
+inline constexpr char kTransferTask[] = "transfer";
+inline constexpr char kCandidateTask[] = "candidate";
+
+// Verification levels (the VerificationLevel of the API, as cache entries and payloads spell it).
+inline constexpr char kLevelGpu[] = "gpu";
+inline constexpr char kLevelIr[] = "ir";
+
+// A job's variant as a worker rebuilds it: the spec's text, its overrides and the config.
+struct SpecInput {
+  std::string file_name;
+  std::string source;
+  std::vector<std::string> params;             // "name=value"
+  std::map<std::string, std::string> buffers;  // name -> source ("lengths:..", "random", ...)
+  cuir::AttentionConfig config;
+  uint64_t seed = 0;  // verification inputs; the same for every task of a job
+
+  nlohmann::json ToJson() const;
+  static absl::StatusOr<SpecInput> FromJson(const nlohmann::json& j);
+  std::map<std::string, spec::BufferSource> BufferSources() const;
+};
+
+// A payload or result field that must be there; INVALID_ARGUMENT naming the task kind otherwise.
+absl::StatusOr<nlohmann::json> Field(const nlohmann::json& doc, const std::string& name,
+                                     const std::string& what);
+
+}  // namespace cubridge::core

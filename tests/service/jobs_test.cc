@@ -1,0 +1,103 @@
+// The service end to end on real processes: a job submitted over gRPC is lifted, transferred,
+// verified, lowered and compiled by CPU workers at the `ir` level, stored in the kernel cache and
+// served from it.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "tests/service/cluster.h"
+
+namespace cubridge::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using namespace std::chrono_literals;
+
+class Jobs : public Cluster {};
+
+TEST_F(Jobs, AJobRunsEveryStageAndItsKernelIsServedFromTheCache) {
+  StartCoordinator();
+  StartWorker();
+  auto job = Submit(Request("causal"));
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_FALSE(job->cache_hit());
+  const v1::Job done = WaitEnded(job->job_id(), 240s);
+  ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << Describe(done) << Logs();
+  std::vector<std::string> stages;
+  for (const auto& e : done.events()) stages.push_back(e.stage());
+  EXPECT_THAT(stages, ::testing::IsSupersetOf({"transfer", "verify", "lift", "compile", "cache"}));
+
+  v1::GetKernelRequest req;
+  req.set_spec_hash(done.spec_hash());
+  req.set_arch("sm_80");
+  v1::Kernel kernel;
+  auto ctx = Context(kClientToken);
+  ASSERT_TRUE(ClientStub()->GetKernel(ctx.get(), req, &kernel).ok());
+  EXPECT_EQ(kernel.verification(), v1::VERIFICATION_LEVEL_IR);
+  EXPECT_THAT(kernel.cuda_source(), HasSubstr("@cuir-entry attention"));
+  EXPECT_THAT(kernel.launcher_header(), HasSubstr("extern \"C\""));
+  EXPECT_THAT(kernel.report_json(), HasSubstr("\"verification_level\": \"ir\""));
+
+  // The same spec again: answered from the cache without any task.
+  auto again = Submit(Request("causal"));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_NE(again->job_id(), job->job_id());
+  EXPECT_TRUE(again->cache_hit());
+  EXPECT_EQ(again->state(), v1::JOB_STATE_SUCCEEDED);
+}
+
+TEST_F(Jobs, AnIdempotencyKeyReturnsTheSameJob) {
+  StartCoordinator();
+  auto request = Request("sliding_window");
+  request.set_idempotency_key("retry-me-7");
+  auto first = Submit(request);
+  auto second = Submit(request);
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_EQ(first->job_id(), second->job_id());
+  // No worker yet: the job waits and says for what.
+  const v1::Job waiting =
+      WaitUntil(first->job_id(), [](const v1::Job& j) { return !j.waiting_for().empty(); }, 10s);
+  EXPECT_EQ(waiting.state(), v1::JOB_STATE_QUEUED);
+  EXPECT_THAT(waiting.waiting_for(), HasSubstr("no worker has registered"));
+}
+
+TEST_F(Jobs, AGpuJobWithoutAGpuWorkerStaysQueuedAndSaysWhy) {
+  StartCoordinator();
+  StartWorker();  // a CPU worker: it can transfer, not verify on a GPU
+  auto request = Request("causal");
+  request.set_verification(v1::VERIFICATION_LEVEL_GPU);
+  request.clear_archs();
+  request.add_archs("sm_90");
+  auto job = Submit(request);
+  ASSERT_TRUE(job.ok()) << job.status();
+  const v1::Job waiting = WaitUntil(
+      job->job_id(), [](const v1::Job& j) { return j.waiting_for().find("sm_90") != std::string::npos; },
+      120s);
+  EXPECT_FALSE(Ended(waiting)) << Describe(waiting);
+  EXPECT_THAT(waiting.waiting_for(), HasSubstr("no sm_90 worker has registered")) << Describe(waiting);
+}
+
+TEST_F(Jobs, AnInputOnlyTheWorkerCanRejectFailsTheJobOnceAndCachesNothing) {
+  StartCoordinator();
+  StartWorker();
+  // Well-formed, but 20 document ids for 200 tokens: the verifier's inputs cannot be built.
+  auto request = Request("causal_document");
+  (*request.mutable_spec()->mutable_buffers())["doc"] = "lengths:10,10";
+  auto job = Submit(request);
+  ASSERT_TRUE(job.ok()) << job.status();
+  const v1::Job done = WaitEnded(job->job_id(), 120s);
+  ASSERT_EQ(done.state(), v1::JOB_STATE_FAILED) << Describe(done);
+  EXPECT_THAT(done.error(), HasSubstr("buffer `doc` from `lengths:10,10` has 20 values but needs 200"));
+  // The input is at fault: one attempt, no retries.
+  int failures = 0;
+  for (const auto& e : done.events()) failures += e.ok() ? 0 : 1;
+  EXPECT_EQ(failures, 1) << Describe(done);
+  v1::GetKernelRequest req;
+  req.set_spec_hash(done.spec_hash());
+  req.set_arch("sm_80");
+  v1::Kernel kernel;
+  auto ctx = Context(kClientToken);
+  EXPECT_EQ(ClientStub()->GetKernel(ctx.get(), req, &kernel).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+}  // namespace
+}  // namespace cubridge::testing

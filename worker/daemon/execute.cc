@@ -1,0 +1,233 @@
+#include "worker/daemon/execute.h"
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "cuir/ir/program.h"
+#include "cuir/pipeline/stages.h"
+#include "server/core/task_contract.h"
+#include "worker/gpu/autotune.h"
+#include "worker/gpu/module.h"
+#include "worker/gpu/nvrtc.h"
+
+namespace cubridge::workerd {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+class Clock {
+ public:
+  double Seconds() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+ private:
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+// Stage failures keep their code (INVALID_ARGUMENT for a bad spec, ...) and name the stage.
+absl::Status In(const std::string& stage, const absl::Status& s) {
+  return absl::Status(s.code(), absl::StrCat(stage, ": ", s.message()));
+}
+
+// Everything a GPU check needs, rebuilt from the task's spec input.
+struct GpuJob {
+  core::SpecInput input;
+  std::string spec_path;  // the spec written to the work folder: the runner child reads it
+  lower::Arch arch;
+};
+
+absl::StatusOr<GpuJob> PrepareGpu(const json& payload, const ExecuteOptions& o) {
+  auto spec_json = core::Field(payload, "spec", "task payload");
+  if (!spec_json.ok()) return spec_json.status();
+  auto input = core::SpecInput::FromJson(*spec_json);
+  if (!input.ok()) return input.status();
+  auto arch = lower::ParseArch(payload.value("arch", ""));
+  if (!arch.ok()) return arch.status();
+  GpuJob g{*input, (fs::path(o.work_dir) / fs::path(input->file_name).filename()).string(), *arch};
+  std::ofstream out(g.spec_path);
+  out << input->source;
+  if (!out) return absl::InternalError(absl::StrCat("cannot write ", g.spec_path));
+  return g;
+}
+
+pipeline::GpuStageInput GpuInput(const GpuJob& g, const cuir::Program& program,
+                                 const cuir::Program& base,
+                                 const std::function<void(const std::string&)>& progress) {
+  pipeline::GpuStageInput in{program, base, g.spec_path, g.input.params, g.input.BufferSources(),
+                             g.input.config, g.arch, g.input.seed, {}, progress};
+  return in;
+}
+
+gpu::AutotuneOptions TunerOptions(const ExecuteOptions& o) {
+  gpu::AutotuneOptions t;
+  t.isolate.timeout_seconds = o.gpu_timeout_seconds;
+  t.work_root = (fs::path(o.work_dir) / "gpu").string();
+  return t;
+}
+
+absl::StatusOr<json> RunTransfer(const json& payload) {
+  Clock clock;
+  auto spec_json = core::Field(payload, "spec", "transfer payload");
+  if (!spec_json.ok()) return spec_json.status();
+  auto input = core::SpecInput::FromJson(*spec_json);
+  if (!input.ok()) return input.status();
+  std::string detail, transfer_detail, verify_detail;
+  auto spec = pipeline::SpecStage(spec::LoadSpecSource(input->source, input->file_name),
+                                  input->params, &detail);
+  if (!spec.ok()) return In("spec", spec.status());
+  auto base = pipeline::LiftStage(lower::Arch::kSm80, &detail);
+  if (!base.ok()) return In("lift", base.status());
+  Clock transfer_clock;
+  auto t = pipeline::TransferStage(*base, *spec, input->config, &transfer_detail);
+  if (!t.ok()) return In("transfer", t.status());
+  const double transfer_seconds = transfer_clock.Seconds();
+  Clock verify_clock;
+  auto v = pipeline::VerifyStage(t->program, *spec, input->config, input->BufferSources(),
+                                 input->seed, {}, &verify_detail);
+  // A mismatch is a fact about this spec and these rules, not bad luck: no retry.
+  if (!v.ok()) return In("verify", absl::FailedPreconditionError(v.status().message()));
+  return json{{"program", cuir::PrintProgram(t->program)},
+              {"transfer", pipeline::AppliedRulesJson(*t)},
+              {"verification", v->ToJson()},
+              {"transfer_detail", transfer_detail},
+              {"verify_detail", verify_detail},
+              {"transfer_seconds", transfer_seconds},
+              {"verify_seconds", verify_clock.Seconds()},
+              {"detail", transfer_detail},
+              {"seconds", clock.Seconds()}};
+}
+
+absl::StatusOr<json> RunLift(const json& payload, const ExecuteOptions& o,
+                             const std::function<void(const std::string&)>& progress) {
+  Clock clock;
+  auto arch = lower::ParseArch(payload.value("arch", ""));
+  if (!arch.ok()) return arch.status();
+  std::string detail;
+  auto base = pipeline::LiftStage(*arch, &detail);
+  if (!base.ok()) return In("lift", base.status());
+  json result = {{"expert", pipeline::ExpertFor(*arch)}};
+  if (payload.value("level", "") == core::kLevelGpu) {
+    auto g = PrepareGpu(payload, o);
+    if (!g.ok()) return g.status();
+    gpu::GpuAutotuner tuner(TunerOptions(o));
+    auto device = tuner.Probe(*arch);
+    if (!device.ok()) return absl::UnavailableError(absl::StrCat("lift: ", device.status().message()));
+    auto check = tuner.LiftCheck(GpuInput(*g, *base, *base, progress));
+    if (!check.ok()) return In("lift", check.status());
+    if (!check->value("passed", false)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "lift: the expert kernel and its base CuIR disagree on ", *device, ": ",
+          check->value("error", check->value("failure", std::string("see the report")))));
+    }
+    result["gpu"] = *check;
+    detail += absl::StrCat("; on ", *device, " the compiled expert and the interpreted base agree");
+  }
+  result["detail"] = detail;
+  result["seconds"] = clock.Seconds();
+  return result;
+}
+
+// The `ir` level: lowered and compiled for the arch with NVRTC (the GPU path's compiler), not run.
+json CompileCheck(const lower::LoweredKernel& k, const cuir::AttentionConfig& config,
+                  lower::Arch arch, const std::string& name) {
+  gpu::CompileOptions copt;
+  copt.arch = arch;
+  const int dtype = config.dtype == cuir::DType::kBF16 ? 0 : 1;
+  for (const auto& [role, expr] :
+       gpu::EntryExpressions(k.device_entries, dtype, static_cast<int>(config.head_dim))) {
+    copt.name_expressions.push_back(expr);
+  }
+  auto compiled = gpu::CompileWithNvrtc(k.cuda_source, name + ".cu", copt);
+  if (!compiled.ok()) {
+    return {{"passed", false}, {"error", absl::StrCat("compile: ", compiled.status().message())}};
+  }
+  return {{"passed", true},
+          {"compiler", absl::StrCat("NVRTC ", gpu::NvrtcVersion())},
+          {"compile_seconds", compiled->seconds},
+          {"cubin_bytes", compiled->image.size()},
+          {"entries", compiled->symbols.size()}};
+}
+
+absl::StatusOr<json> RunCandidate(const json& payload, const ExecuteOptions& o,
+                                  const std::function<void(const std::string&)>& progress) {
+  Clock clock;
+  auto g = PrepareGpu(payload, o);
+  if (!g.ok()) return g.status();
+  auto program = cuir::ParseProgram(payload.value("program", ""), "transferred.cuir");
+  if (!program.ok()) return In("candidate", program.status());
+  auto tile = gpu::ParseTile(payload.value("tile", ""));
+  if (!tile.ok()) return tile.status();
+  auto tiled = gpu::WithTile(*program, *tile);
+  if (!tiled.ok()) return In("candidate", tiled.status());
+  const std::string arch_name = lower::ArchName(g->arch);
+  json result = {{"tile", tile->Name()}, {"expert", pipeline::ExpertFor(g->arch)},
+                 {"cuir", cuir::PrintProgram(*tiled)}};
+  lower::LoweredKernel kernel;
+  json check;
+  if (payload.value("level", "") == core::kLevelGpu) {
+    gpu::GpuAutotuner tuner(TunerOptions(o));
+    auto device = tuner.Probe(g->arch);
+    if (!device.ok()) return absl::UnavailableError(absl::StrCat("candidate: ", device.status().message()));
+    auto checked = tuner.CheckTile(GpuInput(*g, *program, *program, progress), *tile, &kernel);
+    if (!checked.ok()) return In("candidate", checked.status());
+    check = *checked;
+    check["device"] = *device;
+    const double score = gpu::Score(check);
+    result["detail"] =
+        score > 0 ? absl::StrFormat("%s on %s: verified, %.1f TFLOP/s on kept elements", tile->Name(),
+                                    *device, score)
+        : score == 0 ? absl::StrFormat("%s on %s: verified", tile->Name(), *device)
+                     : absl::StrFormat("%s on %s: FAILED: %s", tile->Name(), *device,
+                                       check.value("error", check.value("failure", std::string("?"))));
+  } else {
+    std::string detail;
+    auto lowered = pipeline::LowerStage(*tiled, g->input.config, g->arch, &detail);
+    if (!lowered.ok()) return In("lower", lowered.status());
+    kernel = *lowered;
+    check = CompileCheck(kernel, g->input.config, g->arch, tile->Name());
+    result["detail"] =
+        check.value("passed", false)
+            ? absl::StrFormat("%s lowered and compiled for %s with %s (%d-byte cubin); not run: "
+                              "IR-level verification",
+                              tile->Name(), arch_name, check.value("compiler", ""),
+                              check.value("cubin_bytes", 0))
+            : absl::StrFormat("%s for %s: %s", tile->Name(), arch_name, check.value("error", ""));
+  }
+  result["passed"] = check.value("passed", false);
+  result["check"] = check;
+  result["kernel_cu"] = kernel.cuda_source;
+  result["kernel_h"] = kernel.launcher_header;
+  result["lowering"] = pipeline::LoweringJson(kernel);
+  result["seconds"] = clock.Seconds();
+  return result;
+}
+
+}  // namespace
+
+absl::StatusOr<json> ExecuteTask(const std::string& kind, const json& payload,
+                                 const ExecuteOptions& o,
+                                 const std::function<void(const std::string&)>& progress) {
+  if (kind == core::kTransferTask) return RunTransfer(payload);
+  if (kind == core::kLiftTask) return RunLift(payload, o, progress);
+  if (kind == core::kCandidateTask) return RunCandidate(payload, o, progress);
+  return absl::InvalidArgumentError(absl::StrCat("unknown task kind \"", kind, "\""));
+}
+
+bool Retryable(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kUnimplemented:
+    case absl::StatusCode::kOutOfRange:
+      return false;
+    default:
+      return true;
+  }
+}
+
+}  // namespace cubridge::workerd

@@ -1,0 +1,90 @@
+// cubridge-worker: a worker daemon of the CuBridge service (one per GPU, or CPU-only).
+//   cubridge-worker --coordinator HOST:PORT [--arch auto|cpu|sm_80|sm_90] ...
+//   cubridge-worker run-task --request FILE --result FILE   (the per-task child; internal)
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include "server/core/signals.h"
+
+#include "absl/strings/ascii.h"
+#include "worker/daemon/daemon.h"
+
+namespace {
+
+std::string Env(const char* name, const std::string& fallback = "") {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "run-task") {
+    std::string request, result;
+    for (int i = 2; i + 1 < argc; i += 2) {
+      if (std::string(argv[i]) == "--request") request = argv[i + 1];
+      if (std::string(argv[i]) == "--result") result = argv[i + 1];
+    }
+    if (request.empty() || result.empty()) {
+      std::cerr << "usage: cubridge-worker run-task --request FILE --result FILE\n";
+      return 2;
+    }
+    return cubridge::workerd::RunTaskChild(request, result);
+  }
+
+  CLI::App app{"cubridge-worker: leases and runs CuBridge tasks on this machine's GPU (or CPU)"};
+  cubridge::workerd::DaemonOptions o;
+  o.coordinator = Env("CUBRIDGE_COORDINATOR", o.coordinator);
+  std::string token_file = Env("CUBRIDGE_WORKER_TOKEN_FILE");
+  double drain_s = 60;
+  app.add_option("--coordinator", o.coordinator, "Coordinator address (env CUBRIDGE_COORDINATOR)")
+      ->capture_default_str();
+  app.add_option("--token-file", token_file,
+                 "File holding the worker token (env CUBRIDGE_WORKER_TOKEN_FILE, or the token in "
+                 "CUBRIDGE_WORKER_TOKEN)");
+  app.add_option("--tls-ca", o.tls_ca_file, "CA certificates (PEM): connect with TLS");
+  app.add_option("--arch", o.arch, "auto (probe the GPU), cpu, sm_80 or sm_90")->capture_default_str();
+  app.add_option("--work-dir", o.work_dir, "Scratch folder (default: a fresh one under /tmp)");
+  app.add_option("--metrics-listen", o.metrics_listen, "Prometheus /metrics address (host:port)");
+  app.add_option("--task-timeout", o.task_timeout_seconds, "Seconds one task may run")
+      ->capture_default_str();
+  app.add_option("--gpu-timeout", o.gpu_timeout_seconds, "Seconds one GPU candidate may run")
+      ->capture_default_str();
+  app.add_option("--drain-seconds", drain_s,
+                 "On SIGTERM, how long the running task may still take before it is handed back")
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  o.drain_timeout = std::chrono::milliseconds(static_cast<int64_t>(drain_s * 1000));
+  if (o.arch != "auto" && o.arch != "cpu" && o.arch != "sm_80" && o.arch != "sm_90") {
+    std::cerr << "cubridge-worker: --arch must be auto, cpu, sm_80 or sm_90, got '" << o.arch << "'\n";
+    return 2;
+  }
+  o.token = Env("CUBRIDGE_WORKER_TOKEN");
+  if (!token_file.empty()) {
+    std::ifstream in(token_file);
+    if (!(in >> o.token)) {
+      std::cerr << "cubridge-worker: cannot read a token from " << token_file << "\n";
+      return 2;
+    }
+  }
+  if (o.token.empty()) {
+    std::cerr << "cubridge-worker: no worker token: pass --token-file or set CUBRIDGE_WORKER_TOKEN\n";
+    return 2;
+  }
+
+  cubridge::workerd::Daemon daemon(o);
+  cubridge::core::OnTerminationSignal([&](int sig) {
+    spdlog::info("signal {}: finishing the current task, then exiting", sig);
+    daemon.Drain();
+  });
+  auto s = daemon.Run();
+  if (!s.ok()) {
+    std::cerr << "cubridge-worker: " << s.message() << "\n";
+    return s.code() == absl::StatusCode::kUnauthenticated ? 4 : 3;
+  }
+  return 0;
+}
