@@ -62,6 +62,11 @@ absl::Status Coordinator::Start() {
   }
   auto flow = Flow();  // fail early, with the address, when Redis is not there
   if (!flow.ok()) return flow.status();
+  if (!options_.metrics_listen.empty()) {
+    auto p = metrics_.Serve(options_.metrics_listen);
+    if (!p.ok()) return p.status();
+    metrics_port_ = *p;
+  }
 
   std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
   if (!options_.tls_cert_file.empty() || !options_.tls_key_file.empty()) {
@@ -88,11 +93,6 @@ absl::Status Coordinator::Start() {
         absl::StrCat("cannot listen on ", options_.listen, " (is the port taken?)"));
   }
   server_->GetHealthCheckService()->SetServingStatus(true);
-  if (!options_.metrics_listen.empty()) {
-    auto p = metrics_.Serve(options_.metrics_listen);
-    if (!p.ok()) return p.status();
-    metrics_port_ = *p;
-  }
   sweeper_ = std::thread([this] { SweepLoop(); });
   spdlog::info("coordinator listening on port {} (metrics port {}), redis {}:{}, ruleset {}", port_,
                metrics_port_, options_.redis.host, options_.redis.port, options_.flow.ruleset);

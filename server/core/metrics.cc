@@ -1,12 +1,14 @@
 #include "server/core/metrics.h"
 
 #include <prometheus/counter.h>
-#include <prometheus/exposer.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include <httplib.h>
+
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace cubridge::core {
@@ -70,7 +72,10 @@ Metrics::Metrics()
     : registry_(std::make_shared<prometheus::Registry>()),
       f_(std::make_unique<Families>(*registry_)) {}
 
-Metrics::~Metrics() = default;
+Metrics::~Metrics() {
+  if (http_) http_->stop();
+  if (http_thread_.joinable()) http_thread_.join();
+}
 
 void Metrics::JobEnded(const std::string& outcome) { f_->jobs.Add({{"outcome", outcome}}).Increment(); }
 void Metrics::JobSubmitted(const std::string& cache) { f_->submitted.Add({{"cache", cache}}).Increment(); }
@@ -91,15 +96,23 @@ void Metrics::WorkerTask(const std::string& kind, const std::string& outcome, do
 }
 
 absl::StatusOr<int> Metrics::Serve(const std::string& address) {
-  try {
-    exposer_ = std::make_unique<prometheus::Exposer>(address, 1);
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot serve metrics on ", address, ": ", e.what(), " (is the port taken?)"));
+  const auto colon = address.rfind(':');
+  int port = -1;
+  if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics address '", address, "' must be host:port (port 0 picks one)"));
   }
-  exposer_->RegisterCollectable(registry_);
-  auto ports = exposer_->GetListeningPorts();
-  return ports.empty() ? 0 : ports.front();
+  const std::string host = address.substr(0, colon);
+  http_ = std::make_unique<httplib::Server>();
+  http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(Render(), "text/plain; version=0.0.4");
+  });
+  const int bound = port == 0 ? http_->bind_to_any_port(host) : (http_->bind_to_port(host, port) ? port : -1);
+  if (bound <= 0) {
+    return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", address, " (is the port taken?)"));
+  }
+  http_thread_ = std::thread([this] { http_->listen_after_bind(); });
+  return bound;
 }
 
 std::string Metrics::Render() const {

@@ -14,13 +14,16 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/status/statusor.h"
 
 namespace prometheus {
 class Registry;
-class Exposer;
 }  // namespace prometheus
+namespace httplib {
+class Server;
+}  // namespace httplib
 
 namespace cubridge::core {
 
@@ -48,7 +51,10 @@ class Metrics {
   struct Families;
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<Families> f_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  // /metrics is served with cpp-httplib: prometheus-cpp's civetweb exposer fails to start inside
+  // a process that also runs gRPC (Debian 12's civetweb 1.15: "null context").
+  std::unique_ptr<httplib::Server> http_;
+  std::thread http_thread_;
 };
 
 }  // namespace cubridge::core
