@@ -11,7 +11,7 @@ targets=("$@")
 source .debs/activate.sh >/dev/null
 log=${OUT:-/tmp}/device-build.log
 if [ ! -f "$dir/build.ninja" ]; then
-  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release $CUBRIDGE_DEVICE_CMAKE_ARGS >"$log" 2>&1 ||
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCUBRIDGE_INSTALL_SDK=OFF $CUBRIDGE_DEVICE_CMAKE_ARGS >"$log" 2>&1 ||
     { tail -40 "$log"; exit 1; }
 fi
 ninja -C "$dir" -j"$(nproc)" "${targets[@]}" >>"$log" 2>&1 || { grep -E "error" -A5 "$log" | head -60; exit 1; }

@@ -19,8 +19,8 @@ run() { echo "\$ ${*/#$build\//}" | sed "s#$build/client/##"; "$@" 2>&1; echo "(
   run "$cli" workers
   run "$cli" submit examples/specs/causal_document.py --arch sm_90 --verification gpu \
     --batch 2 --heads-q 32 --heads-kv 8 --head-dim 128 --seqlen 4096 \
-    --buffer doc=lengths:1000,2000,1096 --idempotency-key e2e-doc-1 --watch
-  job=$("$cli" list --json | head -1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["job_id"])')
+    --buffer doc=lengths:1000,2000,1096 --idempotency-key e2e-doc-1 --watch | tee /tmp/cubridge-e2e-submit.txt
+  job=$(grep -o '^j-[0-9a-f]*' /tmp/cubridge-e2e-submit.txt | head -1)
   run "$cli" get "$job" -o /tmp/cubridge-e2e-kernel
   python3 - <<'PY'
 import json
@@ -34,8 +34,8 @@ PY
   run "$cli" submit examples/specs/causal_document.py --arch sm_90 --verification gpu \
     --batch 2 --heads-q 32 --heads-kv 8 --head-dim 128 --seqlen 4096 \
     --buffer doc=lengths:1000,2000,1096
-  echo "\$ curl -s http://127.0.0.1:9464/metrics | grep -E '^cubridge_(jobs_total|kernel_cache|stage_duration_seconds_count)'"
-  curl -s http://127.0.0.1:9464/metrics | grep -E '^cubridge_(jobs_total|kernel_cache|stage_duration_seconds_count)'
+  echo '$ metrics (cubridge_jobs_total, cubridge_kernel_cache_lookups_total, stage counts)'
+  python3 -c 'import urllib.request;print(urllib.request.urlopen("http://127.0.0.1:9464/metrics").read().decode())' | grep -E '^cubridge_(jobs_total|kernel_cache|stage_duration_seconds_count)'
   run scripts/local-cluster stop
 } > "$out" 2>&1
 cp "$CUBRIDGE_CLUSTER_DIR"/logs/*.log "${OUT:-/tmp}/" 2>/dev/null
