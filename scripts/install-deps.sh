@@ -11,7 +11,7 @@ pkgs=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libhiredis-dev redis-server redis-tools
   prometheus-cpp-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
-  libgtest-dev libgmock-dev libcurl4-openssl-dev libcpp-httplib-dev libssl-dev
+  libgtest-dev libgmock-dev libcurl4-openssl-dev libcpp-httplib-dev libssl-dev openssl
   libopenblas0-pthread
 )
 missing=()

@@ -292,9 +292,13 @@ int RunTaskChild(const std::string& request_path, const std::string& result_path
   if (request.is_discarded()) {
     result = {{"ok", false}, {"error", "unreadable task request " + request_path}, {"retryable", true}};
   } else {
-    // Fault injection for the service tests: a task that takes long enough to kill its worker.
+    // Fault injection for the service tests (docs/service.md): a task slow enough to kill its
+    // worker mid-way, and a task of a kind that crashes its process.
     if (const char* ms = std::getenv("CUBRIDGE_TEST_TASK_DELAY_MS"); ms != nullptr) {
       std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(ms)));
+    }
+    if (const char* kind = std::getenv("CUBRIDGE_TEST_TASK_CRASH"); kind && request.value("kind", "") == kind) {
+      std::abort();
     }
     ExecuteOptions o;
     o.work_dir = request.value("work_dir", fs::temp_directory_path().string());
