@@ -117,6 +117,7 @@ absl::StatusOr<json> RunLift(const json& payload, const ExecuteOptions& o,
     gpu::GpuAutotuner tuner(TunerOptions(o));
     auto device = tuner.Probe(*arch);
     if (!device.ok()) return absl::UnavailableError(absl::StrCat("lift: ", device.status().message()));
+    progress(absl::StrCat("lift check on ", *device, ": compiling the expert from its base CuIR"));
     auto check = tuner.LiftCheck(GpuInput(*g, *base, *base, progress));
     if (!check.ok()) return In("lift", check.status());
     if (!check->value("passed", false)) {
@@ -173,6 +174,8 @@ absl::StatusOr<json> RunCandidate(const json& payload, const ExecuteOptions& o,
     gpu::GpuAutotuner tuner(TunerOptions(o));
     auto device = tuner.Probe(g->arch);
     if (!device.ok()) return absl::UnavailableError(absl::StrCat("candidate: ", device.status().message()));
+    progress(absl::StrCat("candidate ", tile->Name(), ": compiling with NVRTC, then verifying and "
+                          "profiling on ", *device));
     auto checked = tuner.CheckTile(GpuInput(*g, *program, *program, progress), *tile, &kernel);
     if (!checked.ok()) return In("candidate", checked.status());
     check = *checked;
