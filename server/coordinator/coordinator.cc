@@ -1,27 +1,14 @@
 #include "server/coordinator/coordinator.h"
 
-#include <fstream>
-#include <sstream>
-
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
+#include "cuir/pipeline/files.h"
 #include "cuir/transfer/transfer.h"
 
 namespace cubridge::coordinator {
-namespace {
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-}  // namespace
 
 grpc::Status ToGrpc(const absl::Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
@@ -70,9 +57,9 @@ absl::Status Coordinator::Start() {
 
   std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
   if (!options_.tls_cert_file.empty() || !options_.tls_key_file.empty()) {
-    auto cert = ReadFile(options_.tls_cert_file);
+    auto cert = pipeline::ReadFile(options_.tls_cert_file);
     if (!cert.ok()) return absl::InvalidArgumentError(absl::StrCat("--tls-cert: ", cert.status().message()));
-    auto key = ReadFile(options_.tls_key_file);
+    auto key = pipeline::ReadFile(options_.tls_key_file);
     if (!key.ok()) return absl::InvalidArgumentError(absl::StrCat("--tls-key: ", key.status().message()));
     grpc::SslServerCredentialsOptions ssl;
     ssl.pem_key_cert_pairs.push_back({*key, *cert});

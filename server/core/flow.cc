@@ -30,12 +30,6 @@ struct JobFlow::Job {
 
 namespace {
 
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 bool Ended(const std::string& task_state) { return task_state == "done" || task_state == "dead"; }
 
 v1::JobState StateEnum(const std::string& s) {
@@ -96,7 +90,7 @@ absl::Status JobFlow::Event(const std::string& job_id, const std::string& key,
                             const std::string& stage, bool ok, double seconds,
                             const std::string& detail, const std::string& worker) {
   json ev = {{"stage", stage},   {"ok", ok},         {"seconds", seconds},
-             {"detail", detail}, {"worker_id", worker}, {"unix_millis", NowMs()}};
+             {"detail", detail}, {"worker_id", worker}, {"unix_millis", store::UnixMillis()}};
   return jobs_.AppendEventOnce(job_id, key, ev.dump());
 }
 

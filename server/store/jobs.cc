@@ -21,12 +21,6 @@ std::string NewJobId() {
   return absl::StrCat("j-", absl::Hex(rng(), absl::kZeroPad16));
 }
 
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 // Check and write in one step: two coordinators ending one job must not both win.
 constexpr char kSetState[] = R"lua(
 local s = redis.call('HGET', KEYS[1], 'state')
@@ -46,7 +40,7 @@ constexpr char kActive[] = "cubridge:active";
 absl::StatusOr<std::pair<JobRecord, bool>> JobStore::Create(const std::string& key,
                                                             const std::string& spec_hash,
                                                             const std::string& request) {
-  JobRecord job{NewJobId(), "queued", spec_hash, request, "", NowMs(), 0};
+  JobRecord job{NewJobId(), "queued", spec_hash, request, "", UnixMillis(), 0};
   // The record is complete before any key points at it, so whoever finds the job through the
   // idempotency key reads a whole record.
   auto set = redis_->Command({"HSET", JobKey(job.id), "state", job.state, "spec_hash", spec_hash,
@@ -89,7 +83,7 @@ absl::Status JobStore::SetState(const std::string& id, const std::string& state,
                                 const std::string& error) {
   const bool terminal = state == "succeeded" || state == "failed" || state == "cancelled";
   auto r = redis_->Command({"EVAL", kSetState, "1", JobKey(id), state, error,
-                            terminal ? absl::StrCat(NowMs()) : "", id});
+                            terminal ? absl::StrCat(UnixMillis()) : "", id});
   if (!r.ok()) {
     if (r.status().message().find("NOJOB") != std::string::npos) {
       return absl::NotFoundError(absl::StrCat("no job ", id));

@@ -39,6 +39,12 @@ RedisReply Convert(const redisReply* r) {
 
 }  // namespace
 
+int64_t UnixMillis() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 absl::StatusOr<std::unique_ptr<RedisClient>> RedisClient::Connect(const RedisOptions& options) {
   std::unique_ptr<RedisClient> client(new RedisClient(options));
   if (auto s = client->EnsureConnected(); !s.ok()) return s;

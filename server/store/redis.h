@@ -33,6 +33,10 @@ struct RedisOptions {
   std::chrono::milliseconds command_timeout{10000};
 };
 
+// Wall-clock milliseconds since the epoch: the time stamps every record in Redis carries (job
+// creation and end, worker heartbeats, retry due times, events).
+int64_t UnixMillis();
+
 class RedisClient {
  public:
   // UNAVAILABLE ("cannot reach Redis at host:port: ...") when the server does not answer.

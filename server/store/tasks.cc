@@ -32,12 +32,6 @@ int64_t ToInt(const std::string& s) {
   return absl::SimpleAtoi(s, &v) ? v : 0;
 }
 
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 absl::Status EnsureGroup(RedisClient* redis, const std::string& stream) {
   auto group = redis->Command({"XGROUP", "CREATE", stream, kGroup, "0", "MKSTREAM"});
   if (!group.ok() && group.status().message().find("BUSYGROUP") == std::string::npos) {
@@ -105,7 +99,7 @@ absl::StatusOr<std::vector<std::string>> TaskQueue::Subscribers(const std::strin
 }
 
 absl::StatusOr<int> TaskQueue::PromoteDueRetries() {
-  auto due = redis_->Command({"ZRANGEBYSCORE", "cubridge:retry", "0", absl::StrCat(NowMs())});
+  auto due = redis_->Command({"ZRANGEBYSCORE", "cubridge:retry", "0", absl::StrCat(UnixMillis())});
   if (!due.ok()) return due.status();
   int moved = 0;
   for (const RedisReply& id : due->elements) {
@@ -251,7 +245,7 @@ absl::StatusOr<std::string> TaskQueue::Fail(const std::string& task_id, int64_t 
   if (dead) {
     next = redis_->Command({"RPUSH", "cubridge:dead", task_id});
   } else if (later) {
-    const int64_t due = NowMs() + backoff_.count() * (int64_t{1} << std::min(st->attempt - 1, 10));
+    const int64_t due = UnixMillis() + backoff_.count() * (int64_t{1} << std::min(st->attempt - 1, 10));
     next = redis_->Command({"ZADD", "cubridge:retry", absl::StrCat(due), task_id});
   } else {
     next = redis_->Command({"XADD", StreamKey(st->worker_class), "*", "task", task_id});

@@ -16,12 +16,6 @@ constexpr char kIndex[] = "cubridge:workers";
 
 std::string WorkerKey(const std::string& id) { return "cubridge:worker:" + id; }
 
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 }  // namespace
 
 absl::StatusOr<std::string> WorkerRegistry::Register(const WorkerRecord& w) {
@@ -30,7 +24,7 @@ absl::StatusOr<std::string> WorkerRegistry::Register(const WorkerRecord& w) {
   auto set = redis_->Command({"HSET", WorkerKey(id), "arch", w.arch, "gpu_name", w.gpu_name,
                               "memory_bytes", absl::StrCat(w.memory_bytes), "capabilities",
                               absl::StrJoin(w.capabilities, ","), "hostname", w.hostname,
-                              "last_seen_ms", absl::StrCat(NowMs()), "current_task", ""});
+                              "last_seen_ms", absl::StrCat(UnixMillis()), "current_task", ""});
   if (!set.ok()) return set.status();
   auto ttl = redis_->Command({"PEXPIRE", WorkerKey(id), absl::StrCat(ttl_.count())});
   if (!ttl.ok()) return ttl.status();
@@ -48,7 +42,7 @@ absl::Status WorkerRegistry::Touch(const std::string& id, const std::string& cur
                                             " is not registered (it expired or the registry was "
                                             "reset): register again"));
   }
-  auto set = redis_->Command({"HSET", WorkerKey(id), "last_seen_ms", absl::StrCat(NowMs()),
+  auto set = redis_->Command({"HSET", WorkerKey(id), "last_seen_ms", absl::StrCat(UnixMillis()),
                               "current_task", current_task});
   return set.ok() ? absl::OkStatus() : set.status();
 }
