@@ -13,6 +13,7 @@
 #include <httplib.h>
 
 #include "absl/strings/str_cat.h"
+#include "tests/sdk/test_util.h"
 #include "tests/service/cluster.h"
 
 namespace cubridge::testing {
@@ -21,25 +22,11 @@ namespace {
 using ::testing::HasSubstr;
 using namespace std::chrono_literals;
 
-struct CliResult {
-  int exit_code = -1;
-  std::string out;
-};
-
 class Cli : public Cluster {
  protected:
-  CliResult Run(const std::string& args, const std::string& token = kClientToken) {
-    const std::string cmd = absl::StrCat("CUBRIDGE_ADDRESS=", Address(), " CUBRIDGE_TOKEN=", token,
-                                         " ", CUBRIDGE_CLI, " ", args, " 2>&1");
-    CliResult r;
-    FILE* p = popen(cmd.c_str(), "r");
-    if (p == nullptr) return r;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
-    const int status = pclose(p);
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    return r;
+  RunResult Run(const std::string& args, const std::string& token = kClientToken) {
+    return RunCommand(absl::StrCat("CUBRIDGE_ADDRESS=", Address(), " CUBRIDGE_TOKEN=", token, " ",
+                                   CUBRIDGE_CLI, " ", args));
   }
   static std::string Spec(const std::string& name) {
     return absl::StrCat(CUBRIDGE_SOURCE_ROOT, "/examples/specs/", name, ".py");
@@ -51,52 +38,52 @@ class Cli : public Cluster {
 TEST_F(Cli, SubmitWatchAndGetTheKernel) {
   StartCoordinator();
   StartWorker();
-  const CliResult submitted = Run(absl::StrCat("submit ", Spec("causal_document"), " ", kConfig,
+  const RunResult submitted = Run(absl::StrCat("submit ", Spec("causal_document"), " ", kConfig,
                                                " --buffer doc=lengths:100,150,50 --watch"));
-  ASSERT_EQ(submitted.exit_code, 0) << submitted.out << Logs();
+  ASSERT_EQ(submitted.exit_code, 0) << submitted.output << Logs();
   // Live stage lines in the `adapt --local` format, then the outcome.
-  EXPECT_THAT(submitted.out, ::testing::ContainsRegex("\\[transfer\\] ok +[0-9.]+s  "));
-  EXPECT_THAT(submitted.out, ::testing::ContainsRegex("\\[compile \\] ok "));
-  EXPECT_THAT(submitted.out, HasSubstr("succeeded"));
+  EXPECT_THAT(submitted.output, ::testing::ContainsRegex("\\[transfer\\] ok +[0-9.]+s  "));
+  EXPECT_THAT(submitted.output, ::testing::ContainsRegex("\\[compile \\] ok "));
+  EXPECT_THAT(submitted.output, HasSubstr("succeeded"));
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(submitted.out, m, std::regex("(j-[0-9a-f]{16})")));
+  ASSERT_TRUE(std::regex_search(submitted.output, m, std::regex("(j-[0-9a-f]{16})")));
   const std::string job = m[1];
 
-  const CliResult status = Run("status " + job);
+  const RunResult status = Run("status " + job);
   EXPECT_EQ(status.exit_code, 0);
-  EXPECT_THAT(status.out, HasSubstr("succeeded"));
+  EXPECT_THAT(status.output, HasSubstr("succeeded"));
 
   const std::string out = dir_ + "/kernel";
-  const CliResult got = Run(absl::StrCat("get ", job, " -o ", out));
-  ASSERT_EQ(got.exit_code, 0) << got.out;
-  EXPECT_THAT(got.out, HasSubstr("verified at the IR level only"));
+  const RunResult got = Run(absl::StrCat("get ", job, " -o ", out));
+  ASSERT_EQ(got.exit_code, 0) << got.output;
+  EXPECT_THAT(got.output, HasSubstr("verified at the IR level only"));
   for (const char* f : {"kernel.cuir", "kernel.cu", "kernel.h", "report.json"}) {
     std::ifstream in(out + "/" + f);
     std::stringstream ss;
     ss << in.rdbuf();
     EXPECT_FALSE(ss.str().empty()) << f;
   }
-  const CliResult listed = Run("list");
-  EXPECT_THAT(listed.out, HasSubstr(job));
-  const CliResult workers = Run("workers");
-  EXPECT_THAT(workers.out, HasSubstr("w-cpu-"));
+  const RunResult listed = Run("list");
+  EXPECT_THAT(listed.output, HasSubstr(job));
+  const RunResult workers = Run("workers");
+  EXPECT_THAT(workers.output, HasSubstr("w-cpu-"));
 
   // A wrong token and a bad spec fail with their exit codes and say what to fix.
-  const CliResult denied = Run("list", "not-the-token");
-  EXPECT_EQ(denied.exit_code, 4) << denied.out;
+  const RunResult denied = Run("list", "not-the-token");
+  EXPECT_EQ(denied.exit_code, 4) << denied.output;
   const std::string bad = dir_ + "/bad.py";
   std::ofstream(bad) << "import torch\n\ndef mask_mod(b, h, q_idx, kv_idx):\n    return q_idx >= undefined_name\n";
-  const CliResult invalid = Run(absl::StrCat("submit ", bad, " ", kConfig));
-  EXPECT_EQ(invalid.exit_code, 2) << invalid.out;
-  EXPECT_THAT(invalid.out, HasSubstr("bad.py:4:"));
+  const RunResult invalid = Run(absl::StrCat("submit ", bad, " ", kConfig));
+  EXPECT_EQ(invalid.exit_code, 2) << invalid.output;
+  EXPECT_THAT(invalid.output, HasSubstr("bad.py:4:"));
 }
 
 TEST_F(Cli, AWorkerOutlivesCrashingTasksAndTheJobFailsWithTheLastError) {
   StartCoordinator({"--max-attempts", "2"});
   Process* worker = StartWorker({{"CUBRIDGE_TEST_TASK_CRASH", "transfer"}});
-  const CliResult r = Run(absl::StrCat("submit ", Spec("causal"), " ", kConfig, " --watch"));
-  EXPECT_EQ(r.exit_code, 1) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("SIGABRT")) << r.out << Logs();
+  const RunResult r = Run(absl::StrCat("submit ", Spec("causal"), " ", kConfig, " --watch"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("SIGABRT")) << r.output << Logs();
   EXPECT_TRUE(worker->Alive()) << "the daemon died with its task";
   // Both attempts ran and crashed; the task was dead-lettered after the second.
   EXPECT_THAT(worker->Log(), HasSubstr("attempt=2"));
@@ -139,12 +126,12 @@ TEST_F(Tls, ClientsAndWorkersTalkToATlsCoordinator) {
   if (std::system(openssl.c_str()) != 0) GTEST_SKIP() << "openssl cannot make a test certificate here";
   StartCoordinator({"--tls-cert", cert, "--tls-key", key});
   StartWorker({}, {"--tls-ca", cert});
-  const CliResult r =
+  const RunResult r =
       Run(absl::StrCat("submit ", Spec("causal"), " ", kConfig, " --tls-ca ", cert, " --watch"));
-  EXPECT_EQ(r.exit_code, 0) << r.out << Logs();
+  EXPECT_EQ(r.exit_code, 0) << r.output << Logs();
   // Plaintext against the TLS port does not get through.
-  const CliResult plain = Run("list");
-  EXPECT_EQ(plain.exit_code, 3) << plain.out;
+  const RunResult plain = Run("list");
+  EXPECT_EQ(plain.exit_code, 3) << plain.output;
 }
 
 }  // namespace
