@@ -169,18 +169,19 @@ absl::StatusOr<JobFlow::Job> JobFlow::Load(const std::string& job_id) {
 
 absl::StatusOr<store::TaskState> JobFlow::Need(const Job& job, const std::string& task_id,
                                                const store::TaskSpec& spec) {
+  // Subscribing and queueing are idempotent and repeated on every Advance: a racing Advance of
+  // the same job (a sweep during the submit), or one that died half-way, never leaves the job
+  // looking at a task nobody queued. Only the revival of a dead task is once per job.
   auto first = jobs_.Once(job.record.id, "planned:" + task_id);
   if (!first.ok()) return first.status();
-  if (*first) {
-    // Subscribed before it can end, so its completion advances this job.
-    if (auto s = tasks_.Subscribe(task_id, job.record.id); !s.ok()) return s;
-    auto created = tasks_.EnqueueOnce(task_id, spec);
-    if (!created.ok()) return created.status();
-    // Someone else's earlier attempt at the same work died: this new job tries it afresh.
-    if (!*created) {
-      auto revived = tasks_.Revive(task_id);
-      if (!revived.ok()) return revived.status();
-    }
+  // Subscribed before it can end, so its completion advances this job.
+  if (auto s = tasks_.Subscribe(task_id, job.record.id); !s.ok()) return s;
+  auto created = tasks_.EnqueueOnce(task_id, spec);
+  if (!created.ok()) return created.status();
+  // Someone else's earlier attempt at the same work died: this new job tries it afresh.
+  if (*first && !*created) {
+    auto revived = tasks_.Revive(task_id);
+    if (!revived.ok()) return revived.status();
   }
   auto state = tasks_.Get(task_id);
   if (!state.ok()) return state.status();
