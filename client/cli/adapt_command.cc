@@ -1,12 +1,14 @@
 #include "client/cli/adapt_command.h"
 
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "client/cli/config_flags.h"
 #include "cuir/pipeline/adapt.h"
+#include "cuir/propose/llm_flags.h"
 #include "worker/gpu/autotune.h"
 
 namespace cubridge::cli {
@@ -25,6 +27,9 @@ struct AdaptFlags {
   std::string gpu = "auto";
   double gpu_timeout = 120;
   std::vector<std::string> tiles;  // BMxBNwW
+  std::string proposer = "rules";
+  propose::LlmFlags llm;
+  std::string transcript_path;
 };
 
 void AddFlags(CLI::App* cmd, AdaptFlags& f) {
@@ -48,6 +53,13 @@ void AddFlags(CLI::App* cmd, AdaptFlags& f) {
   cmd->add_option("--tiles", f.tiles,
                   "Tile candidates to autotune, e.g. 128x64w4,64x64w4 (default: all that fit)")
       ->delimiter(',');
+  cmd->add_option("--proposer", f.proposer,
+                  "Who proposes the transferred CuIR: rules (default), llm, or hybrid (rules first, "
+                  "the LLM for what they do not cover); docs/llm.md");
+  propose::AddLlmFlags(cmd, f.llm);
+  cmd->add_option("--transcript", f.transcript_path,
+                  "Write the LLM conversation here (JSON), whether the job succeeds or not; "
+                  "`cubridge-cli transcript FILE` shows it");
 }
 
 int UsageError(const std::string& message) {
@@ -99,12 +111,32 @@ int RunAdapt(AdaptFlags& f) {
   auto& o = f.options;
   cubridge::gpu::GpuAutotuner autotuner(tune);
   o.gpu = &autotuner;
+  if (auto s = pipeline::CheckProposerName(f.proposer); !s.ok()) return UsageError(std::string(s.message()));
+  std::unique_ptr<pipeline::Proposer> proposer;
+  if (f.proposer != "rules") {
+    auto settings = propose::ResolveLlmSettings(f.llm);
+    if (!settings.ok()) return UsageError(std::string(settings.status().message()));
+    auto made = propose::MakeProposer(f.proposer, *settings);
+    if (!made.ok()) return UsageError(std::string(made.status().message()));
+    proposer = *std::move(made);
+  }
+  o.proposer = proposer.get();
+  nlohmann::json transcript = nlohmann::json::array();
+  o.transcript = &transcript;
   if (!f.json) {
     o.on_stage = [](const StageEvent& e) { PrintStageLine(e.stage, e.ok, e.seconds, e.detail); };
   }
   auto result = pipeline::Adapt(o);
+  if (!f.transcript_path.empty() && !transcript.empty()) {
+    std::ofstream out(f.transcript_path);
+    out << transcript.dump(2) << "\n";
+    if (!out) std::cerr << "cubridge-cli adapt: --transcript: cannot write " << f.transcript_path << "\n";
+  }
   if (!result.ok()) {
     std::cerr << "cubridge-cli adapt: " << result.status().message() << "\n";
+    if (f.transcript_path.empty() && !transcript.empty()) {
+      std::cerr << "(pass --transcript FILE to keep the LLM conversation)\n";
+    }
     return 1;
   }
   if (f.json) {

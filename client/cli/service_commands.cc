@@ -2,8 +2,11 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <memory>
+
+#include <nlohmann/json.hpp>
 
 #include <cubridge/client.h>
 
@@ -15,6 +18,7 @@
 #include "client/cli/config_flags.h"
 #include "client/cli/service_output.h"
 #include "cuir/pipeline/files.h"
+#include "cuir/propose/transcript.h"
 
 namespace cubridge::cli {
 namespace {
@@ -171,6 +175,7 @@ struct SubmitFlags {
   std::vector<std::string> archs;
   std::string verification;
   std::string idempotency_key;
+  std::string proposer;
   bool watch = false;
 };
 
@@ -186,6 +191,11 @@ void AddSubmitFlags(CLI::App* cmd, SubmitFlags& f) {
       ->check(CLI::IsMember({"gpu", "ir"}));
   cmd->add_option("--idempotency-key", f.idempotency_key,
                   "Resubmitting with the same key returns the same job (default: a fresh key)");
+  cmd->add_option("--proposer", f.proposer,
+                  "Who proposes the transferred CuIR: rules (default), llm (a language model, on "
+                  "workers given an LLM endpoint) or hybrid (rules first, the model for what they "
+                  "do not cover); the CPU verifier checks it either way")
+      ->check(CLI::IsMember({"rules", "llm", "hybrid"}));
   cmd->add_flag("--watch", f.watch, "Follow the job as `watch` does");
 }
 
@@ -232,6 +242,7 @@ absl::StatusOr<v1::SubmitJobRequest> BuildRequest(const SubmitFlags& f) {
                                                      : v1::VERIFICATION_LEVEL_GPU);
   }
   request->set_idempotency_key(f.idempotency_key);
+  request->set_proposer(f.proposer);
   return request;
 }
 
@@ -341,6 +352,98 @@ int RunGet(Session& s, const GetFlags& f) {
   return kOk;
 }
 
+// ---- transcript ---------------------------------------------------------------------------------
+
+struct TranscriptFlags {
+  std::string target;  // a job id, or a file `adapt --local --transcript FILE` wrote
+};
+
+void AddTranscriptFlags(CLI::App* cmd, TranscriptFlags& f) {
+  cmd->add_option("target", f.target,
+                  "Job id (j-...), or a transcript file written by `adapt --local --transcript`")
+      ->required();
+}
+
+bool IsFile(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(path, ec);
+}
+
+int ShowTranscript(Session& s, const nlohmann::json& transcript) {
+  if (s.json()) {
+    std::printf("%s\n", transcript.dump().c_str());
+  } else {
+    std::printf("%s", propose::RenderTranscript(transcript).c_str());
+  }
+  std::fflush(stdout);
+  return kOk;
+}
+
+int RunLocalTranscript(Session& s, const std::string& path) {
+  auto text = pipeline::ReadFile(path);
+  if (!text.ok()) return s.UsageError(text.status());
+  const auto transcript = nlohmann::json::parse(*text, nullptr, false);
+  if (transcript.is_discarded() || !transcript.is_array()) {
+    return s.UsageError(absl::InvalidArgumentError(absl::StrCat(
+        path, ": not a transcript (a JSON array of turns, as `adapt --local --transcript FILE` "
+              "writes it)")));
+  }
+  return ShowTranscript(s, transcript);
+}
+
+int RunTranscript(Session& s, const TranscriptFlags& f) {
+  auto text = s.client().Transcript(f.target);
+  if (!text.ok()) return s.Fail(text.status());
+  if (text->empty()) {
+    // Say why there is none: the job decides, so ask for it.
+    auto job = s.client().Get(f.target);
+    if (!job.ok()) return s.Fail(job.status());
+    const std::string proposer = job->proposer().empty() ? "rules" : job->proposer();
+    std::string why;
+    if (proposer == "rules") {
+      why = "its proposer is the rules (submit with --proposer llm or hybrid to involve a model)";
+    } else if (job->cache_hit()) {
+      why = "it was answered from the kernel cache";
+    } else if (!IsTerminal(job->state()) && job->state() != v1::JOB_STATE_RUNNING) {
+      why = absl::StrCat("it is ", StateName(job->state()), " and its transfer has not run yet",
+                         job->waiting_for().empty() ? "" : " (" + job->waiting_for() + ")");
+    } else if (proposer == "hybrid") {
+      why = "the rules covered its spec, or its transfer has not ended yet";
+    } else {
+      why = "its transfer has not ended yet";
+    }
+    return s.Fail(absl::NotFoundError(
+        absl::StrCat("job ", f.target, " has no LLM transcript: ", why)));
+  }
+  const auto transcript = nlohmann::json::parse(*text, nullptr, false);
+  if (transcript.is_discarded()) {
+    return s.Fail(absl::InternalError(
+        absl::StrCat("job ", f.target, ": the stored transcript is not JSON")));
+  }
+  return ShowTranscript(s, transcript);
+}
+
+// Like Register, but a local file is shown without connecting: it needs no coordinator, and a
+// broken token setting must not stand in its way.
+Command RegisterTranscript(CLI::App& app, const std::shared_ptr<ConnectionFlags>& connection) {
+  auto flags = std::make_shared<TranscriptFlags>();
+  auto* cmd = app.add_subcommand(
+      "transcript", "Show the LLM conversation of a job (or of an `adapt --local --transcript` file)");
+  cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  AddTranscriptFlags(cmd, *flags);
+  AddConnectionFlags(cmd, *connection);
+  return {cmd, [=] {
+            Session session("transcript", *connection);
+            if (IsFile(flags->target)) return RunLocalTranscript(session, flags->target);
+            if (!absl::StartsWith(flags->target, "j-")) {
+              return session.UsageError(absl::InvalidArgumentError(absl::StrCat(
+                  flags->target, " is neither a file nor a job id (j-...)")));
+            }
+            if (auto st = session.Connect(); !st.ok()) return session.UsageError(st);
+            return RunTranscript(session, *flags);
+          }};
+}
+
 // ---- list, workers ------------------------------------------------------------------------------
 
 struct ListFlags {
@@ -413,6 +516,7 @@ std::vector<Command> AddServiceCommands(CLI::App& app) {
       Register(app, c, "list", "List jobs, newest first", AddListFlags, RunList),
       Register(app, c, "cancel", "Cancel a job", AddJobFlags, RunCancel),
       Register(app, c, "workers", "List the registered workers", AddNoFlags, RunWorkers),
+      RegisterTranscript(app, c),
   };
 }
 

@@ -91,6 +91,12 @@ void PrintJobStatus(const v1::Job& job) {
   PrintField("spec hash", job.spec_hash().empty() ? "-" : job.spec_hash());
   PrintField("archs", Archs(job));
   PrintField("verification", job.verification() == v1::VERIFICATION_LEVEL_IR ? "ir" : "gpu");
+  const std::string proposer = job.proposer().empty() ? "rules" : job.proposer();
+  PrintField("proposer",
+             proposer == "rules" || job.cache_hit()
+                 ? proposer
+                 : absl::StrCat(proposer, " (the conversation: cubridge-cli transcript ",
+                                job.job_id(), ")"));
   if (!job.waiting_for().empty()) PrintField("waiting for", job.waiting_for());
   if (!job.error().empty()) PrintField("error", job.error());
   PrintField("created", Age(job.created_unix_millis()));
@@ -107,6 +113,10 @@ void PrintOutcome(const v1::Job& job) {
                 VerificationText(job.verification()).c_str(), job.job_id().c_str());
   } else if (job.state() == v1::JOB_STATE_FAILED) {
     std::printf("job %s failed: %s\n", job.job_id().c_str(), job.error().c_str());
+    // What the model proposed and was told is the first thing to look at.
+    if (!job.proposer().empty() && job.proposer() != "rules") {
+      std::printf("the LLM conversation: cubridge-cli transcript %s\n", job.job_id().c_str());
+    }
   } else {
     std::printf("job %s %s\n", job.job_id().c_str(), StateName(job.state()).c_str());
   }

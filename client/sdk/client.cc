@@ -267,6 +267,15 @@ absl::StatusOr<v1::Job> Client::Get(const std::string& job_id) {
   return impl_->GetJob(job_id, kNever);
 }
 
+absl::StatusOr<std::string> Client::Transcript(const std::string& job_id) {
+  v1::GetJobRequest request;
+  request.set_job_id(job_id);
+  request.set_with_transcript(true);
+  auto job = impl_->Unary(&v1::CuBridge::Stub::GetJob, request);
+  if (!job.ok()) return job.status();
+  return job->transcript_json();
+}
+
 absl::StatusOr<v1::Job> Client::Watch(const std::string& job_id,
                                       std::function<void(const v1::StageEvent&)> on_event) {
   return impl_->Follow(job_id, on_event, kNever);

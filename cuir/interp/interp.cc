@@ -687,14 +687,41 @@ class Interpreter {
     for (size_t i = 0; i < heads.size(); ++i) rows.select(0, heads[i]).copy_(src[i]);
   }
 
+  // The sink logit of each member as a [members, 1] fp32 tensor (it may depend on the head).
+  absl::StatusOr<torch::Tensor> SinkLogits(const Stmt& s, const Group& g) const {
+    std::vector<float> values;
+    for (const auto& env : g.envs) {
+      INTERP_ASSIGN_OR_RETURN(Value v, cuir::EvalScalar(s.value, env));
+      if (std::holds_alternative<bool>(v)) {
+        return InvalidAt(s.value->loc, "epilogue sink: the sink must be a number, got bool");
+      }
+      values.push_back(static_cast<float>(std::holds_alternative<double>(v)
+                                              ? std::get<double>(v)
+                                              : static_cast<double>(std::get<int64_t>(v))));
+    }
+    return torch::tensor(values, torch::kFloat).view({g.size(), 1});
+  }
+
   absl::Status ExecEpilogue(const Stmt& s, Group& g) {
     const SoftmaxState& sm = g.softmax;
     if (!sm.active) return InvalidAt(s.loc, "epilogue needs softmax.init before it");
     if (sm.rows == 0) return absl::OkStatus();
-    const torch::Tensor has_mass = sm.l > 0;
-    const torch::Tensor o =
-        torch::where(has_mass.unsqueeze(2), sm.acc / sm.l.unsqueeze(2), zero_);
-    const torch::Tensor lse = torch::where(has_mass, sm.m + torch::log(sm.l), neg_inf_);
+    torch::Tensor m = sm.m, l = sm.l, acc = sm.acc;
+    if (s.value != nullptr) {
+      // One more online-softmax step with a single column, the sink, whose probability mass
+      // joins l but whose value row is zero (it adds nothing to acc). A row that kept nothing
+      // (m = -inf, l = 0) ends with l = 1 and m = sink: O = 0, LSE = sink.
+      INTERP_ASSIGN_OR_RETURN(torch::Tensor sink, SinkLogits(s, g));
+      const torch::Tensor m_new = torch::maximum(m, sink);
+      const torch::Tensor m_use = torch::where(torch::isfinite(m_new), m_new, zero_);
+      const torch::Tensor alpha = torch::exp(m - m_use);
+      l = l * alpha + torch::exp(sink - m_use);
+      acc = acc * alpha.unsqueeze(2);
+      m = m_new;
+    }
+    const torch::Tensor has_mass = l > 0;
+    const torch::Tensor o = torch::where(has_mass.unsqueeze(2), acc / l.unsqueeze(2), zero_);
+    const torch::Tensor lse = torch::where(has_mass, m + torch::log(l), neg_inf_);
     Scatter(o_, sm.batch, sm.heads, sm.row0, o.to(dtype_));
     Scatter(lse_, sm.batch, sm.heads, sm.row0, lse);
     return absl::OkStatus();

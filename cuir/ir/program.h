@@ -73,7 +73,9 @@ enum class StmtKind {
                  //   operands = {S}
   kPV,           // pv P, V                         acc += P V (P rounded to the input dtype)
                  //   operands = {P, V}
-  kEpilogue,     // epilogue                         O = acc / l, LSE = m + log(l); 0 / -inf if l = 0
+  kEpilogue,     // epilogue [sink EXPR]             O = acc / l, LSE = m + log(l); 0 / -inf if l = 0
+                 //   value = the sink logit or null: one extra score per row (same scaled
+                 //   domain as S) that joins the softmax denominator but adds nothing to O
 };
 
 const char* StmtKindName(StmtKind k);
@@ -89,7 +91,7 @@ struct Stmt {
   SourceLoc loc;
   std::string name;                   // declared / result name (see StmtKind)
   Type type = Type::kInt;             // param, const, buffer element, let
-  ExprPtr value;                      // main expression (see StmtKind)
+  ExprPtr value;                      // main expression (see StmtKind); epilogue: sink or null
   ExprPtr aux;                        // secondary expression (mask `when`, role `regs`)
   std::string attr;                   // grid schedule
   std::vector<std::string> operands;  // tile / tensor operands

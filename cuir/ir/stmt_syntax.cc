@@ -50,7 +50,7 @@ std::string JoinExprs(const std::vector<ExprPtr>& es) {
   return absl::StrJoin(es, ", ", [](std::string* out, const ExprPtr& e) { out->append(E(e)); });
 }
 
-// Optional trailing `KEYWORD EXPR` (role regs, mask when, loop pipeline).
+// Optional trailing `KEYWORD EXPR` (role regs, mask when, loop pipeline, epilogue sink).
 absl::Status ParseOptionalClause(Parser& p, std::string_view keyword, ExprPtr* out) {
   if (!p.AcceptKeyword(keyword)) return absl::OkStatus();
   return ParseExprInto(p, out);
@@ -60,7 +60,7 @@ std::string OptionalClause(std::string_view keyword, const ExprPtr& e) {
   return e ? StrCat(" ", std::string(keyword), " ", E(e)) : "";
 }
 
-// ----- statements without operands: softmax.init, epilogue ----------------------------------
+// ----- statements without operands: softmax.init --------------------------------------------
 
 absl::Status ParseBare(Parser&, Stmt&) { return absl::OkStatus(); }
 void PrintBare(const Stmt& s, StmtPrinter& out) { out.Line(Kw(s)); }
@@ -299,6 +299,21 @@ void PrintPV(const Stmt& s, StmtPrinter& out) {
   out.Line(StrCat(Kw(s), " ", absl::StrJoin(s.operands, ", ")));
 }
 
+// ----- epilogue [sink EXPR] ------------------------------------------------------------------
+//   value = the sink logit, null = no sink
+
+absl::Status ParseEpilogue(Parser& p, Stmt& s) {
+  CUIR_RETURN_IF_ERROR(ParseOptionalClause(p, "sink", &s.value));
+  if (s.value != nullptr || p.Peek().kind == TokKind::kNewline || p.Peek().kind == TokKind::kEnd) {
+    return absl::OkStatus();
+  }
+  return p.Expected("end of line or 'sink EXPR' (an attention sink logit, e.g. `epilogue sink "
+                    "0.5`)");
+}
+void PrintEpilogue(const Stmt& s, StmtPrinter& out) {
+  out.Line(StrCat(Kw(s), OptionalClause("sink", s.value)));
+}
+
 }  // namespace
 
 const std::vector<StmtSyntax>& StmtSyntaxTable() {
@@ -319,7 +334,7 @@ const std::vector<StmtSyntax>& StmtSyntaxTable() {
       {StmtKind::kMask, "mask", false, ParseMask, PrintMask},
       {StmtKind::kSoftmaxOnline, "softmax.online", true, ParseSoftmaxOnline, PrintSoftmaxOnline},
       {StmtKind::kPV, "pv", false, ParsePV, PrintPV},
-      {StmtKind::kEpilogue, "epilogue", false, ParseBare, PrintBare},
+      {StmtKind::kEpilogue, "epilogue", false, ParseEpilogue, PrintEpilogue},
   };
   return table;
 }

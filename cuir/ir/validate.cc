@@ -140,6 +140,8 @@ class Validator {
   absl::Status CheckFinished() const;
   absl::Status VerifyTypedDecl(const Stmt& s, SymKind kind);
   absl::Status VerifyTableLoop(const Stmt& s);
+  absl::Status VerifySink(const Stmt& s) const;
+  absl::Status CheckSinkNames(const ExprPtr& e, const SourceLoc& outer) const;
 
   // Scopes.
   const Symbol* Find(const std::string& name) const;
@@ -688,6 +690,34 @@ absl::Status Validator::VerifyEpilogue(const Stmt& s) {
     return ErrorAt(s.loc, "`epilogue` must come after the KV loop");
   }
   epilogue_ = &s;
+  return s.value ? VerifySink(s) : absl::OkStatus();
+}
+
+// The sink is one logit per row, folded in after the loop: it may read what a program knows
+// before its first block (builtins, params, consts, grid axes, top-level lets), not per-element
+// names and not buffers, which the expert kernels read only inside the loop.
+absl::Status Validator::VerifySink(const Stmt& s) const {
+  CUIR_RETURN_IF_ERROR(CheckSinkNames(s.value, s.loc));
+  return Expect(s.value, kPlain, s, {Type::kInt, Type::kFloat}, "an epilogue sink",
+                " (the sink is a logit added to every row's softmax, e.g. `epilogue sink 0.5` "
+                "or `epilogue sink sink` with `const sink: float = 0.5`)");
+}
+
+absl::Status Validator::CheckSinkNames(const ExprPtr& e, const SourceLoc& outer) const {
+  const SourceLoc& loc = e->loc.known() ? e->loc : outer;
+  if (e->kind == ExprKind::kIndex) {
+    return ErrorAt(loc, absl::StrCat("an epilogue sink cannot read buffer `", e->name,
+                                     "`: the sink is one logit per (batch, head) row, computed "
+                                     "after the KV loop; pass its value as a const or compute "
+                                     "it from builtins, params, consts and grid axes (e.g. h)"));
+  }
+  if (e->kind == ExprKind::kVar && IsElementName(e->name) && Find(e->name) == nullptr) {
+    return ErrorAt(loc, absl::StrCat("an epilogue sink cannot use `", e->name,
+                                     "`: it is one logit per row, not per score element; use "
+                                     "builtins, params, consts and grid axes (e.g. h), or move "
+                                     "per-element terms into a score_mod"));
+  }
+  for (const auto& a : e->args) CUIR_RETURN_IF_ERROR(CheckSinkNames(a, loc));
   return absl::OkStatus();
 }
 

@@ -4,6 +4,7 @@
 #include "cuir/lower/codegen.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -70,6 +71,130 @@ struct TableInfo {
   int slot;
 };
 
+// How often a subexpression of a score_mod or mask must be evaluated. One that reads neither the
+// element's indices nor its score is the same for the whole block; one that reads only q_idx is
+// the same along a query row, and a thread's MT x NT x 4 score elements lie on MT x 2 rows only
+// (only kv_idx: NT x 2 key columns).
+enum class Level { kBlock, kRow, kColumn, kElement };
+
+Level LevelOf(const ExprPtr& e) {
+  if (cuir::Mentions(e, "score")) return Level::kElement;
+  const bool q = cuir::Mentions(e, "q_idx"), kv = cuir::Mentions(e, "kv_idx");
+  if (q && kv) return Level::kElement;
+  return q ? Level::kRow : kv ? Level::kColumn : Level::kBlock;
+}
+
+// A subexpression evaluated before the element loop, as variable `name` (also its CuIR name in
+// the rewritten expression).
+struct Hoisted {
+  Level level;
+  std::string name;
+  ExprPtr expr;
+};
+
+bool IsLeaf(const ExprPtr& e) { return e->args.empty(); }
+
+// Buffer reads, transcendentals and divisions: an array slot per row or column costs registers
+// for the whole element loop, which only these repay (a few instructions each, a global load).
+bool Costly(const ExprPtr& e) {
+  using cuir::BinaryOp;
+  using cuir::UnaryOp;
+  switch (e->kind) {
+    case cuir::ExprKind::kIndex: return true;
+    case cuir::ExprKind::kUnary:
+      switch (e->unary_op) {
+        case UnaryOp::kExp: case UnaryOp::kExp2: case UnaryOp::kLog: case UnaryOp::kLog2:
+        case UnaryOp::kSqrt: case UnaryOp::kTanh: case UnaryOp::kSigmoid: return true;
+        default: break;
+      }
+      break;
+    case cuir::ExprKind::kBinary:
+      switch (e->binary_op) {
+        case BinaryOp::kDiv: case BinaryOp::kFloorDiv: case BinaryOp::kMod: case BinaryOp::kCdiv:
+        case BinaryOp::kPow: return true;
+        default: break;
+      }
+      break;
+    default: break;
+  }
+  return std::any_of(e->args.begin(), e->args.end(), Costly);
+}
+
+// nvcc contracts a float `a * b` that a sum consumes into one fma, rounded once; computed apart
+// the product would be rounded twice, so it stays in the element loop (its operands may move).
+bool FeedsFma(const ExprPtr& e, const ExprPtr& parent, const EmitScope& types) {
+  if (parent == nullptr || parent->kind != cuir::ExprKind::kBinary ||
+      (parent->binary_op != cuir::BinaryOp::kAdd && parent->binary_op != cuir::BinaryOp::kSub)) {
+    return false;
+  }
+  const ExprPtr& product =
+      e->kind == cuir::ExprKind::kUnary && e->unary_op == cuir::UnaryOp::kNeg ? e->args[0] : e;
+  if (product->kind != cuir::ExprKind::kBinary || product->binary_op != cuir::BinaryOp::kMul) {
+    return false;
+  }
+  auto typed = EmitExpr(product, types);
+  return typed.ok() && typed->type == CType::kFloat;
+}
+
+// Where `e` (whose parent is `parent`, null at the root) is evaluated once, if it moves out of
+// the element loop: a block invariant whenever it is an operation, a row or column invariant
+// when it is costly.
+std::optional<Level> HoistLevel(const ExprPtr& e, const ExprPtr& parent, const EmitScope& types) {
+  const Level level = LevelOf(e);
+  if (level == Level::kElement || IsLeaf(e)) return std::nullopt;
+  if (level != Level::kBlock && !Costly(e)) return std::nullopt;
+  if (FeedsFma(e, parent, types)) return std::nullopt;
+  return level;
+}
+
+size_t ExprSize(const ExprPtr& e) {
+  size_t n = 1;
+  for (const ExprPtr& a : e->args) n += ExprSize(a);
+  return n;
+}
+
+// `e` with every subexpression equal to another hoisted value of `level` (other than
+// hoisted[self]) replaced by that value's variable.
+ExprPtr ReuseHoisted(const ExprPtr& e, Level level, const std::vector<Hoisted>& hoisted,
+                     size_t self) {
+  for (size_t i = 0; i < hoisted.size(); ++i) {
+    if (i != self && hoisted[i].level == level && cuir::Equal(hoisted[i].expr, e)) {
+      return cuir::Var(hoisted[i].name, e->loc);
+    }
+  }
+  if (e->args.empty()) return e;
+  auto copy = std::make_shared<cuir::Expr>(*e);
+  for (ExprPtr& arg : copy->args) arg = ReuseHoisted(arg, level, hoisted, self);
+  return ExprPtr(copy);
+}
+
+// Equal values are hoisted once already; here a value that contains a smaller one of its level
+// reads that one instead (share-question's doc[q_idx] != 0 reads doc_q, which
+// doc[q_idx] == doc[kv_idx] reads too), so a buffer is read once per row or column. A row or
+// column value that is then cheap (doc_q[mt][r] != 0) goes back into the element expression
+// `expr`: its array would hold registers through the element loop to save one operation per
+// element, and at hdim 128 the kernel has none to spare (it spilled). Sorts by size, so that a
+// value comes after the values it reads.
+void ShareHoisted(std::vector<Hoisted>* hoisted, ExprPtr* expr) {
+  std::stable_sort(hoisted->begin(), hoisted->end(), [](const Hoisted& a, const Hoisted& b) {
+    return ExprSize(a.expr) < ExprSize(b.expr);
+  });
+  const std::vector<Hoisted> original = *hoisted;
+  std::vector<std::pair<std::string, ExprPtr>> inlined;
+  std::vector<Hoisted> kept;
+  for (size_t i = 0; i < original.size(); ++i) {
+    Hoisted h = original[i];
+    h.expr = cuir::Substitute(ReuseHoisted(h.expr, h.level, original, i), inlined);
+    if (h.level != Level::kBlock && !Costly(h.expr)) {
+      inlined.emplace_back(h.name, h.expr);
+    } else {
+      kept.push_back(std::move(h));
+    }
+  }
+  *expr = cuir::Substitute(*expr, inlined);
+  *hoisted = std::move(kept);
+}
+
 class RegionWriter {
  public:
   RegionWriter(const LoweringPlan& plan, const cuir::Program& base, const Expert& expert)
@@ -86,6 +211,7 @@ class RegionWriter {
     LOWER_RETURN_IF_ERROR(TopLets());
     LOWER_RETURN_IF_ERROR(LoopHeader());
     LOWER_RETURN_IF_ERROR(LoopBody());
+    LOWER_RETURN_IF_ERROR(EpilogueSink());
     LOWER_RETURN_IF_ERROR(BufferCheck());
     LOWER_RETURN_IF_ERROR(KernelBindings());
     return out_;
@@ -447,12 +573,28 @@ class RegionWriter {
     return absl::OkStatus();
   }
 
-  // The expert's for_each_score visits the in-bounds score elements a thread owns.
-  static std::string ForEachScore(const ExprPtr& e, absl::string_view body) {
-    const bool q = cuir::Mentions(e, "q_idx"), kv = cuir::Mentions(e, "kv_idx");
-    return absl::StrCat("for_each_score([&](const int ", q ? "q_idx" : "/*q_idx*/",
-                        ", const int ", kv ? "kv_idx" : "/*kv_idx*/", ", float& score) {\n  ",
-                        body, "\n});\n");
+  // The expert's element visitors: for_each_score passes (q_idx, kv_idx, score&);
+  // for_each_score_at also the element's row slot (mt, r) and column slot (j, k), which index the
+  // arrays of hoisted row and column values.
+  static std::string ForEachScore(const ExprPtr& e, const std::vector<Hoisted>& hoisted,
+                                  absl::string_view body) {
+    auto param = [](bool used, absl::string_view decl, absl::string_view name) {
+      return used ? absl::StrCat(decl, name) : absl::StrCat(decl, "/*", name, "*/");
+    };
+    const bool rows = std::any_of(hoisted.begin(), hoisted.end(),
+                                  [](const Hoisted& h) { return h.level == Level::kRow; });
+    const bool cols = std::any_of(hoisted.begin(), hoisted.end(),
+                                  [](const Hoisted& h) { return h.level == Level::kColumn; });
+    std::string slots;
+    if (rows || cols) {
+      slots = absl::StrCat(param(rows, "const int ", "mt"), ", ", param(rows, "const int ", "r"),
+                           ", ", param(cols, "const int ", "j"), ", ",
+                           param(cols, "const int ", "k"), ", ");
+    }
+    return absl::StrCat(rows || cols ? "for_each_score_at" : "for_each_score", "([&](", slots,
+                        param(cuir::Mentions(e, "q_idx"), "const int ", "q_idx"), ", ",
+                        param(cuir::Mentions(e, "kv_idx"), "const int ", "kv_idx"),
+                        ", float& score) {\n  ", body, "\n});\n");
   }
 
   EmitScope ElementScope(bool with_score) const {
@@ -463,46 +605,146 @@ class RegionWriter {
     return scope;
   }
 
-  // Subexpressions that read neither the element's indices nor its score (ALiBi's per-head
-  // slope exp2(-8 * (h + 1) / H)) are evaluated once per block, not once per element: each
-  // maximal one becomes a `const` before the element loop. Returns the rewritten expression.
-  absl::StatusOr<ExprPtr> HoistInvariants(const ExprPtr& e, EmitScope* scope, std::string* decls) {
-    const bool varies = cuir::Mentions(e, "q_idx") || cuir::Mentions(e, "kv_idx") ||
-                        cuir::Mentions(e, "score");
-    const bool trivial = e->kind == cuir::ExprKind::kVar || e->kind == cuir::ExprKind::kBoolLit ||
-                         e->kind == cuir::ExprKind::kIntLit || e->kind == cuir::ExprKind::kFloatLit;
-    if (!varies && !trivial) {
-      LOWER_ASSIGN_OR_RETURN(value, EmitExpr(e, loop_));
-      const std::string name = Fresh("invariant");
-      absl::StrAppend(decls, "const ", CTypeName(value.type), " ", name, " = ", value.text, ";\n");
-      Bind(scope, name, name, value.type);
-      return cuir::Var(name, e->loc);
+  // Moves what does not change from element to element out of the element loop: each maximal
+  // subexpression that is the same for the whole block (ALiBi's per-head slope
+  // exp2(-8 * (h + 1) / H)), or for a whole query row (doc[q_idx]) or key column (doc[kv_idx])
+  // and worth it (HoistLevel), becomes a variable, collected in `hoisted` (equal ones once).
+  // `element` types the subexpressions. Returns the rewritten expression.
+  absl::StatusOr<ExprPtr> HoistInvariants(const ExprPtr& e, const ExprPtr& parent,
+                                          const EmitScope& element, std::vector<Hoisted>* hoisted,
+                                          bool block_only = false) {
+    std::optional<Level> level = HoistLevel(e, parent, element);
+    if (block_only && level != Level::kBlock) level.reset();
+    if (!level.has_value()) return HoistInArgs(e, element, hoisted, block_only);
+    ExprPtr value = e;
+    if (*level != Level::kBlock) {
+      // Its block-invariant parts (prefix[b] in kv_idx < prefix[b]) still run once per block.
+      LOWER_ASSIGN_OR_RETURN(inner, HoistInArgs(e, element, hoisted, /*block_only=*/true));
+      value = inner;
     }
-    if (!varies || e->args.empty()) return e;
+    for (const Hoisted& h : *hoisted) {
+      if (h.level == *level && cuir::Equal(h.expr, value)) return cuir::Var(h.name, e->loc);
+    }
+    // Named once it is known to stay (ShareHoisted); "." keeps this apart from CuIR names.
+    hoisted->push_back({*level, absl::StrCat("hoisted.", hoisted->size()), value});
+    return cuir::Var(hoisted->back().name, e->loc);
+  }
+  absl::StatusOr<ExprPtr> HoistInArgs(const ExprPtr& e, const EmitScope& element,
+                                      std::vector<Hoisted>* hoisted, bool block_only) {
+    if (e->args.empty()) return e;
     auto copy = std::make_shared<cuir::Expr>(*e);
     for (ExprPtr& arg : copy->args) {
-      LOWER_ASSIGN_OR_RETURN(hoisted, HoistInvariants(arg, scope, decls));
-      arg = hoisted;
+      LOWER_ASSIGN_OR_RETURN(rewritten, HoistInvariants(arg, e, element, hoisted, block_only));
+      arg = rewritten;
     }
     return ExprPtr(copy);
   }
 
+  void NameHoisted(std::vector<Hoisted>* hoisted, ExprPtr* expr) {
+    std::vector<std::pair<std::string, ExprPtr>> names;
+    for (Hoisted& h : *hoisted) {
+      const std::string name = Fresh(HoistedName(h.expr, h.level));
+      names.emplace_back(h.name, cuir::Var(name));
+      h.name = name;
+    }
+    for (Hoisted& h : *hoisted) h.expr = cuir::Substitute(h.expr, names);
+    *expr = cuir::Substitute(*expr, names);
+  }
+
+  // doc[q_idx] -> doc_q[mt][r], doc[kv_idx] -> doc_kv[j][k]; anything else is an invariant.
+  std::string HoistedName(const ExprPtr& e, Level level) const {
+    if (level == Level::kBlock) return "invariant";
+    const char* suffix = level == Level::kRow ? "q" : "kv";
+    if (e->kind == cuir::ExprKind::kIndex) {
+      for (const BufferInfo& b : buffers_) {
+        if (b.decl->name == e->name) return absl::StrCat(b.cpp, "_", suffix);
+      }
+    }
+    return absl::StrCat(suffix, "_invariant");
+  }
+
+  // The hoisted values, before the element loop: block values as consts; row values in
+  // [MT][2] arrays filled by the expert's for_each_score_row, one slot per query row the thread
+  // owns; column values in [NT][2] arrays by for_each_score_col. Binds each name in `element`
+  // to what the element reads: the const, or its row / column slot.
+  absl::StatusOr<std::string> DeclareHoisted(const std::vector<Hoisted>& hoisted,
+                                             EmitScope* element) {
+    EmitScope block = loop_, row = loop_, col = loop_;
+    row.Bind("q_idx", "q_idx", CType::kInt);
+    col.Bind("kv_idx", "kv_idx", CType::kInt);
+    std::string consts, row_arrays, row_values, col_arrays, col_values;
+    for (const Hoisted& h : hoisted) {
+      switch (h.level) {
+        case Level::kBlock: {
+          LOWER_ASSIGN_OR_RETURN(value, EmitExpr(h.expr, block));
+          absl::StrAppend(&consts, "const ", CTypeName(value.type), " ", h.name, " = ",
+                          value.text, ";\n");
+          for (EmitScope* scope : {&block, &row, &col, element}) {
+            scope->Bind(h.name, h.name, value.type);
+          }
+          break;
+        }
+        case Level::kRow: {
+          LOWER_ASSIGN_OR_RETURN(value, EmitExpr(h.expr, row));
+          absl::StrAppend(&row_arrays, CTypeName(value.type), " ", h.name, "[MT][2];\n");
+          absl::StrAppend(&row_values, "  ", h.name, "[mt][r] = ", value.text, ";\n");
+          row.Bind(h.name, h.name + "[mt][r]", value.type);
+          element->Bind(h.name, h.name + "[mt][r]", value.type);
+          break;
+        }
+        case Level::kColumn: {
+          LOWER_ASSIGN_OR_RETURN(value, EmitExpr(h.expr, col));
+          absl::StrAppend(&col_arrays, CTypeName(value.type), " ", h.name, "[NT][2];\n");
+          absl::StrAppend(&col_values, "  ", h.name, "[j][k] = ", value.text, ";\n");
+          col.Bind(h.name, h.name + "[j][k]", value.type);
+          element->Bind(h.name, h.name + "[j][k]", value.type);
+          break;
+        }
+        case Level::kElement: break;
+      }
+    }
+    std::string text = consts;
+    if (!row_values.empty()) {
+      absl::StrAppend(&text, row_arrays,
+                      "for_each_score_row([&](const int mt, const int r, const int q_idx) {\n",
+                      row_values, "});\n");
+    }
+    if (!col_values.empty()) {
+      absl::StrAppend(&text, col_arrays,
+                      "for_each_score_col([&](const int j, const int k, const int kv_idx) {\n",
+                      col_values, "});\n");
+    }
+    return text;
+  }
+
   absl::StatusOr<std::string> ScoreMod(const Stmt& s) {
     EmitScope scope = ElementScope(true);
-    std::string decls;
-    LOWER_ASSIGN_OR_RETURN(expr, HoistInvariants(s.value, &scope, &decls));
+    std::vector<Hoisted> hoisted;
+    LOWER_ASSIGN_OR_RETURN(hoisted_expr, HoistInvariants(s.value, nullptr, scope, &hoisted));
+    ExprPtr expr = hoisted_expr;
+    ShareHoisted(&hoisted, &expr);
+    NameHoisted(&hoisted, &expr);
+    LOWER_ASSIGN_OR_RETURN(decls, DeclareHoisted(hoisted, &scope));
     LOWER_ASSIGN_OR_RETURN(value, EmitExpr(expr, scope));
     if (value.type == CType::kBool) return InvalidAt(s, "score_mod must give a number");
     return absl::StrCat(Origin(s), decls,
-                        ForEachScore(s.value, absl::StrCat("score = ", AsFloat(value), ";")));
+                        ForEachScore(expr, hoisted, absl::StrCat("score = ", AsFloat(value), ";")));
   }
 
   // The predicate runs only on blocks where `when` holds (the partial ones).
   absl::StatusOr<std::string> Mask(const Stmt& s) {
-    LOWER_ASSIGN_OR_RETURN(pred, EmitExpr(s.value, ElementScope(false)));
+    EmitScope scope = ElementScope(false);
+    std::vector<Hoisted> hoisted;
+    LOWER_ASSIGN_OR_RETURN(hoisted_expr, HoistInvariants(s.value, nullptr, scope, &hoisted));
+    ExprPtr expr = hoisted_expr;
+    ShareHoisted(&hoisted, &expr);
+    NameHoisted(&hoisted, &expr);
+    LOWER_ASSIGN_OR_RETURN(decls, DeclareHoisted(hoisted, &scope));
+    LOWER_ASSIGN_OR_RETURN(pred, EmitExpr(expr, scope));
     if (pred.type != CType::kBool) return InvalidAt(s, "a mask predicate must be a bool");
-    const std::string apply = ForEachScore(
-        s.value, absl::StrCat("if (!", pred.text, ") score = -INFINITY;"));
+    const std::string apply =
+        absl::StrCat(decls, ForEachScore(expr, hoisted,
+                                         absl::StrCat("if (!", pred.text, ") score = -INFINITY;")));
     if (s.aux == nullptr) return absl::StrCat(Origin(s), apply);
     LOWER_ASSIGN_OR_RETURN(when, EmitExpr(s.aux, loop_));
     if (when.type != CType::kBool) return InvalidAt(s, "a mask's `when` must be a bool");
@@ -511,6 +753,18 @@ class RegionWriter {
       absl::StrAppend(&indented, "  ", line, "\n");
     }
     return absl::StrCat(Origin(s), "if (", when.text, ") {\n", indented, "}\n");
+  }
+
+  // `epilogue sink EXPR`: the expert's online softmax takes the sink as one more logit per row
+  // after the loop, in its log2 units (scores are multiplied by log2(e) before each step too).
+  // EXPR reads only what the kernel knows before the loop (validated), so the kernel scope serves.
+  absl::Status EpilogueSink() {
+    if (plan_.sink == nullptr) return absl::OkStatus();
+    LOWER_ASSIGN_OR_RETURN(sink, EmitExpr(plan_.sink->value, kernel_));
+    if (sink.type == CType::kBool) return InvalidAt(*plan_.sink, "an epilogue sink must be a number");
+    out_["epilogue_sink"] = absl::StrCat(Origin(*plan_.sink), "softmax.add_sink(", AsFloat(sink),
+                                         " * kLog2e, acc, lane);\n");
+    return absl::OkStatus();
   }
 
   // The launch plan refuses a head layout the kernel's mapping does not serve: the mapping is

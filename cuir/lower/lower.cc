@@ -33,6 +33,7 @@ std::string RegionConstruct(const std::string& region) {
       {"qk_scale", "a changed qk scale"},
       {"score_mod", "score_mod statements"},
       {"mask", "mask statements"},
+      {"epilogue_sink", "an `epilogue sink`"},
   };
   auto it = kConstructs.find(region);
   return it == kConstructs.end() ? region : it->second;

@@ -30,6 +30,9 @@ constexpr const char* kReserved[] = {
     "int32_t", "int64_t", "cuir_floordiv", "cuir_mod", "cuir_floordiv_f", "cuir_mod_f",
     "cuir_cdiv", "cuir_min", "cuir_max", "cuir_min_f", "cuir_max_f", "cuir_ipow",
     "cuir_sigmoid", "q_idx", "kv_idx", "score",
+    // row / column slots and their counts, which generated lambdas and arrays use: a program
+    // symbol spelled so would be shadowed there
+    "mt", "r", "j", "k", "MT", "NT",
 };
 
 bool IdentStart(char c) { return absl::ascii_isalpha(c) || c == '_'; }

@@ -100,13 +100,23 @@ class Matcher {
       case StmtKind::kLet: return TopLet(s);
       case StmtKind::kLoad:
       case StmtKind::kSoftmaxInit:
-      case StmtKind::kEpilogue:
         return RequireSame(s, base_.stmts, absl::StrCat("this `", cuir::StmtKindName(s.kind), "`"));
+      case StmtKind::kEpilogue: return Epilogue(s);
       case StmtKind::kFor: return Loop(s);
       default: break;
     }
     return Unimplemented(s, absl::StrCat("a top-level `", cuir::StmtKindName(s.kind), "`"),
                          "the expert runs it only inside its KV loop");
+  }
+
+  // The expert's epilogue is fixed; its optional sink has a region of its own (epilogue_sink),
+  // which folds the sink into the softmax statistics before the epilogue normalises.
+  absl::Status Epilogue(const Stmt& s) {
+    Stmt without_sink = s;
+    without_sink.value = nullptr;
+    if (auto st = RequireSame(without_sink, base_.stmts, "this `epilogue`"); !st.ok()) return st;
+    if (s.value != nullptr) plan_.sink = &s;
+    return absl::OkStatus();
   }
 
   absl::Status TopLet(const Stmt& s) {

@@ -34,6 +34,7 @@ struct LoweringPlan {
   bool scale_changed = false;                 // qk_scale
   std::vector<const cuir::Stmt*> score_mods;  // score_mod, in program order
   std::vector<const cuir::Stmt*> masks;       // mask, in program order
+  const cuir::Stmt* sink = nullptr;           // epilogue_sink: the `epilogue sink EXPR`, if any
 };
 
 // UNIMPLEMENTED "file:line:col: ..." for a construct no region of the expert implements (a new

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <optional>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "cuir/lower/expert.h"
@@ -126,24 +127,42 @@ absl::StatusOr<AdaptResult> Adapt(const AdaptOptions& o) {
   auto base = stage.Run("lift", [&](std::string* d) { return LiftStage(o.arch, d); });
   if (!base.ok()) return base.status();
 
-  auto transferred = stage.Run(
-      "transfer", [&](std::string* d) { return TransferStage(*base, *spec, o.config, d); });
-  if (!transferred.ok()) return transferred.status();
-
   const uint64_t seed = o.seed ? o.seed : FreshSeed();
-  auto verified = stage.Run("verify", [&](std::string* d) {
-    return VerifyStage(transferred->program, *spec, o.config, o.buffers, seed, o.verify, d);
-  });
-  if (!verified.ok()) return verified.status();
+  RulesProposer rules;
+  Proposer* proposer = o.proposer != nullptr ? o.proposer : &rules;
+  ProposeRequest request{*base, *spec, o.config, o.buffers, seed, o.verify, {o.arch}, nullptr};
+  request.progress = [&](const std::string& line) {
+    if (o.on_stage) o.on_stage({"transfer", true, 0, line});
+  };
+  Proposal proposal = proposer->Propose(request);
+  if (o.transcript != nullptr) *o.transcript = proposal.transcript;
+  // The proposer ran transfer and verification together (an LLM's rounds interleave them); they
+  // are still reported as two stages.
+  const bool transferred =
+      proposal.status.ok() || absl::StartsWith(proposal.status.message(), "verify:");
+  const auto report_stage = [&](const std::string& name, bool ok, double seconds,
+                                const std::string& detail) {
+    StageEvent ev{name, ok, seconds, detail};
+    stages.push_back({{"stage", name}, {"ok", ok}, {"seconds", seconds}, {"detail", detail}});
+    if (o.on_stage) o.on_stage(ev);
+  };
+  const std::string failure(proposal.status.message());
+  report_stage("transfer", transferred, proposal.transfer_seconds,
+               transferred ? proposal.transfer_detail : failure);
+  if (!transferred) return proposal.status;
+  report_stage("verify", proposal.status.ok(), proposal.verify_seconds,
+               proposal.status.ok() ? proposal.verify_detail : failure);
+  if (!proposal.status.ok()) return proposal.status;
+  const cuir::Program& program = proposal.transfer.program;
 
   auto lowered = stage.Run(
-      "lower", [&](std::string* d) { return LowerStage(transferred->program, o.config, o.arch, d); });
+      "lower", [&](std::string* d) { return LowerStage(program, o.config, o.arch, d); });
   if (!lowered.ok()) return lowered.status();
 
   nlohmann::json gpu_report = {{"skipped", gpu_absent}};
   if (gpu_here) {
     auto gpu = stage.Run("gpu", [&](std::string* detail) -> absl::StatusOr<GpuStageOutput> {
-      GpuStageInput in{transferred->program, *base, o.spec_path, o.param_overrides, o.buffers,
+      GpuStageInput in{program, *base, o.spec_path, o.param_overrides, o.buffers,
                        o.config, o.arch, seed, o.verify, nullptr};
       in.progress = [&](const std::string& line) {
         if (o.on_stage) o.on_stage({"gpu", true, 0, line});
@@ -166,19 +185,22 @@ absl::StatusOr<AdaptResult> Adapt(const AdaptOptions& o) {
       {"arch", arch},
       {"expert", ExpertFor(o.arch)},
       {"config", ConfigJson(o.config)},
-      {"transfer", AppliedRulesJson(*transferred)},
-      {"verification", verified->ToJson()},
+      {"proposer", proposal.proposer},
+      {"transfer", AppliedRulesJson(proposal.transfer)},
+      {"verification", proposal.verification.ToJson()},
       {"lowering", LoweringJson(*lowered)},
       {"gpu", gpu_report},
+      {"llm", proposal.llm_usage},
       {"stages", stages},
       {"cache_hit", false},
   };
   std::map<std::string, std::string> files = {
-      {"kernel.cuir", cuir::PrintProgram(transferred->program)},
+      {"kernel.cuir", cuir::PrintProgram(program)},
       {"kernel.cu", lowered->cuda_source},
       {"kernel.h", lowered->launcher_header},
       {"report.json", report.dump(2) + "\n"},
   };
+  if (!proposal.transcript.empty()) files["transcript.json"] = proposal.transcript.dump(2) + "\n";
 
   auto written = stage.Run("write", [&](std::string* detail) -> absl::StatusOr<bool> {
     if (auto s = PublishFiles(o.out_dir, files); !s.ok()) return s;

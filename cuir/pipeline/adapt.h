@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "cuir/ir/config.h"
 #include "cuir/lower/lower.h"
+#include "cuir/pipeline/proposer.h"
 #include "cuir/pipeline/verify.h"
 #include "cuir/spec/tensors.h"
 
@@ -77,6 +78,10 @@ struct AdaptOptions {
   // kRequire: fail without one. kOff: CPU verification only.
   GpuStage* gpu = nullptr;
   GpuMode gpu_mode = GpuMode::kAuto;
+  // Who proposes the transferred program; null = the rules. An LLM conversation is written to
+  // out_dir/transcript.json with the outputs, and to *transcript whatever the outcome.
+  Proposer* proposer = nullptr;
+  nlohmann::json* transcript = nullptr;
 };
 
 struct AdaptResult {

@@ -15,6 +15,8 @@ transfer::VariantSpec ToVariantSpec(const spec::Spec& s) {
   v.score = s.score;
   v.mask_loc = s.mask_loc;
   v.score_loc = s.score_loc;
+  v.reference = s.has_reference;
+  v.reference_loc = s.reference_loc;
   for (const auto& p : s.params) {
     cuir::ExprPtr lit = std::visit(
         [](auto x) -> cuir::ExprPtr {
@@ -41,9 +43,10 @@ absl::StatusOr<spec::Spec> SpecStage(absl::StatusOr<spec::Spec> s,
                                      std::string* detail) {
   if (!s.ok()) return s.status();
   if (auto st = spec::OverrideParams(*s, overrides); !st.ok()) return st;
-  *detail = absl::StrFormat("%s: %s%s%s, %d params, %d buffers", s->path,
+  *detail = absl::StrFormat("%s: %s%s%s%s, %d params, %d buffers", s->path,
                             s->mask ? "mask_mod" : "", s->mask && s->score ? " + " : "",
-                            s->score ? "score_mod" : "", s->params.size(), s->buffers.size());
+                            s->score ? "score_mod" : "", s->has_reference ? "reference" : "",
+                            s->params.size(), s->buffers.size());
   return s;
 }
 

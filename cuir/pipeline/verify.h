@@ -44,6 +44,9 @@ struct OutputError {
 struct ShapeResult {
   VerifyShape shape;
   OutputError o, lse;
+  // False when the oracle has no LSE (a reference spec that returns O only): `lse` is then empty
+  // and does not decide `passed`.
+  bool lse_checked = true;
   double o_atol = 0, o_rtol = 0, lse_atol = 0, lse_rtol = 0;
   int64_t blocks_visited = 0, blocks_masked = 0;
   double seconds = 0;
@@ -54,6 +57,8 @@ struct VerifyReport {
   bool passed = false;
   uint64_t seed = 0;
   std::vector<ShapeResult> shapes;
+  // Whether LSE was compared on every shape; reports say "LSE not checked" otherwise.
+  bool lse_checked() const;
   nlohmann::json ToJson() const;
   std::string Summary() const;  // one line for the CLI
   std::string FailureDetail() const;  // what failed where, for error messages and LLM feedback
@@ -74,6 +79,15 @@ absl::StatusOr<cuir::AttentionConfig> ConfigFromJson(const nlohmann::json& j);
 // Compares got (any float dtype) against want (float64) elementwise.
 OutputError CompareOutputs(const torch::Tensor& got, const torch::Tensor& want, double atol,
                            double rtol);
+
+// Fills r's O and LSE errors (r's tolerances must be set), lse_checked and passed. `want_lse`
+// undefined (the oracle of a reference spec returning O only) skips LSE. Shared by the CPU and
+// GPU verifiers, so both treat a missing LSE alike.
+void CompareShape(const torch::Tensor& got_o, const torch::Tensor& got_lse,
+                  const torch::Tensor& want_o, const torch::Tensor& want_lse, ShapeResult* r);
+
+// What reports say when LSE was not compared.
+inline constexpr char kLseNotChecked[] = "LSE not checked: the reference returns O only";
 
 absl::StatusOr<VerifyReport> VerifyOnCpu(const cuir::Program& program, const spec::Spec& spec,
                                          const cuir::AttentionConfig& config,

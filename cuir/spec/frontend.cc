@@ -1,5 +1,6 @@
 // LoadSpecFile / LoadSpecSource: read, compile, check the signatures, probe-run, translate.
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -72,7 +73,8 @@ absl::StatusOr<std::vector<SpecFunction>> FindSpecFunctions(const SourceText& fi
     return ErrorAt(cuir::SourceLoc{file.path, 1, 1},
                    absl::StrCat("the file defines neither mask_mod", internal::SignatureText(false),
                                 " nor score_mod", internal::SignatureText(true),
-                                "; define at least one"));
+                                "; define at least one (or, for a variant they cannot express, "
+                                "reference(q, k, v, scale: float) computing the whole attention)"));
   }
   return fns;
 }
@@ -277,6 +279,146 @@ void RecordIndexUses(const ExprPtr& e, Spec* spec) {
   for (const ExprPtr& a : e->args) RecordIndexUses(a, spec);
 }
 
+// ---- reference(q, k, v, scale, ...) -----------------------------------------------------------
+
+constexpr const char* kReferenceSignature = "(q, k, v, scale: float)";
+
+// The file's `reference` definition, if any. A file with a reference and a mod is rejected: the
+// reference is the whole attention, so a mod beside it would be ignored or applied twice.
+absl::StatusOr<std::optional<Def>> FindReference(const SourceText& file,
+                                                 const std::vector<Def>& defs) {
+  std::optional<Def> reference;
+  for (const Def& d : defs) {
+    if (d.name().name() != internal::kReferenceFn) continue;
+    if (reference) {
+      return ErrorAt(file.LocAt(d.range().start()),
+                     absl::StrCat("reference is defined twice (first at line ",
+                                  file.LocAt(reference->range().start()).line,
+                                  "); keep one definition"));
+    }
+    reference = d;
+  }
+  if (!reference) return reference;
+  for (const Def& d : defs) {
+    const std::string& name = d.name().name();
+    if (name != internal::kMaskFn && name != internal::kScoreFn) continue;
+    return ErrorAt(file.LocAt(d.range().start()),
+                   absl::StrCat("give either mask_mod/score_mod or reference, not both: ",
+                                "reference (line ", file.LocAt(reference->range().start()).line,
+                                ") computes the whole attention, so fold ", name,
+                                " into it, or drop reference and keep the mods"));
+  }
+  return reference;
+}
+
+// (q, k, v, scale: float) first, then scalar parameters with defaults; no buffers.
+absl::Status AnalyzeReferenceSignature(const SourceText& file, const Def& def,
+                                       torch::jit::Function* fn, Spec* spec) {
+  const auto& args = fn->getSchema().arguments();
+  std::vector<torch::jit::Param> params;
+  for (const torch::jit::Param& p : def.decl().params()) params.push_back(p);
+  constexpr size_t kLeading = 4;
+  size_t leading = 0;
+  while (leading < params.size() && !params[leading].defaultValue().present()) ++leading;
+  if (leading < kLeading) {
+    std::vector<std::string> names;
+    for (size_t i = 0; i < leading; ++i) names.push_back(params[i].ident().name());
+    return ErrorAt(spec->reference_loc,
+                   absl::StrCat("reference must take ", kReferenceSignature, " first; found ",
+                                leading, " parameters (", absl::StrJoin(names, ", "),
+                                "): write def reference(q, k, v, scale: float, <params with "
+                                "defaults>)"));
+  }
+  for (size_t i = 0; i < args.size(); ++i) {
+    const cuir::SourceLoc loc = file.LocAt(params[i].range().start());
+    const auto kind = args[i].type()->kind();
+    const bool is_tensor = kind == c10::TypeKind::TensorType;
+    const std::string& name = args[i].name();
+    if (i < 3) {
+      if (!is_tensor) {
+        return ErrorAt(loc, absl::StrCat("`", name, "` receives the ", std::string(1, "qkv"[i]),
+                                         " tensor [batch, heads, seqlen, head_dim]: remove its `",
+                                         args[i].type()->str(), "` annotation"));
+      }
+      continue;
+    }
+    if (i == 3) {
+      if (kind != c10::TypeKind::FloatType) {
+        return ErrorAt(loc, absl::StrCat("`", name, "` receives the softmax scale, a Python "
+                                         "float: annotate it `", name, ": float` (found ",
+                                         args[i].type()->str(), ")"));
+      }
+      continue;
+    }
+    if (is_tensor) {
+      return ErrorAt(loc, absl::StrCat("tensor parameter `", name, "`: reference does not take "
+                                       "buffers; give the values as scalar parameters with "
+                                       "defaults (int, float, bool), or use mask_mod/score_mod "
+                                       "with a buffer"));
+    }
+    if (ReservedNames().count(name) > 0) {
+      return ErrorAt(loc, absl::StrCat("parameter name `", name, "` is reserved (CuIR uses it); "
+                                       "rename the parameter"));
+    }
+    const std::optional<Type> scalar = ScalarParamType(args[i].type());
+    if (!scalar) {
+      return ErrorAt(loc, absl::StrCat("parameter `", name, "` has type ", args[i].type()->str(),
+                                       "; reference parameters after ", kReferenceSignature,
+                                       " are int / float / bool with a default"));
+    }
+    if (!args[i].default_value().has_value()) {
+      return ErrorAt(loc, absl::StrCat("parameter `", name, ": ", cuir::TypeName(*scalar),
+                                       "` has no default: scalar parameters need one, e.g. `",
+                                       name, ": ", cuir::TypeName(*scalar), " = ",
+                                       *scalar == Type::kFloat ? "1.0" : "1", "`"));
+    }
+    auto p = MakeParam(args[i], *scalar, loc);
+    if (!p.ok()) return p.status();
+    if (auto st = AddParam(spec, *p); !st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
+// Runs the reference once on small GQA inputs (batch 2, 4 query heads over 2 kv heads, 5 queries,
+// 7 keys, head dim 8: distinct sizes show a mix-up), so a broken one fails when the spec is
+// loaded, with its position, not in the middle of a verification.
+absl::Status ProbeReference(const Spec& spec) {
+  // Deterministic values without touching torch's global random generator.
+  const auto values = [](std::vector<int64_t> shape, double step) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return torch::arange(n, torch::kFloat64).mul(step).sin().view(shape);
+  };
+  const auto q = values({2, 4, 5, 8}, 0.37);
+  const auto k = values({2, 2, 7, 8}, 0.53);
+  const auto v = values({2, 2, 7, 8}, 0.71);
+  return internal::CallReference(spec, q, k, v, 1.0 / std::sqrt(8.0)).status();
+}
+
+// The inlined graph without source positions: comments, blank lines and the file's path do not
+// show; the computation, the parameters' names and the helper functions it calls do.
+std::string ReferenceCode(torch::jit::Function* fn) {
+  auto graph = torch::jit::toGraphFunction(*fn).graph()->copy();
+  torch::jit::Inline(*graph);
+  return graph->toString(/*print_source_locations=*/false);
+}
+
+absl::StatusOr<Spec> LoadReference(const SourceText& file, const std::vector<Def>& defs,
+                                   const Def& def, Spec spec) {
+  spec.has_reference = true;
+  spec.reference_loc = file.LocAt(def.range().start());
+  // No CheckStatements: the reference is never translated to CuIR, so `if`, loops and
+  // and/or/not are as fine as TorchScript finds them.
+  auto cu = internal::CompileDefinitions(file, internal::AnnotateDefaults(defs));
+  if (!cu.ok()) return cu.status();
+  spec.compiled = *cu;
+  torch::jit::Function* fn = spec.compiled->find_function(internal::kReferenceFn);
+  if (auto st = AnalyzeReferenceSignature(file, def, fn, &spec); !st.ok()) return st;
+  if (auto st = ProbeReference(spec); !st.ok()) return st;
+  spec.reference_code = ReferenceCode(fn);
+  return spec;
+}
+
 absl::StatusOr<std::string> ReadSpecFile(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
@@ -323,6 +465,9 @@ absl::StatusOr<Spec> LoadSpecSource(const std::string& source, const std::string
                                                      c10::optional<std::string>(path), 1);
   auto defs = internal::ParseDefinitions(file);
   if (!defs.ok()) return defs.status();
+  auto reference = FindReference(file, *defs);
+  if (!reference.ok()) return reference.status();
+  if (*reference) return LoadReference(file, *defs, **reference, std::move(spec));
   auto fns = FindSpecFunctions(file, *defs);
   if (!fns.ok()) return fns.status();
   for (const SpecFunction& f : *fns) {

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "cuir/spec/spec.h"
 
 namespace cubridge::spec {
@@ -57,10 +58,35 @@ std::string Sha256Hex(const std::string& text) {
   return hex;
 }
 
+// The config lines every canonical form starts with.
+std::string Header(const cuir::AttentionConfig& config, const std::string& ruleset_version) {
+  std::string out = absl::StrCat("cubridge-spec 1\nruleset ", ruleset_version, "\n");
+  absl::StrAppendFormat(&out, "head_dim %d\ndtype %s\nheads_q %d\nheads_kv %d\nscale %.17g\n",
+                        config.head_dim, cuir::DTypeName(config.dtype), config.heads_q,
+                        config.heads_kv, config.scale());
+  return out;
+}
+
+// A reference has no translation to canonicalise: its TorchScript code stands for the math, with
+// the parameter values (which the code reads by name) listed after it, so an override counts.
+std::string ReferenceForm(const Spec& spec, const cuir::AttentionConfig& config,
+                          const std::string& ruleset_version) {
+  std::string out = Header(config, ruleset_version);
+  absl::StrAppend(&out, "reference\n");
+  for (absl::string_view line : absl::StrSplit(spec.reference_code, '\n', absl::SkipEmpty())) {
+    absl::StrAppend(&out, "  ", line, "\n");
+  }
+  for (const SpecParam& p : spec.params) {
+    absl::StrAppend(&out, "param ", p.name, " = ", cuir::PrintExpr(Literal(p, p.loc)), "\n");
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string CanonicalForm(const Spec& spec, const cuir::AttentionConfig& config,
                           const std::string& ruleset_version) {
+  if (spec.has_reference) return ReferenceForm(spec, config, ruleset_version);
   std::map<std::string, std::string> buffer_names;
   const ExprPtr mask = Canonicalize(spec.mask, spec, &buffer_names);
   const ExprPtr score = Canonicalize(spec.score, spec, &buffer_names);
@@ -68,10 +94,7 @@ std::string CanonicalForm(const Spec& spec, const cuir::AttentionConfig& config,
   for (const SpecBuffer& b : spec.buffers) {
     buffer_names.try_emplace(b.name, absl::StrCat("buf", buffer_names.size()));
   }
-  std::string out = absl::StrCat("cubridge-spec 1\nruleset ", ruleset_version, "\n");
-  absl::StrAppendFormat(&out, "head_dim %d\ndtype %s\nheads_q %d\nheads_kv %d\nscale %.17g\n",
-                        config.head_dim, cuir::DTypeName(config.dtype), config.heads_q,
-                        config.heads_kv, config.scale());
+  std::string out = Header(config, ruleset_version);
   absl::StrAppend(&out, "mask ", mask ? cuir::PrintExpr(mask) : "none", "\n");
   absl::StrAppend(&out, "score ", score ? cuir::PrintExpr(score) : "none", "\n");
   absl::StrAppend(&out, "buffers ", buffer_names.size(), "\n");

@@ -20,6 +20,7 @@ namespace cubridge::spec::internal {
 
 inline constexpr const char* kMaskFn = "mask_mod";
 inline constexpr const char* kScoreFn = "score_mod";
+inline constexpr const char* kReferenceFn = "reference";
 
 // The canonical names of the leading positional arguments.
 const std::vector<std::string>& CanonicalArgs(bool is_score);
@@ -112,5 +113,17 @@ IndexGrid MakeIndexGrid(int64_t b0, int64_t batch, int64_t h0, int64_t heads, in
 absl::StatusOr<torch::Tensor> CallSpecFunction(const Spec& spec, bool is_score,
                                                const IndexGrid& grid, const torch::Tensor& score,
                                                const std::map<std::string, torch::Tensor>& buffers);
+
+// What a reference function gave: O, and LSE when it returned a tuple (else undefined).
+struct ReferenceResult {
+  torch::Tensor o, lse;
+};
+// Runs the compiled `reference(q, k, v, scale, params...)` with torch's default float dtype set
+// to q's. Checks that it returns O or (O, LSE) shaped after q ([B, Hq, Sq, D] and [B, Hq, Sq])
+// with floating values; errors name the spec file position (the failing line for a TorchScript
+// runtime error, else the reference's `def`).
+absl::StatusOr<ReferenceResult> CallReference(const Spec& spec, const torch::Tensor& q,
+                                              const torch::Tensor& k, const torch::Tensor& v,
+                                              double scale);
 
 }  // namespace cubridge::spec::internal

@@ -121,6 +121,20 @@ std::vector<Chunk> Chunks(const cuir::AttentionConfig& c) {
   return out;
 }
 
+// A reference spec: the user's function on the whole problem at once (it owns the computation,
+// so there is nothing to chunk), q/k/v in the oracle's dtype and device.
+absl::StatusOr<AttentionOutputs> RunReference(const Spec& spec, const cuir::AttentionConfig& c,
+                                              const AttentionInputs& in,
+                                              const OracleOptions& opt) {
+  const auto to = [&](const torch::Tensor& t) { return t.to(opt.device, opt.dtype); };
+  auto r = internal::CallReference(spec, to(in.q), to(in.k), to(in.v), c.scale());
+  if (!r.ok()) return r.status();
+  AttentionOutputs out;
+  out.o = r->o.to(opt.device, opt.dtype);
+  if (r->lse.defined()) out.lse = r->lse.to(opt.device, opt.dtype);
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<AttentionOutputs> RunOracle(const Spec& spec, const cuir::AttentionConfig& config,
@@ -128,6 +142,7 @@ absl::StatusOr<AttentionOutputs> RunOracle(const Spec& spec, const cuir::Attenti
                                            const OracleOptions& options) {
   if (auto s = CheckInputs(config, inputs); !s.ok()) return s;
   torch::NoGradGuard no_grad;
+  if (spec.has_reference) return RunReference(spec, config, inputs, options);
   const auto buffers = Int64Buffers(inputs, options.device);
   const auto opt = torch::TensorOptions().dtype(options.dtype).device(options.device);
   AttentionOutputs out;

@@ -9,7 +9,12 @@ namespace cubridge::spec {
 
 // softmax(score_mod(Q K^T * scale) masked by mask_mod) V, in float64, via the TorchScript
 // functions themselves (not the CuIR translation: the two paths check each other).
-// Fully masked rows give O = 0 and LSE = -inf. Outputs are float64.
+// Fully masked rows give O = 0 and LSE = -inf. Outputs are float64 (options.dtype).
+//
+// A reference spec instead calls reference(q, k, v, scale, params...) once on the whole problem
+// (q, k, v converted to options' dtype and device). O is its result; LSE is the tuple's second
+// element when it returns (O, LSE), and an UNDEFINED tensor when it returns O only: callers that
+// compare LSE must check `lse.defined()` and report that LSE was not checked.
 struct OracleOptions {
   torch::Device device = torch::kCPU;
   torch::ScalarType dtype = torch::kFloat64;
@@ -18,8 +23,9 @@ absl::StatusOr<AttentionOutputs> RunOracle(const Spec& spec, const cuir::Attenti
                                            const AttentionInputs& inputs,
                                            const OracleOptions& options = {});
 
-// The dense mask [B or 1, H or 1, Sq, Skv] (bool) from the compiled mask_mod; all-true when the
-// spec has none. Used by block-classification checks.
+// The dense mask [B or 1, H or 1, Sq, Skv] (bool) from the compiled mask_mod; all-true
+// ([1, 1, Sq, Skv]) when the spec has none, a reference spec included (its masking, if any, is
+// inside the function). Used by block-classification checks and throughput counts.
 absl::StatusOr<torch::Tensor> DenseMask(const Spec& spec, const cuir::AttentionConfig& config,
                                         const AttentionInputs& inputs,
                                         torch::Device device = torch::kCPU);

@@ -101,4 +101,87 @@ absl::StatusOr<torch::Tensor> CallSpecFunction(const Spec& spec, bool is_score,
   return tensor;
 }
 
+namespace {
+
+// Tensors the reference creates itself (torch.zeros, torch.full) follow q's float dtype, as a
+// PyTorch user calling it with q would see with that default.
+class DefaultDtypeGuard {
+ public:
+  explicit DefaultDtypeGuard(caffe2::TypeMeta dtype) : saved_(torch::get_default_dtype()) {
+    torch::set_default_dtype(dtype);
+  }
+  ~DefaultDtypeGuard() { torch::set_default_dtype(saved_); }
+  DefaultDtypeGuard(const DefaultDtypeGuard&) = delete;
+  DefaultDtypeGuard& operator=(const DefaultDtypeGuard&) = delete;
+
+ private:
+  caffe2::TypeMeta saved_;
+};
+
+std::string Shape(c10::IntArrayRef sizes) { return c10::str(sizes); }
+
+}  // namespace
+
+absl::StatusOr<ReferenceResult> CallReference(const Spec& spec, const torch::Tensor& q,
+                                              const torch::Tensor& k, const torch::Tensor& v,
+                                              double scale) {
+  torch::jit::Function* fn = spec.compiled ? spec.compiled->find_function(kReferenceFn) : nullptr;
+  if (fn == nullptr || !spec.has_reference) {
+    return absl::FailedPreconditionError(absl::StrCat(spec.path, ": the spec has no reference"));
+  }
+  const std::string at = absl::StrCat(spec.reference_loc.ToString(), ": ");
+  auto args = BuildArguments(spec, fn->getSchema(), {q, k, v, scale}, {});
+  if (!args.ok()) return args.status();
+
+  torch::NoGradGuard no_grad;
+  DefaultDtypeGuard dtype_default(q.dtype());
+  torch::jit::IValue result;
+  try {
+    result = (*fn)(std::move(*args));
+  } catch (const std::exception& e) {
+    const TorchScriptError err = ParseTorchScriptError(e.what(), /*innermost_last=*/true);
+    const std::string message = absl::StrCat(
+        "reference failed on q ", Shape(q.sizes()), ", k and v ", Shape(k.sizes()), ": ",
+        err.headline,
+        q.size(1) != k.size(1)
+            ? " (q has more heads than k and v: with GQA the reference repeats k and v itself, "
+              "e.g. k.repeat_interleave(q.size(1) // k.size(1), dim=1))"
+            : "");
+    if (err.line > 0) return ErrorAt(cuir::SourceLoc{spec.path, err.line, err.col}, message);
+    return absl::InvalidArgumentError(at + message);
+  }
+
+  const std::vector<int64_t> o_shape = q.sizes().vec();
+  const std::vector<int64_t> lse_shape(o_shape.begin(), o_shape.end() - 1);
+  const std::string want = absl::StrCat(
+      "; return O ", Shape(o_shape), " ([batch, heads_q, seqlen_q, head_dim], shaped like q) or "
+      "the tuple (O, LSE) with LSE ", Shape(lse_shape), " ([batch, heads_q, seqlen_q])");
+  ReferenceResult out;
+  if (result.isTensor()) {
+    out.o = result.toTensor();
+  } else if (result.isTuple() && result.toTupleRef().elements().size() == 2 &&
+             result.toTupleRef().elements()[0].isTensor() &&
+             result.toTupleRef().elements()[1].isTensor()) {
+    out.o = result.toTupleRef().elements()[0].toTensor();
+    out.lse = result.toTupleRef().elements()[1].toTensor();
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat(at, "reference returned ", result.type()->str(), want));
+  }
+  for (const auto& [name, t, shape] : {std::tuple{"O", out.o, o_shape}, {"LSE", out.lse, lse_shape}}) {
+    if (!t.defined()) continue;
+    if (t.sizes().vec() != shape) {
+      return absl::InvalidArgumentError(absl::StrCat(at, "reference returned ", name, " of shape ",
+                                                     Shape(t.sizes()), ", expected ",
+                                                     Shape(shape), want));
+    }
+    if (!t.is_floating_point()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          at, "reference returned ", name, " of dtype ", c10::toString(t.scalar_type()),
+          "; it must hold floating-point values (compute in q's dtype)"));
+    }
+  }
+  return out;
+}
+
 }  // namespace cubridge::spec::internal

@@ -1,5 +1,7 @@
 // A user's attention variant: FlexAttention-style mask_mod / score_mod in a Python file,
-// compiled by LibTorch's TorchScript frontend and translated into CuIR expressions.
+// compiled by LibTorch's TorchScript frontend and translated into CuIR expressions; or, for
+// variants the mods cannot express, a `reference(q, k, v, scale, ...)` function computing the
+// whole attention, which only the oracle runs (the LLM proposer writes its CuIR program).
 #pragma once
 
 #include <map>
@@ -50,8 +52,16 @@ struct Spec {
   ExprPtr score;  // float
   SourceLoc mask_loc, score_loc;  // the `def` lines
 
-  std::vector<SpecParam> params;    // union over both functions, each name once
-  std::vector<SpecBuffer> buffers;  // likewise
+  // A `reference(q, k, v, scale: float, <scalar params>)` spec: mask and score stay null, the
+  // rules do not cover it, the oracle calls the compiled function. It returns O [B, Hq, Sq, D]
+  // or (O, LSE [B, Hq, Sq]); k and v come with Hkv heads (it repeats them itself for GQA).
+  bool has_reference = false;
+  SourceLoc reference_loc;     // the `def` line
+  std::string reference_code;  // its TorchScript graph, inlined, without source positions:
+                               // what the spec hash takes in place of the translated mods
+
+  std::vector<SpecParam> params;    // union over both functions (or the reference's), each once
+  std::vector<SpecBuffer> buffers;  // likewise; always empty for a reference spec
 
   // The compiled TorchScript functions, kept for the oracle.
   std::shared_ptr<torch::jit::CompilationUnit> compiled;
@@ -68,8 +78,9 @@ absl::StatusOr<Spec> LoadSpecSource(const std::string& source, const std::string
 absl::Status OverrideParams(Spec& spec, const std::vector<std::string>& assignments);
 
 // sha256 (hex) over the canonical form: the translated expressions with parameter values
-// substituted and buffers renamed by position, the kernel-relevant config (head_dim, dtype,
-// heads_q, heads_kv, softmax scale) and the ruleset version. See docs/spec.md.
+// substituted and buffers renamed by position (for a reference spec: its TorchScript code and the
+// parameter values), the kernel-relevant config (head_dim, dtype, heads_q, heads_kv, softmax
+// scale) and the ruleset version. See docs/spec.md.
 std::string SpecHash(const Spec& spec, const cuir::AttentionConfig& config,
                      const std::string& ruleset_version);
 // The canonical text that SpecHash hashes (also stored in reports for debugging).

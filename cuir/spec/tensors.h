@@ -22,7 +22,8 @@ struct AttentionInputs {
 
 struct AttentionOutputs {
   torch::Tensor o;    // [batch, heads_q, seqlen_q, head_dim]
-  torch::Tensor lse;  // [batch, heads_q, seqlen_q], natural log; -inf for fully masked rows
+  torch::Tensor lse;  // [batch, heads_q, seqlen_q], natural log; -inf for fully masked rows;
+                      // undefined from the oracle of a reference spec that returns O only
 };
 
 // How a buffer's values are provided by a job: "file:PATH" (whitespace-separated integers),

@@ -58,6 +58,12 @@ const std::string& RulesetVersion() {
 absl::StatusOr<TransferResult> Transfer(const cuir::Program& base, const VariantSpec& spec,
                                         const cuir::AttentionConfig& config) {
   if (absl::Status s = cuir::ValidateConfig(config); !s.ok()) return s;
+  if (spec.reference) {
+    return NotCovered("reference(q, k, v)", spec.reference_loc,
+                      "the spec computes the whole attention in PyTorch instead of giving "
+                      "mask_mod/score_mod, and the rules rewrite only those; the LLM proposer "
+                      "(`--proposer llm` or `hybrid`) handles it");
+  }
   absl::StatusOr<Layout> layout = FindLayout(base);
   if (!layout.ok()) return layout.status();
   VariantSpec mapped = MapCanonicalNames(spec, *layout);

@@ -24,6 +24,10 @@ struct VariantSpec {
   cuir::ExprPtr mask;   // bool over b, h, q_idx, kv_idx, consts, buffers; null = no mask
   cuir::ExprPtr score;  // float over score, b, h, q_idx, kv_idx, ...; null = identity
   cuir::SourceLoc mask_loc, score_loc;
+  // The spec gives `reference(q, k, v, scale)`, the whole attention in PyTorch, instead of the
+  // mods: no rule can read it, so Transfer reports it not covered (the LLM proposer's case).
+  bool reference = false;
+  cuir::SourceLoc reference_loc;
   struct Const {
     std::string name;
     cuir::Type type;

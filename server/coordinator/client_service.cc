@@ -33,16 +33,18 @@ class ClientService final : public v1::CuBridge::Service {
       if (!archs.ok()) return archs.status();
       auto job = flow.Submit(*req, checked->spec_hash, checked->canonical_form, *archs);
       if (!job.ok()) return job.status();
-      spdlog::info("job={} submitted spec={} archs={} level={} cache_hit={}", job->job_id(),
-                   job->spec_hash().substr(0, 16), absl::StrJoin(*archs, ","),
-                   core::LevelName(req->verification()), job->cache_hit());
+      spdlog::info("job={} submitted spec={} archs={} level={} proposer={} cache_hit={}",
+                   job->job_id(), job->spec_hash().substr(0, 16), absl::StrJoin(*archs, ","),
+                   core::LevelName(req->verification()), job->proposer(), job->cache_hit());
       *out = *std::move(job);
       return absl::OkStatus();
     });
   }
 
   grpc::Status GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req, v1::Job* out) override {
-    return Call(ctx, [&](core::JobFlow& flow) { return Assign(flow.Describe(req->job_id()), out); });
+    return Call(ctx, [&](core::JobFlow& flow) {
+      return Assign(flow.Describe(req->job_id(), req->with_transcript()), out);
+    });
   }
 
   grpc::Status CancelJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req, v1::Job* out) override {

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "cuir/pipeline/files.h"
 #include "cuir/transfer/transfer.h"
+#include "server/core/task_contract.h"
 
 namespace cubridge::coordinator {
 
@@ -123,6 +124,9 @@ void Coordinator::SweepLoop() {
         for (const auto& [arch, n] : by_arch) {
           metrics_.Workers(arch, n);
           if (auto d = f.tasks().Depth(arch); d.ok()) metrics_.QueueDepth(arch, *d);
+        }
+        if (auto d = f.tasks().Depth(core::kLlmClass); d.ok()) {
+          metrics_.QueueDepth(core::kLlmClass, *d);
         }
       }
     }

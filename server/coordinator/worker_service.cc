@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "cubridge/v1/worker.grpc.pb.h"
 #include "server/coordinator/coordinator.h"
 #include "server/core/task_contract.h"
@@ -37,7 +38,8 @@ class WorkerService final : public v1::Workers::Service {
       if (!id.ok()) return id.status();
       out->set_worker_id(*id);
       out->set_lease_millis(c_->options().flow.lease.count());
-      spdlog::info("worker={} registered arch={} gpu='{}' host={}", *id, arch, w.gpu_name, w.hostname);
+      spdlog::info("worker={} registered arch={} gpu='{}' host={} capabilities={}", *id, arch,
+                   w.gpu_name, w.hostname, absl::StrJoin(w.capabilities, ","));
       return absl::OkStatus();
     });
   }
@@ -50,9 +52,15 @@ class WorkerService final : public v1::Workers::Service {
         return absl::NotFoundError(absl::StrCat("worker ", req->worker_id(),
                                                 " is not registered (expired?): register again"));
       }
-      // A GPU worker serves its arch first, then the CPU work every worker can do.
+      // A GPU worker serves its arch first, then the CPU work every worker can do, then (given an
+      // LLM endpoint) the transfers that need a model: those wait on the model, not on this
+      // machine, so they come last.
       std::vector<std::string> classes = {worker->arch};
       if (worker->arch != "cpu") classes.push_back("cpu");
+      if (std::find(worker->capabilities.begin(), worker->capabilities.end(), core::kLlmClass) !=
+          worker->capabilities.end()) {
+        classes.push_back(core::kLlmClass);
+      }
       const auto deadline = std::chrono::steady_clock::now() +
                             std::chrono::milliseconds(std::clamp<int64_t>(req->wait_millis(), 0, 30000));
       do {
@@ -138,7 +146,7 @@ class WorkerService final : public v1::Workers::Service {
                         v1::FailTaskResponse*) override {
     return Call(ctx, [&](core::JobFlow& flow) -> absl::Status {
       auto state = flow.tasks().Fail(req->task_id(), req->fencing_token(), req->error(),
-                                     req->retryable());
+                                     req->retryable(), req->result_json());
       if (!state.ok()) return state.status();
       if (*state == "dead") {
         c_->metrics().TaskDead();

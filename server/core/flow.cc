@@ -25,6 +25,7 @@ struct JobFlow::Job {
   store::JobRecord record;
   std::vector<std::string> archs;
   std::string level;
+  std::string proposer;
   SpecInput input;
 };
 
@@ -60,6 +61,20 @@ json ParseOr(const std::string& text, json fallback) {
   return j.is_discarded() ? fallback : j;
 }
 
+// A worker's errors usually name their stage already ("transfer: ..."); say it once.
+std::string InStage(const std::string& stage, const std::string& error) {
+  return error.rfind(stage + ": ", 0) == 0 ? error : absl::StrCat(stage, ": ", error);
+}
+
+// "; llm: 1200 prompt + 300 completion tokens in 2 requests" for a result with LLM usage.
+std::string UsageText(const json& result) {
+  const json usage = result.is_object() ? result.value("llm_usage", json()) : json();
+  if (!usage.is_object() || usage.value("requests", 0) == 0) return "";
+  return absl::StrCat("; llm: ", usage.value("prompt_tokens", int64_t{0}), " prompt + ",
+                      usage.value("completion_tokens", int64_t{0}), " completion tokens in ",
+                      usage.value("requests", 0), " requests");
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> NormalizeArch(const std::string& arch) {
@@ -73,6 +88,15 @@ absl::StatusOr<std::string> NormalizeArch(const std::string& arch) {
 
 std::string LevelName(v1::VerificationLevel level) {
   return level == v1::VERIFICATION_LEVEL_IR ? kLevelIr : kLevelGpu;
+}
+
+std::string ProposerOf(const v1::SubmitJobRequest& request) {
+  return request.proposer().empty() ? kDefaultProposer : request.proposer();
+}
+
+std::string TransferTaskId(const std::string& spec_hash, const std::string& proposer) {
+  return proposer == kDefaultProposer ? absl::StrCat("transfer-", spec_hash)
+                                      : absl::StrCat("transfer-", spec_hash, "-", proposer);
 }
 
 JobFlow::JobFlow(store::RedisClient* redis, const FlowOptions& options, Metrics* metrics)
@@ -119,6 +143,7 @@ absl::StatusOr<v1::Job> JobFlow::Submit(const v1::SubmitJobRequest& request,
   for (const auto& [field, value] :
        std::vector<std::pair<std::string, std::string>>{{"archs", absl::StrJoin(archs, ",")},
                                                         {"level", level},
+                                                        {"proposer", ProposerOf(request)},
                                                         {"canonical_form", canonical_form},
                                                         {"input", input.ToJson().dump()}}) {
     if (auto s = jobs_.SetField(id, field, value); !s.ok()) return s;
@@ -161,6 +186,8 @@ absl::StatusOr<JobFlow::Job> JobFlow::Load(const std::string& job_id) {
   }
   job.archs = absl::StrSplit(f["archs"], ',', absl::SkipEmpty());
   job.level = f["level"];
+  // Jobs stored before there were other proposers have none: theirs were the rules.
+  job.proposer = f["proposer"].empty() ? kDefaultProposer : f["proposer"];
   auto input = SpecInput::FromJson(ParseOr(f["input"], json::object()));
   if (!input.ok()) return input.status();
   job.input = *std::move(input);
@@ -192,11 +219,19 @@ absl::StatusOr<store::TaskState> JobFlow::Need(const Job& job, const std::string
 absl::Status JobFlow::Observe(const Job& job, const std::string& task_id,
                               const store::TaskState& st, const std::string& kind) {
   if (!Ended(st.state)) return absl::OkStatus();
-  const json result = ParseOr(st.result, json::object());
+  json result = ParseOr(st.result, json::object());
+  if (!result.is_object()) result = json::object();
   const double seconds = result.value("seconds", 0.0);
+  if (kind == kTransferTask) {
+    // The conversation is kept whatever came of it: a failed one shows why the model failed.
+    const json transcript = result.value("transcript", json::array());
+    if (transcript.is_array() && !transcript.empty()) {
+      if (auto s = jobs_.KeepTranscript(job.record.id, transcript.dump()); !s.ok()) return s;
+    }
+  }
   if (st.state == "dead") {
     return Event(job.record.id, task_id, kind == kCandidateTask ? "candidate" : kind, false,
-                 seconds, st.error, st.worker);
+                 seconds, st.error + UsageText(result), st.worker);
   }
   if (kind == kTransferTask) {
     if (auto s = Event(job.record.id, task_id, "transfer", true, result.value("transfer_seconds", 0.0),
@@ -239,8 +274,14 @@ absl::Status JobFlow::Advance(const std::string& job_id) {
     return absl::OkStatus();
   };
   const json spec_json = job.input.ToJson();
-  const std::string transfer_id = absl::StrCat("transfer-", hash);
-  if (auto s = need(transfer_id, kTransferTask, {{"spec", spec_json}}, "cpu"); !s.ok()) return s;
+  const std::string transfer_id = TransferTaskId(hash, job.proposer);
+  // The rules run anywhere; a model is reachable only from workers given an endpoint.
+  const bool by_rules = job.proposer == kDefaultProposer;
+  if (auto s = need(transfer_id, kTransferTask, {{"spec", spec_json}, {"proposer", job.proposer}},
+                    by_rules ? "cpu" : kLlmClass);
+      !s.ok()) {
+    return s;
+  }
   for (const std::string& arch : job.archs) {
     auto a = lower::ParseArch(arch);
     if (!a.ok()) return a.status();
@@ -251,7 +292,7 @@ absl::Status JobFlow::Advance(const std::string& job_id) {
   }
   bool ready = true, started = false;
   for (const auto& [kind, state] : deps) {
-    if (state.state == "dead") return Finish(job, "failed", absl::StrCat(kind, ": ", state.error));
+    if (state.state == "dead") return Finish(job, "failed", InStage(kind, state.error));
     ready = ready && state.state == "done";
     started = started || state.state != "queued";
   }
@@ -272,16 +313,18 @@ absl::Status JobFlow::Advance(const std::string& job_id) {
     all_cached = false;
     auto a = lower::ParseArch(arch);
     if (!a.ok()) return a.status();
-    std::vector<std::string> ids;
+    std::vector<std::pair<std::string, std::string>> ids;  // task id, tile
     bool all_ended = true;
     for (const gpu::TileConfig& tile : TilesFor(job.level, job.input.config, *a)) {
-      const std::string id = absl::StrCat("cand-", hash, "-", arch, "-", job.level, "-", tile.Name());
+      // Another proposer's program is other work, even for the same spec and tile.
+      const std::string id = absl::StrCat("cand-", hash, "-", arch, "-", job.level, "-", tile.Name(),
+                                          by_rules ? "" : "-" + job.proposer);
       json payload = {{"spec", spec_json}, {"program", *program}, {"arch", arch},
                       {"tile", tile.Name()}, {"level", job.level}};
       auto state = Need(job, id, {job_id, kCandidateTask, payload.dump(), ClassFor(job.level, arch)});
       if (!state.ok()) return state.status();
       all_ended = all_ended && Ended(state->state);
-      ids.push_back(id);
+      ids.emplace_back(id, tile.Name());
     }
     if (ids.empty()) {
       return Finish(job, "failed", absl::StrCat("no tile configuration of the expert fits ",
@@ -297,18 +340,19 @@ absl::Status JobFlow::Advance(const std::string& job_id) {
 }
 
 absl::StatusOr<bool> JobFlow::Select(const Job& job, const std::string& arch,
-                                     const std::vector<std::string>& ids, const json& transferred) {
+                                     const std::vector<std::pair<std::string, std::string>>& ids,
+                                     const json& transferred) {
   json candidates = json::array();
   int best = -1;
   json best_result;
   std::vector<std::string> errors;
-  for (const std::string& id : ids) {
+  for (const auto& [id, tile] : ids) {
     auto st = tasks_.Get(id);
     if (!st.ok()) return st.status();
     json result = ParseOr(st->result, json::object());
     json check = result.value("check", json::object());
     if (st->state == "dead") check = {{"passed", false}, {"error", st->error}};
-    check["name"] = result.value("tile", id.substr(id.rfind('-') + 1));
+    check["name"] = result.value("tile", tile);
     check["worker_id"] = st->worker;
     if (!check.value("passed", false)) {
       errors.push_back(absl::StrCat(check["name"].get<std::string>(), ": ",
@@ -332,6 +376,7 @@ absl::StatusOr<bool> JobFlow::Select(const Job& job, const std::string& arch,
       {"arch", arch},
       {"expert", best_result.value("expert", "")},
       {"config", pipeline::ConfigJson(job.input.config)},
+      {"proposer", transferred.value("proposer", job.proposer)},
       {"transfer", transferred.value("transfer", json::array())},
       {"verification", transferred.value("verification", json::object())},
       {"verification_level", job.level},
@@ -340,6 +385,9 @@ absl::StatusOr<bool> JobFlow::Select(const Job& job, const std::string& arch,
        {{"candidates", candidates}, {"best", candidates[best]["name"]}}},
       {"job_id", job.record.id},
   };
+  if (const json usage = transferred.value("llm_usage", json()); usage.is_object()) {
+    report["llm_usage"] = usage;
+  }
   store::CachedKernel k{job.record.spec_hash,
                         arch,
                         options_.ruleset,
@@ -383,8 +431,17 @@ absl::StatusOr<std::string> JobFlow::WaitingFor(const std::string& job_id) {
   }
   for (const auto& [cls, n] : queued) {
     const bool someone = std::any_of(workers->begin(), workers->end(), [&](const auto& w) {
+      if (cls == kLlmClass) {
+        return std::find(w.capabilities.begin(), w.capabilities.end(), kLlmClass) !=
+               w.capabilities.end();
+      }
       return cls == "cpu" || w.arch == cls;
     });
+    if (!someone && cls == kLlmClass) {
+      return std::string(
+          "no worker with an LLM endpoint has registered (start cubridge-worker with "
+          "--llm-endpoint and --llm-model)");
+    }
     if (!someone) {
       return cls == "cpu"
                  ? std::string("no worker has registered (start cubridge-worker)")
@@ -401,7 +458,7 @@ absl::StatusOr<std::string> JobFlow::WaitingFor(const std::string& job_id) {
   return std::string();
 }
 
-absl::StatusOr<v1::Job> JobFlow::Describe(const std::string& job_id) {
+absl::StatusOr<v1::Job> JobFlow::Describe(const std::string& job_id, bool with_transcript) {
   auto rec = jobs_.Get(job_id);
   if (!rec.ok()) return rec.status();
   auto extra = jobs_.Fields(job_id, "");
@@ -416,6 +473,12 @@ absl::StatusOr<v1::Job> JobFlow::Describe(const std::string& job_id) {
   out.set_verification((*extra)["level"] == kLevelIr ? v1::VERIFICATION_LEVEL_IR
                                                      : v1::VERIFICATION_LEVEL_GPU);
   out.set_cache_hit((*extra)["cache_hit"] == "1");
+  out.set_proposer((*extra)["proposer"].empty() ? kDefaultProposer : (*extra)["proposer"]);
+  if (with_transcript) {
+    auto transcript = jobs_.Transcript(job_id);
+    if (!transcript.ok()) return transcript.status();
+    out.set_transcript_json(*transcript);
+  }
   out.set_error(rec->error);
   out.set_created_unix_millis(rec->created_ms);
   out.set_finished_unix_millis(rec->finished_ms);

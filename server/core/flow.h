@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -48,8 +49,9 @@ class JobFlow {
                                  const std::string& canonical_form,
                                  const std::vector<std::string>& archs);
   absl::Status Advance(const std::string& job_id);
-  // The API view of a job: state, events, why it waits.
-  absl::StatusOr<v1::Job> Describe(const std::string& job_id);
+  // The API view of a job: state, events, why it waits; with its transfer's LLM conversation
+  // when `with_transcript`.
+  absl::StatusOr<v1::Job> Describe(const std::string& job_id, bool with_transcript = false);
   absl::StatusOr<v1::Job> Cancel(const std::string& job_id);
 
   store::JobStore& jobs() { return jobs_; }
@@ -68,7 +70,7 @@ class JobFlow {
                        const std::string& kind);
   // The arch's candidates all ended: the best verified one goes to the cache.
   absl::StatusOr<bool> Select(const Job& job, const std::string& arch,
-                              const std::vector<std::string>& candidate_ids,
+                              const std::vector<std::pair<std::string, std::string>>& candidates,
                               const nlohmann::json& transfer_result);
   absl::Status Finish(const Job& job, const std::string& state, const std::string& error);
   absl::StatusOr<std::string> WaitingFor(const std::string& job_id);
@@ -87,6 +89,11 @@ class JobFlow {
 // "sm_80" for every arch of the request that is "sm80"/"SM_80"-like; INVALID_ARGUMENT otherwise.
 absl::StatusOr<std::string> NormalizeArch(const std::string& arch);
 std::string LevelName(v1::VerificationLevel level);  // "gpu" (also for UNSPECIFIED) or "ir"
+// The request's proposer, "rules" when it names none.
+std::string ProposerOf(const v1::SubmitJobRequest& request);
+// transfer-<hash> for the rules (as before there were other proposers), transfer-<hash>-llm and
+// transfer-<hash>-hybrid otherwise: different proposers compute different programs.
+std::string TransferTaskId(const std::string& spec_hash, const std::string& proposer);
 // A stored event (JSON, as JobStore keeps them) in the API's form.
 v1::StageEvent EventFromJson(const std::string& job_id, const std::string& text);
 

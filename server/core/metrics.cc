@@ -8,6 +8,8 @@
 
 #include <httplib.h>
 
+#include <algorithm>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
@@ -47,7 +49,16 @@ struct Metrics::Families {
         worker_seconds(BuildHistogram()
                            .Name("cubridge_worker_task_duration_seconds")
                            .Help("Time this worker spent on one task, by kind")
-                           .Register(r)) {}
+                           .Register(r)),
+        llm_tokens(BuildCounter()
+                       .Name("cubridge_llm_tokens_total")
+                       .Help("Tokens this worker's LLM proposer used, by kind: prompt, completion")
+                       .Register(r)),
+        llm_requests(BuildCounter()
+                         .Name("cubridge_llm_requests_total")
+                         .Help("Chat-completion requests this worker's LLM proposer sent, retries "
+                               "included")
+                         .Register(r)) {}
 
   prometheus::Family<prometheus::Counter>& jobs;
   prometheus::Family<prometheus::Counter>& submitted;
@@ -60,6 +71,8 @@ struct Metrics::Families {
   prometheus::Family<prometheus::Gauge>& workers;
   prometheus::Family<prometheus::Counter>& worker_tasks;
   prometheus::Family<prometheus::Histogram>& worker_seconds;
+  prometheus::Family<prometheus::Counter>& llm_tokens;
+  prometheus::Family<prometheus::Counter>& llm_requests;
 };
 
 namespace {
@@ -93,6 +106,15 @@ void Metrics::Workers(const std::string& arch, double n) { f_->workers.Add({{"ar
 void Metrics::WorkerTask(const std::string& kind, const std::string& outcome, double s) {
   f_->worker_tasks.Add({{"kind", kind}, {"outcome", outcome}}).Increment();
   f_->worker_seconds.Add({{"kind", kind}}, kSeconds).Observe(s);
+}
+
+void Metrics::LlmUsage(int64_t requests, int64_t prompt_tokens, int64_t completion_tokens) {
+  // Counters only go up: a malformed (negative) usage document counts as nothing.
+  f_->llm_requests.Add({}).Increment(static_cast<double>(std::max<int64_t>(requests, 0)));
+  f_->llm_tokens.Add({{"kind", "prompt"}})
+      .Increment(static_cast<double>(std::max<int64_t>(prompt_tokens, 0)));
+  f_->llm_tokens.Add({{"kind", "completion"}})
+      .Increment(static_cast<double>(std::max<int64_t>(completion_tokens, 0)));
 }
 
 absl::StatusOr<int> Metrics::Serve(const std::string& address) {

@@ -10,8 +10,11 @@
 //   cubridge_workers{arch}                          live registered workers
 //   cubridge_worker_tasks_total{kind,outcome}       (worker) tasks run: ok | failed | crashed | lost
 //   cubridge_worker_task_duration_seconds{kind}     (worker) histogram
+//   cubridge_llm_tokens_total{kind}                 (worker) LLM tokens: prompt | completion
+//   cubridge_llm_requests_total                     (worker) chat-completion requests, retries included
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <thread>
@@ -42,6 +45,8 @@ class Metrics {
   void TaskDead();
   void Workers(const std::string& arch, double count);
   void WorkerTask(const std::string& kind, const std::string& outcome, double seconds);
+  // A task's LLM usage (its llm_usage document: requests, prompt_tokens, completion_tokens).
+  void LlmUsage(int64_t requests, int64_t prompt_tokens, int64_t completion_tokens);
 
   // Serves /metrics on host:port (port 0 picks one); returns the port.
   absl::StatusOr<int> Serve(const std::string& address);

@@ -1,6 +1,7 @@
 #include "server/core/request.h"
 
 #include "absl/strings/str_cat.h"
+#include "cuir/pipeline/proposer.h"
 #include "cuir/spec/spec.h"
 
 namespace cubridge::core {
@@ -62,6 +63,9 @@ absl::StatusOr<CheckedSubmit> CheckSubmit(const v1::SubmitJobRequest& r, const L
   if (r.spec().source().empty()) {
     return absl::InvalidArgumentError(
         "spec.source is empty: send the text of a spec file defining mask_mod and/or score_mod");
+  }
+  if (!r.proposer().empty()) {
+    if (auto s = pipeline::CheckProposerName(r.proposer()); !s.ok()) return s;
   }
   CheckedSubmit out;
   auto config = ConfigFromProto(r.config());

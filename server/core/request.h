@@ -1,6 +1,7 @@
 // Checks a SubmitJob request before anything is stored: the service's limits (RESOURCE_EXHAUSTED),
-// the attention config and the spec itself (INVALID_ARGUMENT with the spec frontend's
-// "file:line:col: ..." message), and computes the spec hash the job and the cache are keyed by.
+// the attention config, the proposer's name and the spec itself (INVALID_ARGUMENT with the spec
+// frontend's "file:line:col: ..." message), and computes the spec hash the job and the cache are
+// keyed by.
 #pragma once
 
 #include <cstdint>

@@ -3,8 +3,10 @@
 // (worker/daemon/execute.h) reads payloads and writes results. docs/service.md lists the fields.
 //
 //   lift       {expert, arch, level, spec}           -> {detail, seconds[, gpu]}
-//   transfer   {spec}                                -> {detail, seconds, program, transfer,
-//                                                        verification, canonical_form}
+//   transfer   {spec, proposer}                      -> {detail, seconds, program, transfer,
+//                                                        verification, proposer, transcript,
+//                                                        llm_usage}; a failed transfer leaves
+//                                                        {proposer, transcript, llm_usage}
 //   candidate  {spec, program, arch, tile, level}    -> {detail, seconds, passed, tile, cuir,
 //                                                        kernel_cu, kernel_h, lowering, check}
 #pragma once
@@ -25,6 +27,13 @@ namespace cubridge::core {
 inline constexpr char kLiftTask[] = "lift";
 inline constexpr char kTransferTask[] = "transfer";
 inline constexpr char kCandidateTask[] = "candidate";
+
+// The worker class (queue) of llm and hybrid transfers, and the capability a worker registers
+// when it has a chat-completions endpoint: only such workers lease from that queue.
+inline constexpr char kLlmClass[] = "llm";
+
+// "rules" | "llm" | "hybrid"; a request that names none gets the rules.
+inline constexpr char kDefaultProposer[] = "rules";
 
 // Verification levels (the VerificationLevel of the API, as cache entries and payloads spell it).
 inline constexpr char kLevelGpu[] = "gpu";

@@ -153,6 +153,21 @@ absl::StatusOr<std::vector<std::string>> JobStore::Events(const std::string& id,
   return out;
 }
 
+absl::Status JobStore::KeepTranscript(const std::string& id, const std::string& transcript_json) {
+  // Every advance of the job observes its ended transfer again: look before sending it all.
+  auto kept = redis_->Command({"EXISTS", JobKey(id) + ":transcript"});
+  if (!kept.ok()) return kept.status();
+  if (kept->integer == 1) return absl::OkStatus();
+  auto r = redis_->Command({"SET", JobKey(id) + ":transcript", transcript_json, "NX"});
+  return r.ok() ? absl::OkStatus() : r.status();
+}
+
+absl::StatusOr<std::string> JobStore::Transcript(const std::string& id) {
+  auto r = redis_->Command({"GET", JobKey(id) + ":transcript"});
+  if (!r.ok()) return r.status();
+  return r->str;
+}
+
 absl::StatusOr<std::vector<JobRecord>> JobStore::List(int limit) {
   auto ids = redis_->Command({"ZREVRANGE", kIndex, "0", absl::StrCat(limit - 1)});
   if (!ids.ok()) return ids.status();

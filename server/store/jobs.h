@@ -2,7 +2,7 @@
 // map a client's retried submit to the job it already created, and the newest-first index.
 //
 // Keys (docs/service.md): cubridge:job:<id> (hash), cubridge:job:<id>:events (list of JSON
-// events), cubridge:idem:<key> (job id, 24 h), cubridge:jobs (sorted set by creation time),
+// events), cubridge:job:<id>:transcript (string: the LLM conversation), cubridge:idem:<key> (job id, 24 h), cubridge:jobs (sorted set by creation time),
 // cubridge:active (set of the jobs that have not ended: what a restarted coordinator resumes).
 #pragma once
 
@@ -57,6 +57,11 @@ class JobStore {
   absl::StatusOr<std::map<std::string, std::string>> Fields(const std::string& id,
                                                             const std::string& prefix);
   absl::StatusOr<std::vector<std::string>> Events(const std::string& id, int64_t from = 0);
+  // The LLM conversation of the job's transfer (JSON), in a key of its own so that reading the
+  // job's record does not carry it. The first one stored stays: several coordinators may observe
+  // the same transfer ending. Transcript() is "" when none was stored.
+  absl::Status KeepTranscript(const std::string& id, const std::string& transcript_json);
+  absl::StatusOr<std::string> Transcript(const std::string& id);
   absl::StatusOr<std::vector<JobRecord>> List(int limit);  // newest first
 
  private:

@@ -51,7 +51,7 @@ return 1)lua";
 constexpr char kRevive[] = R"lua(
 if redis.call('HGET', KEYS[1], 'state') ~= 'dead' then return 0 end
 local e = redis.call('XADD', KEYS[2], '*', 'task', ARGV[1])
-redis.call('HSET', KEYS[1], 'state', 'queued', 'attempt', '0', 'error', '', 'entry', e)
+redis.call('HSET', KEYS[1], 'state', 'queued', 'attempt', '0', 'error', '', 'result', '', 'entry', e)
 redis.call('LREM', 'cubridge:dead', 0, ARGV[1])
 return 1)lua";
 
@@ -231,13 +231,17 @@ absl::Status TaskQueue::Complete(const std::string& task_id, int64_t token,
 }
 
 absl::StatusOr<std::string> TaskQueue::Fail(const std::string& task_id, int64_t token,
-                                            const std::string& error, bool retryable) {
+                                            const std::string& error, bool retryable,
+                                            const std::string& partial_result) {
   auto st = CheckToken(task_id, token);
   if (!st.ok()) return st.status();
   const bool dead = !retryable || st->attempt >= max_attempts_;
   const bool later = !dead && backoff_.count() > 0;
   const std::string state = dead ? "dead" : later ? "retrying" : "queued";
-  auto set = redis_->Command({"HSET", TaskKey(task_id), "state", state, "error", error});
+  std::vector<std::string> set_args = {"HSET", TaskKey(task_id), "state", state, "error", error};
+  // An attempt that left nothing (a crash) keeps what an earlier attempt left.
+  if (!partial_result.empty()) set_args.insert(set_args.end(), {"result", partial_result});
+  auto set = redis_->Command(set_args);
   if (!set.ok()) return set.status();
   auto ack = redis_->Command({"XACK", StreamKey(st->worker_class), kGroup, st->entry});
   if (!ack.ok()) return ack.status();

@@ -5,7 +5,7 @@
 // retried up to a limit, then the task is dead-lettered with its last error.
 //
 // Keys (docs/service.md): cubridge:tasks:<class> (stream), cubridge:task:<id> (hash: job, kind,
-// payload, class, attempt, token, entry, worker, state, error), cubridge:task:<id>:jobs (set of
+// payload, class, attempt, token, entry, worker, state, result, error), cubridge:task:<id>:jobs (set of
 // the jobs waiting on it), cubridge:fence (counter), cubridge:retry (sorted set: backed-off retries
 // by due time), cubridge:dead (list of dead-lettered task ids).
 #pragma once
@@ -76,9 +76,12 @@ class TaskQueue {
   absl::Status Heartbeat(const std::string& task_id, int64_t token);
   absl::Status Complete(const std::string& task_id, int64_t token, const std::string& result);
   // Retryable failures go back to the queue until max_attempts; then (or when not retryable)
-  // the task is dead-lettered. Returns the task's state afterwards ("queued" or "dead").
+  // the task is dead-lettered. Returns the task's state afterwards ("queued", "retrying" or
+  // "dead"). A non-empty `partial_result` (what the attempt produced before it failed, e.g. an
+  // LLM transcript) replaces the task's `result`, so a dead task keeps it.
   absl::StatusOr<std::string> Fail(const std::string& task_id, int64_t token,
-                                   const std::string& error, bool retryable);
+                                   const std::string& error, bool retryable,
+                                   const std::string& partial_result = "");
   absl::StatusOr<TaskState> Get(const std::string& task_id);
 
  private:

@@ -140,6 +140,34 @@ INSTANTIATE_TEST_SUITE_P(Examples, EveryExample,
                                            "relative_position", "alibi", "softcap",
                                            "alibi_window_softcap"));
 
+// A program an LLM proposes for a spec the rules do not cover: softmax with an attention sink
+// (examples/llm), lowered with the generated epilogue_sink region, checked against the spec's
+// reference function itself at ragged GQA shapes, bf16 and fp16, head dims 64 to 256.
+TEST_F(Gpu, TheSinkProgramVerifiesAgainstItsReference) {
+  const std::string root = CUBRIDGE_SOURCE_ROOT;
+  std::ifstream in(root + "/examples/llm/sink_attention.cuir");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto program = cuir::ParseProgram(ss.str(), "sink_attention.cuir");
+  ASSERT_TRUE(program.ok()) << program.status();
+  auto base = lower::testing::LoadTestProgram("base");
+  ASSERT_TRUE(base.ok());
+  GpuAutotuner tuner(Options({}, false));
+  ASSERT_TRUE(tuner.Probe(arch_).ok());
+  for (int64_t d : {64, 128, 256}) {
+    auto c = Config(2, 4, 2, 200);
+    c.head_dim = d;
+    c.dtype = d == 128 ? cuir::DType::kBF16 : cuir::DType::kFP16;
+    pipeline::GpuStageInput input{*program, *base, root + "/examples/llm/sink_attention.py",
+                                  {}, {}, c, arch_, 77, {}, nullptr};
+    lower::LoweredKernel kernel;
+    auto r = tuner.CheckTile(input, {128, 64, 4}, &kernel);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(r->value("passed", false)) << "d=" << d << " " << r->dump(2);
+    EXPECT_NE(kernel.cuda_source.find("add_sink"), std::string::npos);
+  }
+}
+
 TEST_F(Gpu, Fp16AndHeadDims64And256Verify) {
   for (int64_t d : {64, 256}) {
     auto c = Config(1, 4, 4, 190);

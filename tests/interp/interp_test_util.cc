@@ -61,7 +61,7 @@ std::string ProgramText(const Pieces& p) {
       "    P = softmax.online S\n"
       "    pv P, V\n"
       "  }\n"
-      "  epilogue\n"
+      "  ", p.epilogue, "\n"
       "}\n");
 }
 

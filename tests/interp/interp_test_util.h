@@ -30,6 +30,7 @@ struct Pieces {
   std::vector<std::string> block_lets;  // after `let kv_hi`
   std::string k_rows = "kv_lo:kv_hi";   // row range of `load K`
   std::vector<std::string> after_qk;    // score_mod / mask statements
+  std::string epilogue = "epilogue";    // e.g. "epilogue sink 0.5"
 };
 std::string ProgramText(const Pieces& p);
 

@@ -56,7 +56,7 @@ TEST(Docs, EveryCuirBlockParsesPrintsBackAndValidates) {
     kernels.insert(p->kernel);
   }
   for (const char* name : {"attn_fwd", "attn_fwd_causal", "attn_fwd_sliding_window",
-                           "attn_fwd_document", "attn_fwd_softcap_alibi"}) {
+                           "attn_fwd_document", "attn_fwd_softcap_alibi", "attn_fwd_sink"}) {
     EXPECT_TRUE(kernels.count(name)) << "docs/cuir.md lacks the example kernel " << name;
   }
 }

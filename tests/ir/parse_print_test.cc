@@ -131,10 +131,12 @@ TEST(ParsePrint, DataFilesCoverEveryStatementForm) {
   std::set<StmtKind> kinds;
   bool table_loop = false, union_range = false, mask_when = false, mask_always = false;
   bool role_regs = false, grid_schedule = false, table_per = false, loop_no_pipeline = false;
+  bool epilogue_sink = false;
   for (const std::string& file : DataFiles()) {
     Program p = ParseOrDie(ReadFileOrDie(file), file);
     CollectKinds(p.stmts, &kinds);
     for (const Stmt& s : p.stmts) {
+      epilogue_sink |= s.kind == StmtKind::kEpilogue && s.value != nullptr;
       role_regs |= s.kind == StmtKind::kRole && s.aux != nullptr;
       grid_schedule |= s.kind == StmtKind::kGrid && !s.attr.empty();
       table_per |= s.kind == StmtKind::kTable && !s.names.empty();
@@ -158,6 +160,36 @@ TEST(ParsePrint, DataFilesCoverEveryStatementForm) {
   EXPECT_TRUE(grid_schedule);
   EXPECT_TRUE(table_per);
   EXPECT_TRUE(loop_no_pipeline);
+  EXPECT_TRUE(epilogue_sink);
+}
+
+TEST(ParsePrint, EpilogueSinkKeepsItsExpression) {
+  Program p = ParseOrDie(ReadFileOrDie(SourcePath("tests/ir/data/sink.cuir")), "sink.cuir");
+  const Stmt* epilogue = FindDecl(p, StmtKind::kEpilogue);
+  ASSERT_NE(epilogue, nullptr);
+  ASSERT_NE(epilogue->value, nullptr);
+  EXPECT_EQ(PrintExpr(epilogue->value), "sink + 0.25 * float(h % 2)");
+  // Line 29 of the file (two comment lines first); the clause's expression starts at column 17.
+  EXPECT_EQ(epilogue->loc.ToString(), "sink.cuir:29:3");
+  ASSERT_EQ(epilogue->value->args.size(), 2u);
+  EXPECT_EQ(epilogue->value->args[0]->loc.ToString(), "sink.cuir:29:17");
+
+  // The sink is part of the statement: dropping it or changing it makes another program.
+  Program without = p;
+  FindDecl(without, StmtKind::kEpilogue)->value = nullptr;
+  EXPECT_FALSE(Equal(p, without));
+  EXPECT_NE(PrintProgram(without).find("\n  epilogue\n}"), std::string::npos);
+  Program other = ParseOrDie(PrintProgram(p));
+  FindDecl(other, StmtKind::kEpilogue)->value = FloatLit(0.5);
+  EXPECT_FALSE(Equal(p, other));
+  EXPECT_NE(PrintProgram(other).find("\n  epilogue sink 0.5\n}"), std::string::npos);
+}
+
+TEST(ParsePrint, PlainEpilogueHasNoSink) {
+  Program p = ParseOrDie(ReadFileOrDie(SourcePath(kBasePath)), kBasePath);
+  const Stmt* epilogue = FindDecl(p, StmtKind::kEpilogue);
+  ASSERT_NE(epilogue, nullptr);
+  EXPECT_EQ(epilogue->value, nullptr);
 }
 
 TEST(ParsePrint, TableLoopAndTableDeclaration) {
@@ -354,7 +386,12 @@ INSTANTIATE_TEST_SUITE_P(
                  "3:20: a float literal needs a digit after '.': write 1.0, not 1."},
         BadInput{"MalformedNumber", "  let x: int = 12ab\n}\n", "3:16: malformed number '12ab'"},
         BadInput{"TrailingTokens", "  epilogue now\n}\n",
-                 "3:12: expected end of line, found 'now'"},
+                 "3:12: expected end of line or 'sink EXPR' (an attention sink logit, e.g. "
+                 "`epilogue sink 0.5`), found 'now'"},
+        BadInput{"TrailingTokensAfterSink", "  epilogue sink 0.5 now\n}\n",
+                 "3:21: expected end of line, found 'now'"},
+        BadInput{"SinkWithoutExpression", "  epilogue sink\n}\n",
+                 "3:16: expected an expression, found end of line"},
         BadInput{"UnknownType", "  let x: int64 = 1\n}\n",
                  "3:10: expected a type (bool, int or float), found 'int64'"},
         BadInput{"LoadFromUnknownTensor", "  load Q = o[b, h, 0:1]\n}\n",

@@ -331,5 +331,55 @@ TEST(ValidateTest, TableLoopNeedsDeclaredTable) {
   ExpectInvalid(text, PosOf(text, "for n_block"), {"undeclared table `T`", "table T = blocks("});
 }
 
+// ---------------------------------------------------------------------------------------------
+// Epilogue sink.
+
+std::string WithSink(const std::string& sink, const std::string& decls = "") {
+  std::string text = Replace(BaseText(), "  epilogue\n", "  epilogue sink " + sink + "\n");
+  return decls.empty() ? text : InsertAfter(text, "param WARPS", decls);
+}
+
+TEST(ValidateTest, SinkOverConstsBuiltinsAxesAndLetsIsValid) {
+  for (const char* sink : {"0.5", "1", "-inf", "sink", "sink * float(h + 1) / heads_q",
+                           "log(float(seqlen_kv))", "select(b == 0, sink, 0.0)",
+                           "float(kv_h) + BLOCK_M"}) {
+    absl::Status s = ValidateText(WithSink(sink, "  const sink: float = 0.5\n"));
+    EXPECT_TRUE(s.ok()) << sink << ": " << s;
+  }
+}
+
+TEST(ValidateTest, SinkMustBeANumber) {
+  const std::string text = WithSink("h > 0");
+  ExpectInvalid(text, PosOf(text, "> 0"), {"an epilogue sink must be int or float", "is bool",
+                                           "epilogue sink 0.5"});
+}
+
+TEST(ValidateTest, SinkNameMustBeDeclared) {
+  const std::string text = WithSink("sink");
+  ExpectInvalid(text, PosOf(text, "sink sink", 5),
+                {"undeclared name `sink`", "const sink: int = ..."});
+}
+
+TEST(ValidateTest, SinkCannotUseElementNames) {
+  for (const char* name : {"q_idx", "kv_idx", "score"}) {
+    const std::string text = WithSink(std::string("0.1 * float(") + name + ")");
+    ExpectInvalid(text, PosOf(text, name),
+                  {std::string("cannot use `") + name + "`", "one logit per row",
+                   "grid axes (e.g. h)"});
+  }
+}
+
+TEST(ValidateTest, SinkCannotReadBuffers) {
+  const std::string text =
+      WithSink("float(doc[h])", "  buffer doc: int[max(seqlen_q, seqlen_kv)]\n");
+  ExpectInvalid(text, PosOf(text, "doc[h]"), {"cannot read buffer `doc`", "as a const"});
+}
+
+TEST(ValidateTest, SinkCannotUseLoopNames) {
+  const std::string text = WithSink("float(kv_lo)");
+  ExpectInvalid(text, PosOf(text, "kv_lo)"),
+                {"`kv_lo` is not declared here", "inside the loop"});
+}
+
 }  // namespace
 }  // namespace cubridge::cuir

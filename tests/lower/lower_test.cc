@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/lower/lower_test_util.h"
@@ -23,7 +24,8 @@ using testing::LoadTestProgram;
 const std::set<std::string> kAllRegions = {
     "abi",          "tile_params", "variant_consts", "table_kernel", "workspace",
     "buffer_check", "variant_bind", "head_map",      "head_check",   "program_lets", "kv_range",
-    "kv_loop",      "block_class", "qk_scale",       "score_mod",    "mask"};
+    "kv_loop",      "block_class", "qk_scale",       "score_mod",    "mask",
+    "epilogue_sink"};
 
 LoweredKernel LowerOrDie(const std::string& name, Arch arch = Arch::kSm80) {
   auto program = LoadTestProgram(name);
@@ -79,6 +81,7 @@ INSTANTIATE_TEST_SUITE_P(
         RegionCase{"document", kTableRegions}, RegionCase{"document_batched", kTableRegions},
         RegionCase{"softcap_alibi", {"variant_consts", "score_mod"}},
         RegionCase{"gqa", {"head_map", "head_check"}},
+        RegionCase{"sink", {"variant_consts", "head_map", "head_check", "epilogue_sink"}},
         RegionCase{"renamed_symbols",
                    {"tile_params", "variant_consts", "buffer_check", "variant_bind", "kv_range",
                     "block_class", "mask"}}),
@@ -141,6 +144,151 @@ TEST(Lower, ScoreModInvariantsAreEvaluatedOncePerBlock) {
   EXPECT_THAT(mods, HasSubstr("score = (score + (static_cast<float>((kv_idx - q_idx)) * invariant));"));
   // The softcap reads the score: nothing of it can move out of the element loop.
   EXPECT_THAT(mods, HasSubstr("score = (cap * tanhf((score / cap)));"));
+}
+
+// The region's text without the indentation of its first line, on every line.
+std::string Unindented(const std::string& region) {
+  const size_t indent = region.find_first_not_of(' ');
+  std::string out;
+  for (absl::string_view line : absl::StrSplit(region, '\n')) {
+    absl::StrAppend(&out, line.substr(std::min({indent, line.find_first_not_of(' '), line.size()})),
+                    "\n");
+  }
+  return out.substr(0, out.size() - 1);
+}
+
+// The lambda a region passes to `visitor(` ... `});`, or "" when there is none.
+std::string LambdaBody(const std::string& region, const std::string& visitor) {
+  const size_t a = region.find(visitor + "([&](");
+  if (a == std::string::npos) return "";
+  return region.substr(a, region.find("});", a) - a);
+}
+
+size_t Count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// A thread's 64 score elements lie on 4 query rows and 16 key columns: doc[q_idx] is read once
+// per row into doc_q[MT][2], doc[kv_idx] once per column into doc_kv[NT][2], and the element
+// loop reads registers only.
+TEST(Lower, DocumentMaskReadsTheBufferOncePerRowAndColumn) {
+  const LoweredKernel k = LowerOrDie("document");
+  const std::string mask = Unindented(RegionText(k, "mask"));
+  const std::string rows = LambdaBody(mask, "for_each_score_row");
+  const std::string cols = LambdaBody(mask, "for_each_score_col");
+  const std::string elements = LambdaBody(mask, "for_each_score_at");
+  ASSERT_NE(elements, "") << mask;
+  EXPECT_EQ(Count(elements, "__ldg("), 0u) << mask;
+  EXPECT_THAT(elements, HasSubstr("if (!((q_idx >= kv_idx) && (doc_q[mt][r] == doc_kv[j][k]))) "
+                                  "score = -INFINITY;"));
+  EXPECT_THAT(mask, HasSubstr("int doc_q[MT][2];"));
+  EXPECT_THAT(mask, HasSubstr("int doc_kv[NT][2];"));
+  EXPECT_THAT(rows, HasSubstr("doc_q[mt][r] = __ldg(doc + q_idx);"));
+  EXPECT_THAT(cols, HasSubstr("doc_kv[j][k] = __ldg(doc + kv_idx);"));
+  EXPECT_EQ(Count(mask, "__ldg("), 2u) << mask;
+  // Only partial blocks pay for the reads: they are inside the `when`.
+  EXPECT_LT(mask.find("if ((!full)) {"), mask.find("doc_q[MT]"));
+  // The expert keeps the slots of a ragged tile's missing rows / columns inside the buffers.
+  EXPECT_THAT(k.cuda_source, HasSubstr("min(at.row(mt, r), q_hi - 1)"));
+  EXPECT_THAT(k.cuda_source, HasSubstr("min(at.col(j, k), kv_hi - 1)"));
+}
+
+// doc[q_idx] alone and inside doc[q_idx] != 0: one read per row. The comparison reads that
+// value in the element loop instead of holding a second array of registers through it.
+TEST(Lower, ShareQuestionMaskReadsEachBufferOncePerRowAndColumn) {
+  const LoweredKernel k = LowerOrDie("share_question");
+  const std::string mask = Unindented(RegionText(k, "mask"));
+  const std::string rows = LambdaBody(mask, "for_each_score_row");
+  const std::string cols = LambdaBody(mask, "for_each_score_col");
+  const std::string elements = LambdaBody(mask, "for_each_score_at");
+  EXPECT_EQ(Count(elements, "__ldg("), 0u) << mask;
+  EXPECT_EQ(Count(rows, "__ldg("), 1u) << mask;
+  EXPECT_EQ(Count(cols, "__ldg("), 1u) << mask;
+  EXPECT_THAT(rows, HasSubstr("doc_q[mt][r] = __ldg(doc + q_idx);"));
+  EXPECT_THAT(cols, HasSubstr("doc_kv[j][k] = __ldg(doc + kv_idx);"));
+  EXPECT_THAT(elements, HasSubstr("if (!(((doc_kv[j][k] == 0) && (doc_q[mt][r] != 0)) || "
+                                  "((q_idx >= kv_idx) && (doc_q[mt][r] == doc_kv[j][k])))) "
+                                  "score = -INFINITY;"));
+  EXPECT_EQ(Count(mask, "[MT][2];"), 1u) << mask;
+  EXPECT_EQ(Count(mask, "[NT][2];"), 1u) << mask;
+}
+
+// prefix[b] is the same for the whole block, inside a per-column comparison: read once per block,
+// and the comparison with it stays in the element loop.
+TEST(Lower, BlockInvariantPartsOfColumnValuesRunOncePerBlock) {
+  const std::string mask = Unindented(RegionText(LowerOrDie("document_batched"), "mask"));
+  EXPECT_THAT(mask, HasSubstr("if ((!full)) {\n  const int invariant = __ldg(prefix + b);\n"));
+  // The row offset b * seqlen_kv too (any block-invariant operation is hoisted).
+  EXPECT_THAT(mask, HasSubstr("const long long invariant_2 = (static_cast<long long>(b) * "
+                              "seqlen_kv);\n"));
+  EXPECT_THAT(LambdaBody(mask, "for_each_score_row"),
+              HasSubstr("doc_q[mt][r] = __ldg(doc + (invariant_2 + q_idx));"));
+  EXPECT_THAT(LambdaBody(mask, "for_each_score_at"),
+              HasSubstr("if (!((doc_q[mt][r] == doc_kv[j][k]) || (kv_idx < invariant))) "
+                        "score = -INFINITY;"));
+  EXPECT_EQ(Count(mask, "__ldg("), 3u) << mask;
+}
+
+// Nothing in these masks is worth a register per row: they are emitted as before.
+TEST(Lower, MasksWithoutCostlyRowOrColumnPartsKeepThePlainElementLoop) {
+  for (const char* name : {"causal", "sliding_window", "global_window"}) {
+    const std::string mask = RegionText(LowerOrDie(name), "mask");
+    EXPECT_THAT(mask, HasSubstr("for_each_score([&](const int q_idx, const int kv_idx, float& "
+                                "score) {"))
+        << name;
+    for (const char* absent : {"for_each_score_at", "for_each_score_row", "for_each_score_col",
+                               "[MT][2]", "[NT][2]", "invariant"}) {
+      EXPECT_THAT(mask, Not(HasSubstr(absent))) << name;
+    }
+  }
+  const std::string causal = Unindented(RegionText(LowerOrDie("causal"), "mask"));
+  EXPECT_EQ(causal.substr(causal.find('\n') + 1),
+            "if ((!full)) {\n"
+            "  for_each_score([&](const int q_idx, const int kv_idx, float& score) {\n"
+            "    if (!(q_idx >= kv_idx)) score = -INFINITY;\n"
+            "  });\n"
+            "}\n");
+}
+
+TEST(Lower, BlockCausalDivisionsRunOncePerRowAndColumn) {
+  auto program = LoadTestProgram("causal");
+  ASSERT_TRUE(program.ok());
+  const std::string text =
+      absl::StrReplaceAll(cuir::PrintProgram(*program),
+                          {{"mask S = q_idx >= kv_idx when",
+                            "mask S = q_idx // 128 >= kv_idx // 128 when"}});
+  auto variant = cuir::ParseProgram(text, "variant.cuir");
+  ASSERT_TRUE(variant.ok()) << variant.status();
+  auto k = Lower(*variant, cuir::AttentionConfig{}, Arch::kSm80);
+  ASSERT_TRUE(k.ok()) << k.status();
+  const std::string mask = Unindented(RegionText(*k, "mask"));
+  EXPECT_THAT(LambdaBody(mask, "for_each_score_row"),
+              HasSubstr("q_invariant[mt][r] = cuir_floordiv<int>(q_idx, 128);"));
+  EXPECT_THAT(LambdaBody(mask, "for_each_score_col"),
+              HasSubstr("kv_invariant[j][k] = cuir_floordiv<int>(kv_idx, 128);"));
+  EXPECT_THAT(LambdaBody(mask, "for_each_score_at"),
+              HasSubstr("const int /*q_idx*/, const int /*kv_idx*/, float& score) {\n"
+                        "    if (!(q_invariant[mt][r] >= kv_invariant[j][k])) score = -INFINITY;"));
+}
+
+TEST(Lower, ScoreModRowAndColumnPartsAreHoisted) {
+  const LoweredKernel k = LowerOrDie("position_scale");
+  const std::string mods = Unindented(RegionText(k, "score_mod"));
+  // log2 runs once per row the thread owns; the element multiplies by the row's value.
+  EXPECT_THAT(mods, HasSubstr("float q_invariant[MT][2];\n"
+                              "for_each_score_row([&](const int mt, const int r, "
+                              "const int q_idx) {\n"
+                              "  q_invariant[mt][r] = log2f(static_cast<float>((q_idx + 2)));\n"
+                              "});\n"));
+  EXPECT_THAT(mods, HasSubstr("for_each_score_at([&](const int mt, const int r, const int /*j*/, "
+                              "const int /*k*/, const int /*q_idx*/, const int /*kv_idx*/, "
+                              "float& score) {\n  score = (score * q_invariant[mt][r]);\n"));
+  // The product stays beside the sum (one fma, as before); only the read and its conversion move.
+  EXPECT_THAT(mods, HasSubstr("kv_invariant[j][k] = static_cast<float>(__ldg(bias + kv_idx));"));
+  EXPECT_THAT(mods, HasSubstr("score = (score + (kv_invariant[j][k] * 0.5f));"));
+  EXPECT_EQ(Count(mods, "log2f("), 1u) << mods;
 }
 
 TEST(Lower, GqaMapsQueryHeadsToKvHeadsWithFloorDivision) {
@@ -287,6 +435,31 @@ TEST(Lower, NewTopLevelLetsGoToProgramLetsBeforeTheLoop) {
               HasSubstr("const int window_lo = cuir_floordiv<int>(cuir_max<int>(0, (q_lo - 128)), "
                         "BLOCK_N);"));
   EXPECT_THAT(RegionText(*k, "kv_range"), HasSubstr("{{window_lo}, {"));
+}
+
+// The sink joins the softmax statistics after the loop, in the expert's log2 units; the const
+// named like the expert's accumulator is renamed, the accumulator itself is not.
+TEST(Lower, EpilogueSinkFoldsIntoTheSoftmaxBeforeTheEpilogue) {
+  const LoweredKernel k = LowerOrDie("sink");
+  const std::string sink = RegionText(k, "epilogue_sink");
+  EXPECT_THAT(sink, HasSubstr("// epilogue sink sink + acc * float(h % 2)  ("));
+  EXPECT_THAT(sink, HasSubstr("softmax.add_sink((sink + (acc_2 * static_cast<float>("));
+  EXPECT_THAT(sink, HasSubstr(" * kLog2e, acc, lane);"));
+  EXPECT_THAT(RegionText(k, "variant_consts"), HasSubstr("constexpr float acc_2 = 0.25f;"));
+  // After the loop's last barrier, before the epilogue call that normalises.
+  const size_t region = k.cuda_source.find("softmax.add_sink(");
+  EXPECT_LT(k.cuda_source.find("no copy into sQ is in flight"), region);
+  EXPECT_LT(region, k.cuda_source.find("epilogue<T, MT, DT"));
+  // Without a sink the region stays empty.
+  EXPECT_EQ(RegionText(LowerOrDie("gqa"), "epilogue_sink"), "");
+}
+
+TEST(LowerErrors, NonNumericSinkIsRejectedBeforeLowering) {
+  // Lower validates first: a bool sink never reaches the generator.
+  const std::string text = absl::StrReplaceAll(BaseText(), {{"  epilogue\n", "  epilogue sink true\n"}});
+  const absl::Status st = LowerText(text);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_THAT(st.message(), HasSubstr("an epilogue sink must be int or float"));
 }
 
 TEST(Lower, ChangedQkScaleIsGenerated) {

@@ -30,9 +30,10 @@ using testing::WriteFile;
 
 constexpr int kParallelCompiles = 2;  // the build machines have two cores
 
-const char* kPrograms[] = {"base",          "causal",        "sliding_window",
-                           "global_window", "document",      "document_batched",
-                           "softcap_alibi", "gqa",           "renamed_symbols"};
+const char* kPrograms[] = {"base",          "causal",         "sliding_window",
+                           "global_window", "document",       "document_batched",
+                           "softcap_alibi", "gqa",            "renamed_symbols",
+                           "share_question", "position_scale"};
 
 struct CompileJob {
   std::string label;
@@ -80,6 +81,32 @@ TEST(Nvcc, EveryLoweredProgramCompilesForItsArch) {
                       absl::StrCat(nvcc, " -c -std=c++17 -arch=sm_", sm,
                                    " -Werror all-warnings -o ", stem, ".o ", stem, ".cu")});
     }
+  }
+  for (const std::string& failure : RunJobs(jobs)) ADD_FAILURE() << failure;
+  CleanUpTempDir(dir, HasFailure());
+}
+
+// A program with `epilogue sink` lowers to code nvcc accepts (the generated add_sink call and
+// the expert's OnlineSoftmax::add_sink it relies on), for both targets, warnings as errors.
+TEST(Nvcc, EpilogueSinkProgramCompiles) {
+  const std::string nvcc = FindNvcc();
+  if (nvcc.empty()) GTEST_SKIP() << "no nvcc (CUBRIDGE_NVCC unset, /usr/local/cuda/bin/nvcc absent)";
+  auto program = LoadTestProgram("sink");
+  ASSERT_TRUE(program.ok()) << program.status();
+  const std::string dir = MakeTempDir("cubridge_sink_");
+  ASSERT_FALSE(dir.empty());
+  std::vector<CompileJob> jobs;
+  for (Arch arch : {Arch::kSm80, Arch::kSm90}) {
+    auto k = Lower(*program, cuir::AttentionConfig{}, arch);
+    ASSERT_TRUE(k.ok()) << k.status();
+    ASSERT_NE(std::find(k->generated_regions.begin(), k->generated_regions.end(), "epilogue_sink"),
+              k->generated_regions.end());
+    const std::string stem = absl::StrCat(dir, "/sink_", ArchName(arch));
+    WriteFile(stem + ".cu", k->cuda_source);
+    const std::string sm = std::string(ArchName(arch)).substr(3);
+    jobs.push_back({absl::StrCat("sink for ", ArchName(arch)),
+                    absl::StrCat(nvcc, " -c -std=c++17 -arch=sm_", sm,
+                                 " -Werror all-warnings -o ", stem, ".o ", stem, ".cu")});
   }
   for (const std::string& failure : RunJobs(jobs)) ADD_FAILURE() << failure;
   CleanUpTempDir(dir, HasFailure());

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <google/protobuf/util/json_util.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "fake_service.h"
 #include "test_util.h"
@@ -93,6 +94,73 @@ TEST_F(CliTest, SubmitSendsTheSpecTheConfigFlagsAndTheJobOptions) {
   EXPECT_EQ(s.archs(1), "sm_90");
   EXPECT_EQ(s.verification(), v1::VERIFICATION_LEVEL_IR);
   EXPECT_EQ(s.idempotency_key(), "nightly-7");
+}
+
+TEST_F(CliTest, SubmitSendsTheProposerAndRefusesAnUnknownOne) {
+  ASSERT_EQ(Cli("submit " + Spec()).exit_code, 0);
+  auto r = Cli("submit " + Spec() + " --proposer hybrid");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto bad = Cli("submit " + Spec() + " --proposer gpt");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_THAT(bad.output, HasSubstr("--proposer"));
+  const auto submits = server_.service().submits();
+  ASSERT_EQ(submits.size(), 2u);
+  EXPECT_EQ(submits[0].proposer(), "");  // the service's default: the rules
+  EXPECT_EQ(submits[1].proposer(), "hybrid");
+}
+
+TEST_F(CliTest, TranscriptShowsAJobsConversation) {
+  v1::Job job = AddJob("j-llm", v1::JOB_STATE_FAILED);
+  const std::string conversation =
+      R"([{"round":0,"role":"user","content":"Transfer this spec."},)"
+      R"({"round":1,"role":"assistant","content":"```cuir\ncuir 1\n```","prompt_tokens":100,)"
+      R"("completion_tokens":50,"verdict":"rejected by the CuIR parser"}])";
+  job.set_proposer("llm");
+  job.set_transcript_json(conversation);
+  server_.service().AddJob(job);
+  auto r = Cli("transcript j-llm");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("Transfer this spec."));
+  EXPECT_THAT(r.output, HasSubstr("round 1 · assistant · 100 prompt + 50 completion tokens · "
+                                  "rejected by the CuIR parser"));
+  auto raw = Cli("transcript j-llm --json");
+  ASSERT_EQ(raw.exit_code, 0) << raw.output;
+  EXPECT_EQ(nlohmann::json::parse(raw.output), nlohmann::json::parse(conversation));
+
+  auto status = Cli("status j-llm");
+  EXPECT_THAT(status.output,
+              HasSubstr("proposer      llm (the conversation: cubridge-cli transcript j-llm)\n"));
+  auto watched = Cli("watch j-llm");
+  EXPECT_THAT(watched.output, HasSubstr("the LLM conversation: cubridge-cli transcript j-llm"));
+
+  AddJob("j-rules", v1::JOB_STATE_SUCCEEDED);
+  auto none = Cli("transcript j-rules");
+  EXPECT_EQ(none.exit_code, 1) << none.output;
+  EXPECT_THAT(none.output, HasSubstr("j-rules has no LLM transcript: its proposer is the rules"));
+  EXPECT_EQ(Cli("transcript j-nope").exit_code, 1);
+}
+
+TEST_F(CliTest, TranscriptShowsALocalFileWithoutAService) {
+  const std::string file = WriteFile(
+      dir_ / "transcript.json",
+      R"([{"round": 1, "role": "assistant", "content": "here it is", "verdict": "accepted"}])");
+  const std::string dead = "127.0.0.1:" + std::to_string(DeadPort());
+  auto r = testing::RunCommand(std::string(CUBRIDGE_CLI) + " transcript " + file +
+                               " --address " + dead);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("round 1 · assistant · accepted"));
+  EXPECT_THAT(r.output, HasSubstr("here it is"));
+  auto raw = testing::RunCommand(std::string(CUBRIDGE_CLI) + " transcript --json " + file);
+  ASSERT_EQ(raw.exit_code, 0) << raw.output;
+  EXPECT_EQ(nlohmann::json::parse(raw.output), nlohmann::json::parse(ReadFile(file)));
+
+  auto bad = Cli("transcript " + WriteFile(dir_ / "notes.txt", "not json"));
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_THAT(bad.output, HasSubstr("not a transcript"));
+  auto neither = Cli("transcript " + dir_ / "missing.json");
+  EXPECT_EQ(neither.exit_code, 2) << neither.output;
+  EXPECT_THAT(neither.output, HasSubstr("neither a file nor a job id"));
+  EXPECT_EQ(server_.service().calls("GetJob"), 0);
 }
 
 TEST_F(CliTest, AnInvalidSpecExits2WithTheServersMessageAsIs) {

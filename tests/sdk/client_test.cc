@@ -63,6 +63,23 @@ TEST_F(ClientTest, SendsTheTokenAsBearerMetadataOnEveryCall) {
   EXPECT_THAT(sent, Each(std::string("Bearer s3cret")));
 }
 
+TEST_F(ClientTest, TranscriptAsksForTheConversationAndGetLeavesItOut) {
+  v1::Job job = AddJob("j-llm", v1::JOB_STATE_FAILED, {"transfer"});
+  const std::string conversation = R"([{"round":1,"role":"assistant","content":"no idea"}])";
+  job.set_proposer("llm");
+  job.set_transcript_json(conversation);
+  server_.service().AddJob(job);
+  auto client = Connect();
+  auto transcript = client->Transcript("j-llm");
+  ASSERT_TRUE(transcript.ok()) << transcript.status();
+  EXPECT_EQ(*transcript, conversation);
+  auto plain = client->Get("j-llm");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->transcript_json(), "");
+  EXPECT_EQ(plain->proposer(), "llm");
+  EXPECT_EQ(client->Transcript("j-none").status().code(), absl::StatusCode::kNotFound);
+}
+
 TEST_F(ClientTest, AWrongTokenIsUnauthenticatedAndNotRetried) {
   server_.service().RequireToken("s3cret");
   auto client = Connect("guess");

@@ -123,6 +123,7 @@ grpc::Status FakeCuBridge::SubmitJob(grpc::ServerContext* ctx,
   job->set_spec_hash(absl::StrFormat("%064x", jobs_.size() + 1));
   job->mutable_archs()->CopyFrom(request->archs());
   job->set_verification(request->verification());
+  job->set_proposer(request->proposer().empty() ? "rules" : request->proposer());
   job->set_state(v1::JOB_STATE_QUEUED);
   if (end_submitted_) {
     job->set_state(end_submitted_->first);
@@ -143,6 +144,8 @@ grpc::Status FakeCuBridge::GetJob(grpc::ServerContext* ctx, const v1::GetJobRequ
   auto found = FindJob(request->job_id());
   if (!found) return NoSuchJob(request->job_id());
   *job = *found;
+  // As the coordinator does: the transcript only when asked for.
+  if (!request->with_transcript()) job->clear_transcript_json();
   return grpc::Status::OK;
 }
 

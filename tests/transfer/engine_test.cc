@@ -60,6 +60,21 @@ TEST(Engine, NotCoveredNamesTheConstructAndWhere) {
               StartsWith("not covered by the rules: buffer `table` at variant.py:4:1 ("));
 }
 
+// A `reference(q, k, v)` spec has no mods for the rules to read: not covered, whatever else the
+// spec holds (its params), in the shape the LLM proposer hand-off parses, pointing at the LLM.
+TEST(Engine, ReferenceSpecIsNotCovered) {
+  VariantSpec spec;
+  spec.reference = true;
+  spec.reference_loc = {"sink.py", 21, 5};
+  spec.consts.push_back({"sink", cuir::Type::kFloat, cuir::FloatLit(0.5), {"sink.py", 21, 38}});
+  absl::StatusOr<TransferResult> r = TransferOnBase(spec);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  const std::string message(r.status().message());
+  EXPECT_THAT(message, StartsWith("not covered by the rules: reference(q, k, v) at sink.py:21:5 ("));
+  EXPECT_THAT(message, HasSubstr("the LLM proposer (`--proposer llm` or `hybrid`) handles it"));
+}
+
 TEST(Engine, MaskNamingTheQueryTileAxisIsNotCovered) {
   absl::StatusOr<TransferResult> r = TransferOnBase(MaskSpec("kv_idx <= m_block"));
   ASSERT_FALSE(r.ok());

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cuir/pipeline/files.h"
+#include "server/core/task_contract.h"
 #include "worker/daemon/execute.h"
 #include "worker/gpu/autotune.h"
 #include "worker/gpu/isolate.h"
@@ -43,6 +44,49 @@ std::string Hostname() {
   char buf[256] = {0};
   gethostname(buf, sizeof(buf) - 1);
   return buf;
+}
+
+// The LLM flags as the task request carries them to the child: everything but the key, which
+// has no field here on purpose (the request is a file on disk).
+json LlmFlagsJson(const propose::LlmFlags& f) {
+  return {{"endpoint", f.endpoint},
+          {"model", f.model},
+          {"api_key_file", f.api_key_file},
+          {"max_rounds", f.max_rounds},
+          {"max_tokens", f.max_tokens},
+          {"max_cost_usd", f.max_cost_usd},
+          {"usd_per_million_prompt", f.usd_per_million_prompt},
+          {"usd_per_million_completion", f.usd_per_million_completion},
+          {"timeout_seconds", f.timeout_seconds},
+          {"retries", f.retries}};
+}
+
+propose::LlmFlags LlmFlagsFromJson(const json& j) {
+  propose::LlmFlags f;
+  f.endpoint = j.value("endpoint", f.endpoint);
+  f.model = j.value("model", f.model);
+  f.api_key_file = j.value("api_key_file", f.api_key_file);
+  f.max_rounds = j.value("max_rounds", f.max_rounds);
+  f.max_tokens = j.value("max_tokens", f.max_tokens);
+  f.max_cost_usd = j.value("max_cost_usd", f.max_cost_usd);
+  f.usd_per_million_prompt = j.value("usd_per_million_prompt", f.usd_per_million_prompt);
+  f.usd_per_million_completion = j.value("usd_per_million_completion", f.usd_per_million_completion);
+  f.timeout_seconds = j.value("timeout_seconds", f.timeout_seconds);
+  f.retries = j.value("retries", f.retries);
+  return f;
+}
+
+// What a task's LLM conversation cost, from its (possibly partial) result; nothing without one.
+void CountLlmUsage(core::Metrics& metrics, const json& result) {
+  if (!result.is_object()) return;
+  const json usage = result.value("llm_usage", json());
+  if (!usage.is_object()) return;
+  try {
+    metrics.LlmUsage(usage.value("requests", int64_t{0}), usage.value("prompt_tokens", int64_t{0}),
+                     usage.value("completion_tokens", int64_t{0}));
+  } catch (const json::exception&) {
+    // A usage document of the wrong shape is a bug in the child, not a reason to lose the task.
+  }
 }
 
 }  // namespace
@@ -100,6 +144,7 @@ absl::Status Daemon::Register() {
   req.set_memory_bytes(memory_bytes_);
   req.add_capabilities("nvrtc");
   if (arch_ != "cpu") req.add_capabilities("gpu-verify");
+  if (options_.llm) req.add_capabilities(core::kLlmClass);
   req.set_hostname(Hostname());
   auto backoff = std::chrono::milliseconds(200);
   while (!draining_) {
@@ -108,8 +153,11 @@ absl::Status Daemon::Register() {
     if (s.ok()) {
       worker_id_ = resp.worker_id();
       lease_ = std::chrono::milliseconds(resp.lease_millis());
-      spdlog::info("registered as {} (arch {}{}) with {}", worker_id_, arch_,
-                   gpu_name_.empty() ? "" : ", " + gpu_name_, options_.coordinator);
+      spdlog::info("registered as {} (arch {}{}) with {}{}", worker_id_, arch_,
+                   gpu_name_.empty() ? "" : ", " + gpu_name_, options_.coordinator,
+                   options_.llm ? absl::StrCat("; LLM proposer: model ", options_.llm->model, " at ",
+                                               options_.llm->endpoint)
+                                : "");
       return absl::OkStatus();
     }
     if (s.error_code() != grpc::StatusCode::UNAVAILABLE) return FromGrpc(s);
@@ -173,11 +221,12 @@ void Daemon::RunTask(const v1::Task& task) {
   const fs::path dir = fs::path(options_.work_dir) / absl::StrCat("task-", task.fencing_token());
   fs::create_directories(dir);
   const std::string progress_path = (dir / "progress.txt").string();
-  const json request = {{"kind", kind},
-                        {"payload", json::parse(task.payload_json(), nullptr, false)},
-                        {"gpu_timeout_seconds", options_.gpu_timeout_seconds},
-                        {"work_dir", dir.string()},
-                        {"progress", progress_path}};
+  json request = {{"kind", kind},
+                  {"payload", json::parse(task.payload_json(), nullptr, false)},
+                  {"gpu_timeout_seconds", options_.gpu_timeout_seconds},
+                  {"work_dir", dir.string()},
+                  {"progress", progress_path}};
+  if (options_.llm && kind == core::kTransferTask) request["llm"] = LlmFlagsJson(*options_.llm);
 
   // The daemon's side of a running task: heartbeats, progress lines, and the decision to stop.
   auto next_beat = std::chrono::steady_clock::now();
@@ -233,11 +282,14 @@ void Daemon::RunTask(const v1::Task& task) {
     Report(task, false, "the worker was drained before the task finished; handed back", true);
   } else if (outcome->ok) {
     metrics_.WorkerTask(kind, "ok", seconds);
+    CountLlmUsage(metrics_, outcome->result["result"]);
     Report(task, true, outcome->result["result"].dump(), false);
   } else if (outcome->result.contains("retryable")) {  // the task itself failed
     metrics_.WorkerTask(kind, "failed", seconds);
+    const json partial = outcome->result.value("result", json());
+    CountLlmUsage(metrics_, partial);
     Report(task, false, outcome->result.value("error", "failed"),
-           outcome->result.value("retryable", true));
+           outcome->result.value("retryable", true), partial.is_null() ? "" : partial.dump());
   } else {  // crashed or hung: another attempt may fare better
     metrics_.WorkerTask(kind, "crashed", seconds);
     Report(task, false, absl::StrCat(outcome->error, outcome->stderr_tail.empty() ? "" : "; last output: ",
@@ -247,7 +299,8 @@ void Daemon::RunTask(const v1::Task& task) {
   if (std::getenv("CUBRIDGE_KEEP_TASK_FILES") == nullptr) pipeline::RemoveTree(dir.string());
 }
 
-void Daemon::Report(const v1::Task& task, bool ok, const std::string& text, bool retryable) {
+void Daemon::Report(const v1::Task& task, bool ok, const std::string& text, bool retryable,
+                    const std::string& partial_result) {
   auto backoff = std::chrono::milliseconds(200);
   // A coordinator restart takes a few seconds; the lease lasts longer than that only if we keep
   // beating, so keep trying for about one lease period and then let the lease expire.
@@ -267,6 +320,7 @@ void Daemon::Report(const v1::Task& task, bool ok, const std::string& text, bool
       req.set_fencing_token(task.fencing_token());
       req.set_error(text);
       req.set_retryable(retryable);
+      req.set_result_json(partial_result);
       v1::FailTaskResponse unused;
       s = Call(&v1::Workers::Stub::FailTask, req, &unused, std::chrono::seconds(30));
     }
@@ -303,13 +357,16 @@ int RunTaskChild(const std::string& request_path, const std::string& result_path
     ExecuteOptions o;
     o.work_dir = request.value("work_dir", fs::temp_directory_path().string());
     o.gpu_timeout_seconds = request.value("gpu_timeout_seconds", 120.0);
+    if (request.contains("llm") && request["llm"].is_object()) o.llm = LlmFlagsFromJson(request["llm"]);
     std::ofstream progress(request.value("progress", "/dev/null"), std::ios::app);
+    json partial;
     auto r = ExecuteTask(request.value("kind", ""), request["payload"], o,
-                         [&](const std::string& line) { progress << line << std::endl; });
+                         [&](const std::string& line) { progress << line << std::endl; }, &partial);
     result = r.ok() ? json{{"ok", true}, {"result", *r}}
                     : json{{"ok", false},
                            {"error", std::string(r.status().message())},
                            {"retryable", Retryable(r.status())}};
+    if (!r.ok() && !partial.is_null()) result["result"] = partial;
   }
   std::ofstream(result_path) << result.dump();
   return result.value("ok", false) ? 0 : 1;

@@ -8,12 +8,14 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <grpcpp/grpcpp.h>
 
 #include "absl/status/status.h"
 #include "cubridge/v1/worker.grpc.pb.h"
+#include "cuir/propose/llm_flags.h"
 #include "server/core/metrics.h"
 
 namespace cubridge::workerd {
@@ -29,6 +31,10 @@ struct DaemonOptions {
   double gpu_timeout_seconds = 120;  // per GPU candidate
   std::chrono::milliseconds drain_timeout{60000};
   std::chrono::milliseconds lease_wait{5000};
+  // Set (an endpoint and a model): the worker registers the capability `llm` and runs the
+  // transfers of llm and hybrid jobs. Only these flags reach the task child; the API key stays in
+  // the file they name or in CUBRIDGE_LLM_API_KEY, which the child inherits.
+  std::optional<propose::LlmFlags> llm;
 };
 
 class Daemon {
@@ -45,7 +51,9 @@ class Daemon {
   absl::Status Register();
   void RunTask(const v1::Task& task);
   // Sends a finished task's outcome, riding out a coordinator restart; gives up on a refusal.
-  void Report(const v1::Task& task, bool ok, const std::string& result_or_error, bool retryable);
+  // A failure carries what the attempt produced before it failed (`partial_result`, JSON).
+  void Report(const v1::Task& task, bool ok, const std::string& result_or_error, bool retryable,
+              const std::string& partial_result = "");
   template <typename Request, typename Response, typename Method>
   grpc::Status Call(Method method, const Request& request, Response* response,
                     std::chrono::milliseconds deadline);
@@ -61,7 +69,8 @@ class Daemon {
 };
 
 // The child side: reads the request (kind, payload, options), runs the task, writes the result
-// document. Exit 0 when the task succeeded, 1 when it failed.
+// document ({ok, result} or {ok: false, error, retryable, result: what the attempt produced}).
+// Exit 0 when the task succeeded, 1 when it failed.
 int RunTaskChild(const std::string& request_path, const std::string& result_path);
 
 }  // namespace cubridge::workerd

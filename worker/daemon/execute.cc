@@ -4,10 +4,13 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cuir/ir/program.h"
+#include "cuir/pipeline/proposer.h"
 #include "cuir/pipeline/stages.h"
+#include "cuir/propose/llm_proposer.h"
 #include "server/core/task_contract.h"
 #include "worker/gpu/autotune.h"
 #include "worker/gpu/module.h"
@@ -70,36 +73,62 @@ gpu::AutotuneOptions TunerOptions(const ExecuteOptions& o) {
   return t;
 }
 
-absl::StatusOr<json> RunTransfer(const json& payload) {
+// The job's proposer (rules, llm or hybrid: pipeline::Proposer) proposes the program and the CPU
+// verifier accepts or rejects it; whoever proposed it, a mismatch is not retried.
+absl::StatusOr<json> RunTransfer(const json& payload, const ExecuteOptions& o,
+                                 const std::function<void(const std::string&)>& progress,
+                                 json* partial) {
   Clock clock;
   auto spec_json = core::Field(payload, "spec", "transfer payload");
   if (!spec_json.ok()) return spec_json.status();
   auto input = core::SpecInput::FromJson(*spec_json);
   if (!input.ok()) return input.status();
-  std::string detail, transfer_detail, verify_detail;
+  const std::string name = payload.value("proposer", std::string(core::kDefaultProposer));
+  if (auto s = pipeline::CheckProposerName(name); !s.ok()) return In("transfer", s);
+  std::string detail;
   auto spec = pipeline::SpecStage(spec::LoadSpecSource(input->source, input->file_name),
                                   input->params, &detail);
   if (!spec.ok()) return In("spec", spec.status());
   auto base = pipeline::LiftStage(lower::Arch::kSm80, &detail);
   if (!base.ok()) return In("lift", base.status());
-  Clock transfer_clock;
-  auto t = pipeline::TransferStage(*base, *spec, input->config, &transfer_detail);
-  if (!t.ok()) return In("transfer", t.status());
-  const double transfer_seconds = transfer_clock.Seconds();
-  Clock verify_clock;
-  auto v = pipeline::VerifyStage(t->program, *spec, input->config, input->BufferSources(),
-                                 input->seed, {}, &verify_detail);
-  // A mismatch is a fact about this spec and these rules, not bad luck: no retry.
-  if (!v.ok()) return In("verify", absl::FailedPreconditionError(v.status().message()));
-  return json{{"program", cuir::PrintProgram(t->program)},
-              {"transfer", pipeline::AppliedRulesJson(*t)},
-              {"verification", v->ToJson()},
-              {"transfer_detail", transfer_detail},
-              {"verify_detail", verify_detail},
-              {"transfer_seconds", transfer_seconds},
-              {"verify_seconds", verify_clock.Seconds()},
-              {"detail", transfer_detail},
-              {"seconds", clock.Seconds()}};
+  propose::LlmSettings settings;
+  if (name != core::kDefaultProposer) {
+    // Only workers that registered an endpoint lease these; another one may still have it.
+    if (!o.llm) {
+      return absl::UnavailableError(absl::StrCat(
+          "transfer: the ", name, " proposer needs an LLM endpoint and this worker has none "
+          "(start cubridge-worker with --llm-endpoint and --llm-model)"));
+    }
+    auto resolved = propose::ResolveLlmSettings(*o.llm);
+    if (!resolved.ok()) return In("transfer", resolved.status());
+    settings = *std::move(resolved);
+  }
+  auto proposer = propose::MakeProposer(name, settings);
+  if (!proposer.ok()) return In("transfer", proposer.status());
+  const pipeline::ProposeRequest request{*base,   *spec, input->config, input->BufferSources(),
+                                         input->seed, {},   {},            progress};
+  pipeline::Proposal p = (*proposer)->Propose(request);
+  json result = {{"proposer", p.proposer.empty() ? name : p.proposer},
+                 {"transcript", p.transcript},
+                 {"llm_usage", p.llm_usage},
+                 {"transfer_detail", p.transfer_detail},
+                 {"transfer_seconds", p.transfer_seconds},
+                 {"detail", p.transfer_detail},
+                 {"seconds", clock.Seconds()}};
+  if (!p.status.ok()) {
+    if (partial != nullptr) *partial = result;
+    // A mismatch is a fact about this spec and this program, not bad luck: no retry.
+    if (absl::StartsWith(p.status.message(), "verify: ")) {
+      return absl::FailedPreconditionError(p.status.message());
+    }
+    return p.status;  // "transfer: ..." with its own code (a spent budget is not retried)
+  }
+  result["program"] = cuir::PrintProgram(p.transfer.program);
+  result["transfer"] = pipeline::AppliedRulesJson(p.transfer);
+  result["verification"] = p.verification.ToJson();
+  result["verify_detail"] = p.verify_detail;
+  result["verify_seconds"] = p.verify_seconds;
+  return result;
 }
 
 absl::StatusOr<json> RunLift(const json& payload, const ExecuteOptions& o,
@@ -214,8 +243,9 @@ absl::StatusOr<json> RunCandidate(const json& payload, const ExecuteOptions& o,
 
 absl::StatusOr<json> ExecuteTask(const std::string& kind, const json& payload,
                                  const ExecuteOptions& o,
-                                 const std::function<void(const std::string&)>& progress) {
-  if (kind == core::kTransferTask) return RunTransfer(payload);
+                                 const std::function<void(const std::string&)>& progress,
+                                 json* partial_result) {
+  if (kind == core::kTransferTask) return RunTransfer(payload, o, progress, partial_result);
   if (kind == core::kLiftTask) return RunLift(payload, o, progress);
   if (kind == core::kCandidateTask) return RunCandidate(payload, o, progress);
   return absl::InvalidArgumentError(absl::StrCat("unknown task kind \"", kind, "\""));

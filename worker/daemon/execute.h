@@ -4,24 +4,33 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
+#include "cuir/propose/llm_flags.h"
 
 namespace cubridge::workerd {
 
 struct ExecuteOptions {
   double gpu_timeout_seconds = 120;  // per GPU candidate (its runner child)
   std::string work_dir;              // scratch; must exist
+  // This worker's LLM endpoint, for llm and hybrid transfers; none: it has none. Flags, not
+  // resolved settings: the key is read where it is used, from the file they name or from
+  // CUBRIDGE_LLM_API_KEY, so it never travels through a request file.
+  std::optional<propose::LlmFlags> llm;
 };
 
 // The task's result document. Errors are the task's failure; Retryable() says whether another
 // attempt could succeed (a bad spec or a mismatch cannot; a missing GPU or a crash can).
+// A failure may still have produced something worth keeping (a transfer's LLM transcript and
+// token usage): it goes to `partial_result` when that is given, else it stays null.
 absl::StatusOr<nlohmann::json> ExecuteTask(const std::string& kind, const nlohmann::json& payload,
                                            const ExecuteOptions& options,
-                                           const std::function<void(const std::string&)>& progress);
+                                           const std::function<void(const std::string&)>& progress,
+                                           nlohmann::json* partial_result = nullptr);
 bool Retryable(const absl::Status& status);
 
 }  // namespace cubridge::workerd

@@ -1,5 +1,6 @@
 // cubridge-worker: a worker daemon of the CuBridge service (one per GPU, or CPU-only).
-//   cubridge-worker --coordinator HOST:PORT [--arch auto|cpu|sm_80|sm_90] ...
+//   cubridge-worker --coordinator HOST:PORT [--arch auto|cpu|sm_80|sm_90]
+//                   [--llm-endpoint URL --llm-model NAME [--llm-api-key-file F] ...] ...
 //   cubridge-worker run-task --request FILE --result FILE   (the per-task child; internal)
 #include <cstdlib>
 #include <fstream>
@@ -11,6 +12,7 @@
 #include "server/core/signals.h"
 
 #include "absl/strings/ascii.h"
+#include "cuir/propose/llm_flags.h"
 #include "worker/daemon/daemon.h"
 
 namespace {
@@ -57,6 +59,8 @@ int main(int argc, char** argv) {
   app.add_option("--drain-seconds", drain_s,
                  "On SIGTERM, how long the running task may still take before it is handed back")
       ->capture_default_str();
+  cubridge::propose::LlmFlags llm;
+  cubridge::propose::AddLlmFlags(&app, llm);
   CLI11_PARSE(app, argc, argv);
   o.drain_timeout = std::chrono::milliseconds(static_cast<int64_t>(drain_s * 1000));
   if (o.arch != "auto" && o.arch != "cpu" && o.arch != "sm_80" && o.arch != "sm_90") {
@@ -74,6 +78,29 @@ int main(int argc, char** argv) {
   if (o.token.empty()) {
     std::cerr << "cubridge-worker: no worker token: pass --token-file or set CUBRIDGE_WORKER_TOKEN\n";
     return 2;
+  }
+
+  // Resolved here so a bad flag or an unreadable key file stops the worker at once, not each
+  // task; the child resolves the same flags again (the key is not passed to it).
+  auto settings = cubridge::propose::ResolveLlmSettings(llm);
+  if (!settings.ok()) {
+    std::cerr << "cubridge-worker: " << settings.status().message() << "\n";
+    return 2;
+  }
+  const bool has_endpoint = !settings->chat.endpoint.empty(), has_model = !settings->chat.model.empty();
+  if (has_endpoint != has_model) {
+    std::cerr << "cubridge-worker: "
+              << (has_endpoint ? "an LLM endpoint is set but no model: pass --llm-model (or set "
+                                 "CUBRIDGE_LLM_MODEL)"
+                               : "an LLM model is set but no endpoint: pass --llm-endpoint (or set "
+                                 "CUBRIDGE_LLM_ENDPOINT)")
+              << "\n";
+    return 2;
+  }
+  if (has_endpoint) {
+    o.llm = llm;
+    o.llm->endpoint = settings->chat.endpoint;
+    o.llm->model = settings->chat.model;
   }
 
   cubridge::workerd::Daemon daemon(o);

@@ -325,7 +325,30 @@ __global__ void __launch_bounds__(kThreadsFor<D>)
         if (q_idx < q_hi && kv_idx < kv_hi) f(q_idx, kv_idx, x);
       });
     };
-    (void)for_each_score;
+    // The same as f(mt, r, j, k, q_idx, kv_idx, score&), n-tile by n-tile: (mt, r) and (j, k)
+    // are the element's row and column slots (FragCoord), which index the values the regions
+    // computed per row and per column with the two visitors below.
+    auto for_each_score_at = [&](auto&& f) {
+      for_each_fragment_by_col(s, [&](int mt, int j, int c, float& x) {
+        const int q_idx = at.q(mt, c), kv_idx = at.kv(j, c);
+        if (q_idx < q_hi && kv_idx < kv_hi) {
+          f(mt, FragCoord::row_slot(c), j, FragCoord::col_slot(c), q_idx, kv_idx, x);
+        }
+      });
+    };
+    // f(mt, r, q_idx) per row slot, f(j, k, kv_idx) per column slot. A slot past q_hi / kv_hi
+    // (a ragged tile) gets the last in-bounds index instead: no element reads that slot, and a
+    // program's expressions are defined at every in-bounds index (the interpreter evaluates each
+    // of them, `&&` operands included, everywhere), so evaluating one there reads no buffer out
+    // of bounds, where the element loop would skip the out-of-bounds index.
+    auto for_each_score_row = [&](auto&& f) {
+      for_each_row_slot<MT>([&](int mt, int r) { f(mt, r, min(at.row(mt, r), q_hi - 1)); });
+    };
+    auto for_each_score_col = [&](auto&& f) {
+      for_each_col_slot<NT>([&](int j, int k) { f(j, k, min(at.col(j, k), kv_hi - 1)); });
+    };
+    (void)for_each_score, (void)for_each_score_at;
+    (void)for_each_score_row, (void)for_each_score_col;
     // @cuir-region score_mod
     // @cuir-end score_mod
     // @cuir-region mask
@@ -341,6 +364,8 @@ __global__ void __launch_bounds__(kThreadsFor<D>)
   cp_async_wait<0>();
   __syncthreads();  // no copy into sQ is in flight when the epilogue reuses it (empty loops too)
 
+  // @cuir-region epilogue_sink
+  // @cuir-end epilogue_sink
   // epilogue: O = acc / l (0 where l = 0), LSE = m + log(l) (-inf where l = 0)
   T* o_ptr = static_cast<T*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride +
              static_cast<int64_t>(q_lo) * p.o_row_stride;

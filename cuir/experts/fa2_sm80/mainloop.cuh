@@ -96,11 +96,20 @@ __device__ __forceinline__ void gemm_pv(float (&acc_o)[MT][DT][4], const float (
 
 // Where one thread's score registers sit in the problem: element (mt, j, c) is query row
 // q0 + mt*16 + (c >= 2 ? 8 : 0) and key column kv0 + j*8 + (c & 1).
+//
+// So the thread's MT x NT x 4 elements lie on only MT x 2 rows and NT x 2 columns: row slot
+// (mt, r) and column slot (j, k), with element (mt, j, c) on row slot (mt, c >> 1) and column
+// slot (j, c & 1). What depends on the row alone can be computed once per row slot instead of
+// once per element.
 struct FragCoord {
   int q0;   // first query row of this thread (m-tile 0, c < 2)
   int kv0;  // first key column of this thread (n-tile 0, c even)
-  __device__ __forceinline__ int q(int mt, int c) const { return q0 + mt * 16 + ((c >> 1) << 3); }
-  __device__ __forceinline__ int kv(int j, int c) const { return kv0 + j * 8 + (c & 1); }
+  __device__ __forceinline__ int row(int mt, int r) const { return q0 + mt * 16 + (r << 3); }
+  __device__ __forceinline__ int col(int j, int k) const { return kv0 + j * 8 + k; }
+  __device__ __forceinline__ static int row_slot(int c) { return c >> 1; }
+  __device__ __forceinline__ static int col_slot(int c) { return c & 1; }
+  __device__ __forceinline__ int q(int mt, int c) const { return row(mt, row_slot(c)); }
+  __device__ __forceinline__ int kv(int j, int c) const { return col(j, col_slot(c)); }
 };
 
 // Calls f(mt, j, c, element) on every score register of the thread (fully unrolled, so the
@@ -113,6 +122,36 @@ __device__ __forceinline__ void for_each_fragment(float (&s)[MT][NT][4], F&& f) 
     for (int j = 0; j < NT; ++j)
 #pragma unroll
       for (int c = 0; c < 4; ++c) f(mt, j, c, s[mt][j][c]);
+}
+
+// for_each_fragment n-tile by n-tile: then a value kept per key column (for_each_col_slot) is
+// dead once its n-tile is done. In m-tile order all of them stay live across the first m-tiles,
+// which at hdim 128 (MT = 2, NT = 8) made the kernel spill.
+template <int MT, int NT, class F>
+__device__ __forceinline__ void for_each_fragment_by_col(float (&s)[MT][NT][4], F&& f) {
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) f(mt, j, c, s[mt][j][c]);
+}
+
+// Call f(mt, r) on every row slot / f(j, k) on every column slot of the thread (unrolled, so
+// that per-slot values kept in [MT][2] / [NT][2] arrays stay in registers).
+template <int MT, class F>
+__device__ __forceinline__ void for_each_row_slot(F&& f) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) f(mt, r);
+}
+template <int NT, class F>
+__device__ __forceinline__ void for_each_col_slot(F&& f) {
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int k = 0; k < 2; ++k) f(j, k);
 }
 
 }  // namespace fa2

@@ -1,4 +1,5 @@
-// Online softmax over register fragments (CuIR: softmax.init / softmax.online / epilogue stats).
+// Online softmax over register fragments (CuIR: softmax.init / softmax.online / epilogue stats
+// and its sink).
 //
 // Scores arrive in log2 units (score * log2(e)); -inf marks masked elements. Each thread owns
 // two rows per 16-row m-tile (g and g+8); the four threads of a quad share a row, so the row max
@@ -59,6 +60,31 @@ struct OnlineSoftmax {
           sum += s[mt][j][2 * r] + s[mt][j][2 * r + 1];
         }
         row_sum[mt][r] = row_sum[mt][r] * alpha + sum;
+#pragma unroll
+        for (int d = 0; d < DT; ++d) {
+          acc[mt][d][2 * r] *= alpha;
+          acc[mt][d][2 * r + 1] *= alpha;
+        }
+      }
+    }
+  }
+
+  // CuIR `epilogue sink EXPR`: one more logit per row (log2 units, like the scores) that joins
+  // the denominator with a zero value row, folded in after the last block as a one-column step.
+  // The quad agrees on row_max, so each thread rescales its partial sum and acc alike; only the
+  // quad's first thread adds the sink's mass, since finalize sums the quad's partial sums.
+  template <int DT>
+  __device__ __forceinline__ void add_sink(float logit, float (&acc)[MT][DT][4], int lane) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float mx = fmaxf(row_max[mt][r], logit);
+        // A row that kept nothing and a sink of -inf stay empty (O = 0, LSE = -inf), not NaN.
+        const float m_use = mx == -CUDART_INF_F ? 0.f : mx;
+        const float alpha = exp2f(row_max[mt][r] - m_use);
+        row_sum[mt][r] = row_sum[mt][r] * alpha + ((lane & 3) == 0 ? exp2f(logit - m_use) : 0.f);
+        row_max[mt][r] = mx;
 #pragma unroll
         for (int d = 0; d < DT; ++d) {
           acc[mt][d][2 * r] *= alpha;

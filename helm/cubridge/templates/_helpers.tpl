@@ -138,7 +138,48 @@ cannot look the cluster up, so there a fresh value is rendered every time.
 {{- end -}}
 {{- end -}}
 
-{{/* Environment every coordinator and worker container may need for the LLM key (reserved). */}}
+{{/*
+The LLM proposer's settings go to worker pools only; the coordinator never calls the model.
+"cubridge.llm.pool" (dict "ctx" $ "pool" $pool) renders "true" when the pool gets them: llm is
+enabled and llm.pools is empty (every pool) or names it.
+*/}}
+{{- define "cubridge.llm.pool" -}}
+{{- $llm := .ctx.Values.llm -}}
+{{- if and $llm.enabled (or (not $llm.pools) (has .pool.name $llm.pools)) -}}true{{- end -}}
+{{- end -}}
+
+{{/* "true" when a key is given at all; local servers need none, and then nothing is rendered. */}}
+{{- define "cubridge.llm.hasKey" -}}
+{{- if or .Values.llm.existingSecret .Values.llm.apiKey -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+A worker's --llm-* flags, as args list items. The key is not among them: a flag would show in
+`ps`, so it arrives as CUBRIDGE_LLM_API_KEY ("cubridge.llm.env").
+*/}}
+{{- define "cubridge.llm.args" -}}
+{{- $llm := .Values.llm -}}
+- --llm-endpoint
+- {{ $llm.endpoint | quote }}
+- --llm-model
+- {{ $llm.model | quote }}
+- --llm-max-rounds
+- {{ include "cubridge.number" $llm.maxRounds | quote }}
+- --llm-max-tokens
+- {{ include "cubridge.number" $llm.maxTokens | quote }}
+- --llm-max-cost-usd
+- {{ include "cubridge.number" $llm.maxCostUsd | quote }}
+- --llm-usd-per-million-prompt
+- {{ include "cubridge.number" $llm.usdPerMillionPrompt | quote }}
+- --llm-usd-per-million-completion
+- {{ include "cubridge.number" $llm.usdPerMillionCompletion | quote }}
+- --llm-timeout
+- {{ include "cubridge.number" $llm.timeoutSeconds | quote }}
+- --llm-retries
+- {{ include "cubridge.number" $llm.retries | quote }}
+{{- end -}}
+
+{{/* The API key of a worker that gets the LLM settings, when one is given. */}}
 {{- define "cubridge.llm.env" -}}
 - name: CUBRIDGE_LLM_API_KEY
   valueFrom:
@@ -165,8 +206,17 @@ cannot look the cluster up, so there a fresh value is rendered every time.
 {{- if and .Values.tls.enabled (not .Values.tls.existingSecret) (not (and .Values.tls.cert .Values.tls.key .Values.tls.ca)) -}}
 {{- fail "tls.enabled: set tls.existingSecret, or all of tls.cert, tls.key and tls.ca" -}}
 {{- end -}}
-{{- if and .Values.llm.enabled (not .Values.llm.existingSecret) (not .Values.llm.apiKey) -}}
-{{- fail "llm.enabled: set llm.existingSecret or llm.apiKey" -}}
+{{- /* values.schema.json says the same; this holds with --skip-schema-validation too. */ -}}
+{{- if and .Values.llm.enabled (not .Values.llm.endpoint) -}}
+{{- fail "llm.enabled: set llm.endpoint to the model server's chat-completions base URL, e.g. http://vllm.llm.svc.cluster.local:8000/v1" -}}
+{{- end -}}
+{{- if and .Values.llm.enabled (not .Values.llm.model) -}}
+{{- fail "llm.enabled: set llm.model to the name of a model the server at llm.endpoint serves" -}}
+{{- end -}}
+{{- range .Values.llm.pools -}}
+{{- if not (has . $names) -}}
+{{- fail (printf "llm.pools names %q, which is not a pool of workers.pools (pools: %s); set llm.pools to names from workers.pools[].name, or to [] for every pool" . (join ", " $names | default "none")) -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 

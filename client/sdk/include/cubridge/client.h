@@ -4,6 +4,7 @@
 //   auto options = cubridge::ClientOptions::FromEnvironment();
 //   auto client = cubridge::Client::Connect(*options);
 //   auto request = cubridge::RequestFromSpecFile("doc.py");
+//   request->set_proposer("hybrid");  // optional: "rules" (default), "llm" or "hybrid"
 //   auto job = (*client)->Submit(*request);
 //   auto done = (*client)->Watch(job->job_id(), [](const cubridge::v1::StageEvent& e) { ... });
 //
@@ -57,7 +58,14 @@ class Client {
   // Retrying is safe: a request without an idempotency key gets a random one before the first
   // attempt, so every attempt names the same job.
   absl::StatusOr<v1::Job> Submit(const v1::SubmitJobRequest& request);
+  // The job without its transcript (see Transcript).
   absl::StatusOr<v1::Job> Get(const std::string& job_id);
+  // The LLM conversation of the job's transfer, as the service stores it: a JSON array of turns
+  // (docs/llm.md; `cubridge-cli transcript JOB` renders it). Kept whether the conversation led to
+  // an accepted program or not. "" when the job has none: its proposer is the rules (or a hybrid
+  // whose rules covered the spec), its transfer has not ended, or it was a cache hit. NOT_FOUND
+  // for an unknown job.
+  absl::StatusOr<std::string> Transcript(const std::string& job_id);
   // Calls on_event for each of the job's stage events, from the first, and returns the job once
   // it ended. A broken stream is re-opened and the events already delivered are not repeated.
   absl::StatusOr<v1::Job> Watch(const std::string& job_id,
