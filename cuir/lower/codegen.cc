@@ -684,20 +684,18 @@ class RegionWriter {
           }
           break;
         }
-        case Level::kRow: {
-          LOWER_ASSIGN_OR_RETURN(value, EmitExpr(h.expr, row));
-          absl::StrAppend(&row_arrays, CTypeName(value.type), " ", h.name, "[MT][2];\n");
-          absl::StrAppend(&row_values, "  ", h.name, "[mt][r] = ", value.text, ";\n");
-          row.Bind(h.name, h.name + "[mt][r]", value.type);
-          element->Bind(h.name, h.name + "[mt][r]", value.type);
-          break;
-        }
+        case Level::kRow:
         case Level::kColumn: {
-          LOWER_ASSIGN_OR_RETURN(value, EmitExpr(h.expr, col));
-          absl::StrAppend(&col_arrays, CTypeName(value.type), " ", h.name, "[NT][2];\n");
-          absl::StrAppend(&col_values, "  ", h.name, "[j][k] = ", value.text, ";\n");
-          col.Bind(h.name, h.name + "[j][k]", value.type);
-          element->Bind(h.name, h.name + "[j][k]", value.type);
+          // One register array per owned fragment row (MT x 2) or column (NT x 2).
+          const bool is_row = h.level == Level::kRow;
+          EmitScope& scope = is_row ? row : col;
+          const std::string slot = h.name + (is_row ? "[mt][r]" : "[j][k]");
+          LOWER_ASSIGN_OR_RETURN(value, EmitExpr(h.expr, scope));
+          absl::StrAppend(is_row ? &row_arrays : &col_arrays, CTypeName(value.type), " ", h.name,
+                          is_row ? "[MT][2];\n" : "[NT][2];\n");
+          absl::StrAppend(is_row ? &row_values : &col_values, "  ", slot, " = ", value.text, ";\n");
+          scope.Bind(h.name, slot, value.type);
+          element->Bind(h.name, slot, value.type);
           break;
         }
         case Level::kElement: break;
