@@ -61,6 +61,8 @@ std::string RenamePrefix(const std::string& text, const std::string& from, const
   return out;
 }
 
+}  // namespace
+
 // `// @cuir-entry ROLE NAME` lines: the device entry points a module loader looks up.
 std::map<std::string, std::string> DeviceEntries(const std::string& source) {
   std::map<std::string, std::string> out;
@@ -72,8 +74,6 @@ std::map<std::string, std::string> DeviceEntries(const std::string& source) {
   }
   return out;
 }
-
-}  // namespace
 
 absl::StatusOr<Arch> ParseArch(const std::string& s) {
   if (s == "sm_80") return Arch::kSm80;

@@ -32,6 +32,9 @@ struct LoweredKernel {
   std::vector<std::string> copied_regions;     // regions copied verbatim from the expert
 };
 
+// The `// @cuir-entry ROLE NAME` lines of a kernel source: its device entry points by role.
+std::map<std::string, std::string> DeviceEntries(const std::string& source);
+
 absl::StatusOr<LoweredKernel> Lower(const cuir::Program& program,
                                     const cuir::AttentionConfig& config, Arch arch);
 

@@ -24,12 +24,6 @@ std::string ExpertOf(const cuir::Program& p) {
   return "";
 }
 
-// Why a proposal was turned down: which check, and its exact words (what the model is told).
-struct Rejection {
-  std::string stage;
-  std::string error;
-};
-
 // One proposal through every check an accepted program must pass, cheapest first.
 std::optional<Rejection> Check(const std::string& reply, const ProposeRequest& r,
                                cuir::Program* program, pipeline::VerifyReport* report,
@@ -72,16 +66,6 @@ std::optional<Rejection> Check(const std::string& reply, const ProposeRequest& r
   return std::nullopt;
 }
 
-json Turn(int round, const std::string& role, const std::string& content) {
-  return {{"round", round}, {"role", role}, {"content", content}};
-}
-
-bool BudgetSpent(const llm::ChatClient& c, const llm::Budget& b) {
-  const int64_t used = c.used().prompt_tokens + c.used().completion_tokens;
-  return (b.max_tokens > 0 && used >= b.max_tokens) ||
-         (b.max_cost_usd > 0 && c.cost_usd() >= b.max_cost_usd);
-}
-
 }  // namespace
 
 Proposal LlmProposer::Propose(const ProposeRequest& request) {
@@ -92,87 +76,40 @@ Proposal LlmProposer::ProposeAfterRules(const ProposeRequest& r, const std::stri
   Proposal p;
   p.proposer = "llm";
   const auto start = std::chrono::steady_clock::now();
-  const int rounds = std::max(1, settings_.max_rounds);
-  const std::string model = settings_.chat.model;
-  auto fail = [&](absl::StatusCode code, const std::string& what) {
-    p.status = absl::Status(code, absl::StrCat("transfer: llm proposer (", model, "): ", what));
-    p.transfer_seconds = SecondsSince(start);
-  };
+  const std::string task = "transfer: llm proposer";
   auto reference = CuirReference();
   if (!reference.ok()) {
-    fail(absl::StatusCode::kInternal, std::string(reference.status().message()));
+    p.status = absl::InternalError(absl::StrCat(task, " (", settings_.chat.model,
+                                                "): ", reference.status().message()));
     return p;
   }
-  llm::ChatClient client(settings_.chat, settings_.budget, settings_.observer);
-  std::vector<llm::ChatMessage> messages = {
-      {"system", SystemPrompt(*reference)},
-      {"user", TransferPrompt(r.base, r.spec, r.config, rules_said)}};
-  p.transcript.push_back(Turn(0, "system", SystemPromptForTranscript(*reference)));
-  p.transcript.push_back(Turn(0, "user", messages[1].content));
-  int requests = 0;
-  auto record_usage = [&] {
-    p.llm_usage = {{"model", model},
-                   {"requests", requests},
-                   {"prompt_tokens", client.used().prompt_tokens},
-                   {"completion_tokens", client.used().completion_tokens},
-                   {"cost_usd", client.cost_usd()}};
-  };
-
-  Rejection last;
-  for (int round = 1; round <= rounds; ++round) {
-    if (r.progress) r.progress(absl::StrFormat("llm round %d of %d: asking %s", round, rounds, model));
-    auto reply = client.Complete(messages);
-    if (!reply.ok()) {
-      requests += 1;
-      record_usage();
-      // A spent budget is this job's limit, not bad luck: retrying the task would spend more.
-      const absl::StatusCode code = BudgetSpent(client, settings_.budget)
-                                        ? absl::StatusCode::kFailedPrecondition
-                                        : reply.status().code();
-      fail(code, absl::StrCat("round ", round, ": ", reply.status().message()));
-      p.transcript.push_back(Turn(round, "error", std::string(reply.status().message())));
-      return p;
-    }
-    requests += reply->attempts;
-    json turn = Turn(round, "assistant", reply->content);
-    turn["prompt_tokens"] = reply->usage.prompt_tokens;
-    turn["completion_tokens"] = reply->usage.completion_tokens;
-    turn["seconds"] = reply->seconds;
-    p.transcript.push_back(turn);
-    messages.push_back({"assistant", reply->content});
-
-    cuir::Program program;
-    pipeline::VerifyReport report;
-    double verify_seconds = 0;
-    auto rejected = Check(reply->content, r, &program, &report, &verify_seconds);
-    if (!rejected) {
-      p.transcript.back()["verdict"] = "accepted";
-      p.transfer.program = std::move(program);
-      p.transfer.applied.push_back(
-          {"llm.transfer", absl::StrFormat("proposed by %s, accepted at round %d of %d", model,
-                                           round, rounds)});
-      p.verification = std::move(report);
-      p.verify_seconds = verify_seconds;
-      p.verify_detail = p.verification.Summary();
-      record_usage();
-      p.transfer_detail = absl::StrFormat(
-          "llm %s: accepted at round %d of %d (%d tokens)", model, round, rounds,
-          client.used().prompt_tokens + client.used().completion_tokens);
-      p.transfer_seconds = SecondsSince(start) - verify_seconds;
-      return p;
-    }
-    p.transcript.back()["verdict"] = absl::StrCat("rejected by the ", rejected->stage);
-    last = *rejected;
-    if (round < rounds) {
-      messages.push_back({"user", Feedback(round, rounds, rejected->stage, rejected->error)});
-      p.transcript.push_back(Turn(round, "user", messages.back().content));
-    }
-  }
-  record_usage();
-  // The model had its rounds; the same spec would get the same treatment again.
-  fail(absl::StatusCode::kFailedPrecondition,
-       absl::StrFormat("no verified program after %d rounds; the last was rejected by the %s: %s",
-                       rounds, last.stage, last.error));
+  Conversation c{task, SystemPrompt(*reference), SystemPromptForTranscript(*reference),
+                 TransferPrompt(r.base, r.spec, r.config, rules_said), r.progress};
+  cuir::Program program;
+  pipeline::VerifyReport report;
+  double verify_seconds = 0;
+  ConversationResult talk = Converse(settings_, c, [&](const std::string& reply, int) {
+    double seconds = 0;
+    auto rejected = Check(reply, r, &program, &report, &seconds);
+    verify_seconds += seconds;
+    return rejected;
+  });
+  p.transcript = std::move(talk.transcript);
+  p.llm_usage = std::move(talk.usage);
+  p.status = talk.status;
+  p.transfer_seconds = SecondsSince(start) - verify_seconds;
+  if (!talk.status.ok()) return p;
+  const int rounds = std::max(1, settings_.max_rounds);
+  const std::string& model = settings_.chat.model;
+  p.transfer.program = std::move(program);
+  p.transfer.applied.push_back(
+      {"llm.transfer", absl::StrFormat("proposed by %s, accepted at round %d of %d", model,
+                                       talk.accepted_round, rounds)});
+  p.verification = std::move(report);
+  p.verify_seconds = verify_seconds;
+  p.verify_detail = p.verification.Summary();
+  p.transfer_detail = absl::StrFormat("llm %s: accepted at round %d of %d (%d tokens)", model,
+                                      talk.accepted_round, rounds, talk.tokens);
   return p;
 }
 

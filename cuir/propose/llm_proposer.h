@@ -7,17 +7,10 @@
 #include <memory>
 #include <string>
 
-#include "cuir/llm/chat_client.h"
 #include "cuir/pipeline/proposer.h"
+#include "cuir/propose/conversation.h"
 
 namespace cubridge::propose {
-
-struct LlmSettings {
-  llm::ChatOptions chat;
-  llm::Budget budget;
-  int max_rounds = 4;
-  llm::UsageObserver observer;  // token usage, for metrics; may be null
-};
 
 // `llm`: the model proposes from the start (the rules are not asked).
 class LlmProposer : public pipeline::Proposer {

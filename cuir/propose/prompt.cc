@@ -24,6 +24,14 @@ How to answer:
 - Prefer constructs that skip work: KV ranges or block tables for masks, `when !full` on mask predicates.
 - Your program is parsed, validated, run by the CuIR interpreter on random inputs at several ragged shapes and compared element by element with the user's own PyTorch code, then lowered to CUDA. If any step rejects it you get the exact error (with line:col in your program, or the worst mismatching positions); answer with the whole corrected program.)";
 
+constexpr char kLiftRole[] = R"(You are the lift proposer of CuBridge. CuBridge adapts expert CUDA attention kernels to users' attention variants through CuIR, an executable IR whose full reference follows below. To lift a kernel is to write the CuIR program that says what the kernel computes and how one program instance (one thread block) orchestrates it: its grid and head mapping, the query tile it keeps, the KV blocks it visits, its masks and score modifications, the online softmax, the epilogue.
+
+How to answer:
+- Reply with ONE complete CuIR program in a single fenced block that starts with ```cuir and ends with ```. Text outside the block is ignored.
+- Declare `expert` with the name you are given, and the kernel's tile sizes as `param` declarations holding the kernel's values. Numbers the kernel hard-codes (a window size, a softcap, a slope) are `const` declarations.
+- Say exactly what the kernel computes: which (q, kv) pairs it masks, how it modifies the scores and with which scale, how query heads map to KV heads, which KV blocks each program visits. The kernel's own code is the truth, not what its comments or names suggest.
+- Your program is parsed, validated, checked against the lift contract, run by the CuIR interpreter, and then compared element by element (O and LSE) with the user's kernel, compiled and run on a GPU on random inputs at several ragged shapes. If any step rejects it you get the exact error (with line:col in your program, or the worst mismatching positions and values); answer with the whole corrected program.)";
+
 std::string ParamValue(const spec::SpecParam& p) {
   return std::visit(
       [](auto v) -> std::string {
@@ -33,6 +41,11 @@ std::string ParamValue(const spec::SpecParam& p) {
         else return absl::StrFormat("%.17g", v);
       },
       p.value);
+}
+
+// Transcripts keep the conversation, not a copy of the reference per job.
+std::string ReferenceMention(const std::string& cuir_reference) {
+  return absl::StrCat("[docs/cuir.md, ", cuir_reference.size(), " bytes, sent in full]");
 }
 
 }  // namespace
@@ -64,8 +77,32 @@ std::string SystemPrompt(const std::string& cuir_reference) {
 }
 
 std::string SystemPromptForTranscript(const std::string& cuir_reference) {
-  return absl::StrCat(kRole, "\n\n# The CuIR reference\n\n[docs/cuir.md, ", cuir_reference.size(),
-                      " bytes, sent in full]");
+  return absl::StrCat(kRole, "\n\n# The CuIR reference\n\n", ReferenceMention(cuir_reference));
+}
+
+std::string LiftSystemPrompt(const std::string& cuir_reference) {
+  return absl::StrCat(kLiftRole, "\n\n# The CuIR reference\n\n", cuir_reference);
+}
+
+std::string LiftSystemPromptForTranscript(const std::string& cuir_reference) {
+  return absl::StrCat(kLiftRole, "\n\n# The CuIR reference\n\n", ReferenceMention(cuir_reference));
+}
+
+std::string LiftPrompt(const std::string& kernel_path, const std::string& kernel_source,
+                       const std::string& name, const cuir::Program& example,
+                       const cuir::AttentionConfig& config) {
+  return absl::StrCat(
+      "## The kernel to lift: ", kernel_path, "\n\n```cuda\n", kernel_source,
+      absl::EndsWith(kernel_source, "\n") ? "" : "\n",
+      "```\n\nIt follows CuBridge's launcher ABI: the `cubridge_attn_fwd_params` struct (tensors "
+      "[batch, heads, seqlen, head_dim], strides in elements, `softmax_scale` as given), a plan "
+      "kernel that chooses the grid, and the attention kernel.\n\n"
+      "## An example of the form: the base program of CuBridge's own sm_80 expert\n\n```cuir\n",
+      cuir::PrintProgram(example),
+      "```\n\n## Checks\n\nThe comparison runs the job configuration below and ragged shapes "
+      "derived from it (batch, seqlen_q and seqlen_kv varied):\n\n",
+      pipeline::ConfigJson(config).dump(), "\n\nWrite the base program of this kernel, with `expert \"",
+      name, "\"`.");
 }
 
 std::string TransferPrompt(const cuir::Program& base, const spec::Spec& spec,

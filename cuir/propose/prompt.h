@@ -20,6 +20,16 @@ std::string SystemPrompt(const std::string& cuir_reference);
 // Same, with the reference replaced by a one-line mention: what transcripts store.
 std::string SystemPromptForTranscript(const std::string& cuir_reference);
 
+// Lift: the model's job is to describe a user's CUDA kernel as a base program.
+std::string LiftSystemPrompt(const std::string& cuir_reference);
+std::string LiftSystemPromptForTranscript(const std::string& cuir_reference);
+
+// The first user message of a lift: the kernel's source, the expert name the program must
+// declare, an expert's base program as an example of the form, and the shapes it is checked at.
+std::string LiftPrompt(const std::string& kernel_path, const std::string& kernel_source,
+                       const std::string& name, const cuir::Program& example,
+                       const cuir::AttentionConfig& config);
+
 // The first user message of a transfer: the base program, the spec as the user wrote it with this
 // job's parameter values, the job's configuration, and why the rules did not do it ("" when the
 // rules were not asked).

@@ -16,17 +16,20 @@
 #include "cuir/propose/prompt.h"
 #include "cuir/propose/transcript.h"
 #include "tests/llm/scripted_server.h"
+#include "tests/propose/propose_test_util.h"
 #include "tests/sdk/test_util.h"
 
 namespace cubridge::propose {
 namespace {
 
 using testing::ScriptedLlmServer;
+using testing::Fenced;
+using testing::kKey;
+using testing::TestSettings;
+using testing::UserMessages;
 using testing::Say;
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-const std::string kKey = "sk-test-0123456789-secret";
 
 std::string Example(const std::string& name) {
   return std::string(CUBRIDGE_SOURCE_ROOT) + "/examples/specs/" + name;
@@ -53,23 +56,8 @@ std::string RulesProgram(const std::string& spec_file) {
   return cuir::PrintProgram(t->program);
 }
 
-std::string Fenced(const std::string& program, const std::string& prose = "Here is the program.") {
-  return prose + "\n\n```cuir\n" + program + "```\n";
-}
-
 class LlmProposerTest : public ::testing::Test {
  protected:
-  LlmSettings Settings(const ScriptedLlmServer& server, int rounds = 3) {
-    LlmSettings s;
-    s.chat.endpoint = server.endpoint();
-    s.chat.model = "scripted-model";
-    s.chat.api_key = kKey;
-    s.chat.initial_backoff = std::chrono::milliseconds(5);
-    s.chat.timeout = std::chrono::milliseconds(5000);
-    s.max_rounds = rounds;
-    return s;
-  }
-
   // The whole local pipeline (GPU off) with the given proposer.
   absl::StatusOr<pipeline::AdaptResult> Adapt(pipeline::Proposer* proposer, const std::string& spec,
                                               nlohmann::json* transcript) {
@@ -84,23 +72,12 @@ class LlmProposerTest : public ::testing::Test {
     return pipeline::Adapt(o);
   }
 
-  // The user messages the model received, in order (index 0: the task).
-  static std::vector<std::string> UserMessages(const ScriptedLlmServer& server) {
-    auto requests = server.requests();
-    std::vector<std::string> out;
-    if (requests.empty()) return out;
-    for (const auto& m : requests.back().body["messages"]) {
-      if (m["role"] == "user") out.push_back(m["content"]);
-    }
-    return out;
-  }
-
   testing::TempDir dir_;
 };
 
 TEST_F(LlmProposerTest, ACorrectProgramOnTheFirstTryIsVerifiedLoweredAndWritten) {
   ScriptedLlmServer server({Say(Fenced(RulesProgram("causal.py")))});
-  LlmProposer proposer(Settings(server));
+  LlmProposer proposer(TestSettings(server));
   nlohmann::json transcript;
   auto r = Adapt(&proposer, "causal.py", &transcript);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -134,7 +111,7 @@ TEST_F(LlmProposerTest, ASyntaxErrorGoesBackWithItsLineAndColumnAndTheFixIsAccep
   ASSERT_NE(param, std::string::npos) << good;
   broken.replace(param, 24, "param BLOCK_M: int 128");
   ScriptedLlmServer server({Say(Fenced(broken)), Say(Fenced(good, "Fixed."))});
-  LlmProposer proposer(Settings(server));
+  LlmProposer proposer(TestSettings(server));
   nlohmann::json transcript;
   auto r = Adapt(&proposer, "causal.py", &transcript);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -156,7 +133,7 @@ TEST_F(LlmProposerTest, AWrongMaskIsCaughtByTheInterpreterWithItsWorstPositions)
   std::string wrong = absl::StrReplaceAll(good, {{"q_idx >= kv_idx", "q_idx > kv_idx"}});
   ASSERT_NE(wrong, good) << good;
   ScriptedLlmServer server({Say(Fenced(wrong)), Say(Fenced(good))});
-  LlmProposer proposer(Settings(server));
+  LlmProposer proposer(TestSettings(server));
   nlohmann::json transcript;
   auto r = Adapt(&proposer, "causal.py", &transcript);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -171,7 +148,7 @@ TEST_F(LlmProposerTest, AWrongMaskIsCaughtByTheInterpreterWithItsWorstPositions)
 TEST_F(LlmProposerTest, GarbageEveryRoundFailsClearlyAndWritesNothing) {
   ScriptedLlmServer server({Say("I cannot help with that."), Say("```python\nprint(1)\n```"),
                             Say("cuir 1\nkernel {")});
-  LlmProposer proposer(Settings(server, 3));
+  LlmProposer proposer(TestSettings(server, 3));
   nlohmann::json transcript;
   auto r = Adapt(&proposer, "causal.py", &transcript);
   ASSERT_FALSE(r.ok());
@@ -190,7 +167,7 @@ TEST_F(LlmProposerTest, ASlowEndpointTimesOut) {
   testing::ScriptedReply slow = Say(Fenced(RulesProgram("causal.py")));
   slow.delay = std::chrono::milliseconds(1500);
   ScriptedLlmServer server({slow, slow});
-  LlmSettings s = Settings(server);
+  LlmSettings s = TestSettings(server);
   s.chat.timeout = std::chrono::milliseconds(300);
   s.chat.max_retries = 1;
   LlmProposer proposer(s);
@@ -202,7 +179,7 @@ TEST_F(LlmProposerTest, ASlowEndpointTimesOut) {
 
 TEST_F(LlmProposerTest, A429IsRetriedAndTheJobSucceeds) {
   ScriptedLlmServer server({testing::HttpError(429, "slow down"), Say(Fenced(RulesProgram("causal.py")))});
-  LlmProposer proposer(Settings(server));
+  LlmProposer proposer(TestSettings(server));
   auto r = Adapt(&proposer, "causal.py", nullptr);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(server.request_count(), 2);
@@ -211,7 +188,7 @@ TEST_F(LlmProposerTest, A429IsRetriedAndTheJobSucceeds) {
 
 TEST_F(LlmProposerTest, HybridOnACoveredSpecMakesNoCall) {
   ScriptedLlmServer server({});
-  HybridProposer proposer(Settings(server));
+  HybridProposer proposer(TestSettings(server));
   nlohmann::json transcript;
   auto r = Adapt(&proposer, "sliding_window.py", &transcript);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -257,7 +234,7 @@ TEST_F(LlmProposerTest, TheSinkSpecGoesThroughTheModelAndIsVerifiedAgainstItsRef
   std::string no_sink = absl::StrReplaceAll(program, {{"epilogue sink sink", "epilogue"}});
   ASSERT_NE(no_sink, program);
   ScriptedLlmServer server({Say(Fenced(no_sink)), Say(Fenced(program))});
-  HybridProposer proposer(Settings(server));
+  HybridProposer proposer(TestSettings(server));
   pipeline::AdaptOptions o;
   o.spec_path = root + "/examples/llm/sink_attention.py";
   o.config = SmallConfig();

@@ -12,20 +12,9 @@
 namespace cubridge::lower::testing {
 namespace {
 
-TEST(Abi, WorkerMirrorMatchesTheLoweredKernel) {
-  auto program = LoadTestProgram("document");
-  ASSERT_TRUE(program.ok()) << program.status();
-  auto k = Lower(*program, cuir::AttentionConfig{}, Arch::kSm80);
-  ASSERT_TRUE(k.ok()) << k.status();
-  const std::string dir = MakeTempDir("cubridge-abi-");
-  ASSERT_FALSE(dir.empty());
-  WriteFile(dir + "/kernel.h", k->launcher_header);
-  // The plan struct lives in kernel.cu, after the device code: take its declaration only.
-  const size_t from = k->cuda_source.find("#define CUBRIDGE_PLAN_VERSION");
-  const size_t to = k->cuda_source.find("} cubridge_attn_fwd_launch_plan;");
-  ASSERT_NE(from, std::string::npos);
-  ASSERT_NE(to, std::string::npos);
-  const std::string plan = k->cuda_source.substr(from, to - from) + "} cubridge_attn_fwd_launch_plan;\n";
+// static_asserts that the C declarations in scope (cubridge_attn_fwd_params, _launch_plan, the
+// two macros) lay out every field where worker/gpu/abi.h's mirror does.
+std::string OffsetChecks() {
   std::string checks;
   for (const char* f : {"q", "k", "v", "o", "lse", "q_batch_stride", "k_row_stride",
                         "o_head_stride", "lse_batch_stride", "lse_head_stride", "batch",
@@ -45,10 +34,39 @@ TEST(Abi, WorkerMirrorMatchesTheLoweredKernel) {
                   "static_assert(sizeof(cubridge_attn_fwd_launch_plan) == sizeof(cubridge::gpu::LaunchPlan));\n"
                   "static_assert(CUBRIDGE_PLAN_VERSION == cubridge::gpu::kPlanVersion);\n"
                   "static_assert(CUBRIDGE_MAX_BUFFERS == cubridge::gpu::kMaxBuffers);\n");
+  return checks;
+}
+
+TEST(Abi, WorkerMirrorMatchesTheLoweredKernel) {
+  auto program = LoadTestProgram("document");
+  ASSERT_TRUE(program.ok()) << program.status();
+  auto k = Lower(*program, cuir::AttentionConfig{}, Arch::kSm80);
+  ASSERT_TRUE(k.ok()) << k.status();
+  const std::string dir = MakeTempDir("cubridge-abi-");
+  ASSERT_FALSE(dir.empty());
+  WriteFile(dir + "/kernel.h", k->launcher_header);
+  // The plan struct lives in kernel.cu, after the device code: take its declaration only.
+  const size_t from = k->cuda_source.find("#define CUBRIDGE_PLAN_VERSION");
+  const size_t to = k->cuda_source.find("} cubridge_attn_fwd_launch_plan;");
+  ASSERT_NE(from, std::string::npos);
+  ASSERT_NE(to, std::string::npos);
+  const std::string plan = k->cuda_source.substr(from, to - from) + "} cubridge_attn_fwd_launch_plan;\n";
   WriteFile(dir + "/check.cc", absl::StrCat("#include <cstddef>\n#include \"kernel.h\"\n",
-                                            "#include \"worker/gpu/abi.h\"\n", plan, checks));
+                                            "#include \"worker/gpu/abi.h\"\n", plan, OffsetChecks()));
   const CommandResult r = RunCommand(absl::StrCat("c++ -std=c++20 -fsyntax-only -I", CUBRIDGE_SOURCE_ROOT,
                                                   " ", dir, "/check.cc"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  CleanUpTempDir(dir, HasFailure());
+}
+
+// The header user kernels are compiled with (`cubridge-cli lift`) is the same ABI.
+TEST(Abi, TheUserKernelHeaderMatchesTheWorkerMirror) {
+  const std::string dir = MakeTempDir("cubridge-abi-");
+  ASSERT_FALSE(dir.empty());
+  WriteFile(dir + "/check.cc",
+            absl::StrCat("#include <cstddef>\n#include \"worker/gpu/abi.h\"\n", OffsetChecks()));
+  const CommandResult r = RunCommand(absl::StrCat(
+      "c++ -std=c++20 -fsyntax-only -I", CUBRIDGE_SOURCE_ROOT, " -include ", CUBRIDGE_SOURCE_ROOT, "/cuir/experts/common/launch_abi.cuh ", dir, "/check.cc"));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   CleanUpTempDir(dir, HasFailure());
 }

@@ -306,7 +306,12 @@ absl::StatusOr<nlohmann::json> CheckOnGpu(const RunRequest& r) {
       torch::zeros({256}, torch::TensorOptions().dtype(torch::kUInt8).device(kCuda));
   if (auto s = UsePrimaryContext(0); !s.ok()) return s;
 
-  auto spec = spec::LoadSpecFile(r.spec_path);
+  // A lift check of a user's kernel has no spec: the reference program is the whole truth.
+  if (r.spec_path.empty() && r.reference_program.empty()) {
+    return absl::InvalidArgumentError("a check needs a spec or a reference program");
+  }
+  auto spec = r.spec_path.empty() ? absl::StatusOr<spec::Spec>(spec::Spec{})
+                                  : spec::LoadSpecFile(r.spec_path);
   if (!spec.ok()) return spec.status();
   if (auto s = spec::OverrideParams(*spec, r.param_overrides); !s.ok()) return s;
   auto image = ReadBinary(r.image_path);

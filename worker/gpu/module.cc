@@ -41,6 +41,10 @@ absl::StatusOr<KernelModule> KernelModule::Load(const CompiledModule& compiled,
   CUfunction* slots[] = {&m.plan_, &m.classify_, &m.compact_, &m.attention_};
   for (int i = 0; i < 4; ++i) {
     auto expr = expressions.find(kRoles[i]);
+    // Block-table kernels exist only where the program has tables (a lifted user kernel has
+    // none); Enqueue refuses a plan that asks for them without the entries.
+    const bool optional = i == 1 || i == 2;
+    if (expr == expressions.end() && optional) continue;
     if (expr == expressions.end()) {
       return absl::InvalidArgumentError(
           absl::StrCat("the lowered kernel declares no `@cuir-entry ", kRoles[i], "`"));
@@ -119,6 +123,11 @@ absl::Status KernelModule::Enqueue(const AttnParams& p, const LaunchPlan& plan,
   AttnParams params = p;
   void* workspace = p.workspace;
   void* args[] = {&params, &workspace};
+  if (plan.classify_grid > 0 && (classify_ == nullptr || compact_ == nullptr)) {
+    return absl::InvalidArgumentError(
+        "the launch plan asks for block-table kernels the module does not declare "
+        "(`@cuir-entry classify` and `compact`)");
+  }
   if (plan.classify_grid > 0) {
     for (auto [fn, grid, what] : {std::tuple{classify_, plan.classify_grid, "launch classify"},
                                   std::tuple{compact_, plan.compact_grid, "launch compact"}}) {

@@ -25,7 +25,7 @@ struct ProfileOptions {
 };
 
 struct RunRequest {
-  std::string spec_path;
+  std::string spec_path;  // empty: no spec (a user kernel's lift check; reference_program set)
   std::vector<std::string> param_overrides;
   std::map<std::string, spec::BufferSource> buffers;
   std::vector<std::string> buffer_order;  // the ABI's buffer slots: the program's declarations

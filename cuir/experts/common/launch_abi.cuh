@@ -1,0 +1,66 @@
+// The launcher ABI a user's own attention kernel follows to be lifted (`cubridge-cli lift`,
+// docs/llm.md). CuBridge puts this file in front of the kernel's source before compiling it, so
+// the kernel uses these types without including anything. They are the expert kernels' own ABI
+// (the `abi` region of fa2_sm80/kernel.cu and its launch plan); tests/worker/abi_test.cc checks
+// every field offset of both against worker/gpu/abi.h, which the loader reads them through.
+// cuda_bf16.h, cuda_fp16.h and the C library pieces of common/cuir_platform.cuh come with it.
+//
+// A kernel names two device entry points in comment lines, each `// @cuir-entry ROLE NAME`:
+//   plan:      extern "C" __global__ void NAME(cubridge_attn_fwd_params p,
+//                                              cubridge_attn_fwd_launch_plan* plan)
+//              run by one thread before each call: fills the plan (version, status, grid,
+//              threads, dynamic shared memory bytes) or sets status = 1 to refuse the parameters;
+//   attention: template <typename T, int D> __global__ void NAME(cubridge_attn_fwd_params p,
+//              void* workspace), named with {T} and {D} (e.g. `my_attention<{T}, {D}>`):
+//              T is __nv_bfloat16 or __half, D the head dim.
+#ifndef CUBRIDGE_LAUNCH_ABI_CUH_
+#define CUBRIDGE_LAUNCH_ABI_CUH_
+
+#ifdef __CUDACC_RTC__
+#include <cuda/std/cstddef>
+#include <cuda/std/cstdint>
+#else
+#include <stddef.h>
+#include <stdint.h>
+#endif
+
+#define CUBRIDGE_MAX_BUFFERS 8
+#define CUBRIDGE_PLAN_VERSION 1
+
+// One forward attention call: q, k, v, o are [batch, heads, seqlen, head_dim] with unit stride
+// along head_dim, strides in elements; lse is fp32 [batch, heads_q, seqlen_q] (row stride 1),
+// the natural-log sum of exp of the scaled scores (-inf for a row that keeps nothing, whose O
+// row is 0). softmax_scale is used as given.
+typedef struct cubridge_attn_fwd_params {
+  const void* q;
+  const void* k;
+  const void* v;
+  void* o;
+  float* lse;
+  int64_t q_batch_stride, q_head_stride, q_row_stride;
+  int64_t k_batch_stride, k_head_stride, k_row_stride;
+  int64_t v_batch_stride, v_head_stride, v_row_stride;
+  int64_t o_batch_stride, o_head_stride, o_row_stride;
+  int64_t lse_batch_stride, lse_head_stride;
+  int32_t batch, heads_q, heads_kv, head_dim, seqlen_q, seqlen_kv;
+  int32_t dtype;  // 0 = bf16, 1 = fp16
+  float softmax_scale;
+  const int32_t* buffers[CUBRIDGE_MAX_BUFFERS];  // unused by lifted kernels
+  int64_t buffer_lengths[CUBRIDGE_MAX_BUFFERS];
+  void* workspace;
+  size_t workspace_size;
+} cubridge_attn_fwd_params;
+
+typedef struct cubridge_attn_fwd_launch_plan {
+  int32_t version;           // CUBRIDGE_PLAN_VERSION
+  int32_t status;            // 0 = launchable, 1 = the parameters are refused
+  uint64_t workspace_bytes;  // device scratch the call needs (0 for most kernels)
+  uint32_t classify_grid;    // block-table kernels: 0 for a lifted kernel
+  uint32_t compact_grid;
+  uint32_t table_threads;
+  uint32_t grid[3];          // the attention kernel's grid, threads and dynamic shared memory
+  int32_t threads;
+  int32_t smem_bytes;
+} cubridge_attn_fwd_launch_plan;
+
+#endif  // CUBRIDGE_LAUNCH_ABI_CUH_
