@@ -1,6 +1,5 @@
 #include "client/cli/lift_command.h"
 
-#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -10,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/cli/config_flags.h"
+#include "cuir/lower/lift.h"
 #include "cuir/pipeline/files.h"
 #include "cuir/propose/llm_flags.h"
 #include "cuir/propose/llm_lifter.h"
@@ -57,16 +57,6 @@ int UsageError(const std::string& message) {
   return 2;
 }
 
-// A CuIR identifier from a file name: "my-kernel.v2.cu" -> "my_kernel_v2".
-std::string NameFromPath(const std::string& path) {
-  std::string out = std::filesystem::path(path).stem().string();
-  for (char& c : out) {
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  }
-  if (out.empty() || std::isdigit(static_cast<unsigned char>(out[0]))) out = "k_" + out;
-  return out;
-}
-
 void WriteTranscript(const std::string& path, const nlohmann::json& transcript) {
   if (path.empty() || transcript.empty()) return;
   std::ofstream out(path);
@@ -103,7 +93,7 @@ int RunLift(LiftFlags& f) {
   propose::LiftRequest r;
   r.kernel_path = f.kernel;
   r.kernel_source = *source;
-  r.name = f.name.empty() ? NameFromPath(f.kernel) : f.name;
+  r.name = f.name.empty() ? lower::KernelNameFromPath(f.kernel) : f.name;
   r.config = config->attention;
   r.seed = f.seed != 0 ? f.seed : std::random_device{}();
   r.progress = [&](const std::string& line) {

@@ -171,6 +171,7 @@ void AddJobFlags(CLI::App* cmd, JobFlags& f) {
 
 struct SubmitFlags {
   std::string spec;
+  std::string kernel, kernel_name;  // a lift job instead of a spec
   ConfigFlags config;
   std::vector<std::string> archs;
   std::string verification;
@@ -180,7 +181,12 @@ struct SubmitFlags {
 };
 
 void AddSubmitFlags(CLI::App* cmd, SubmitFlags& f) {
-  cmd->add_option("spec", f.spec, "Python file with mask_mod and/or score_mod")->required();
+  cmd->add_option("spec", f.spec, "Python file with mask_mod and/or score_mod");
+  cmd->add_option("--kernel", f.kernel,
+                  "Instead of a spec: your CUDA attention kernel, lifted into CuIR by a model and "
+                  "checked on a GPU worker (docs/llm.md)");
+  cmd->add_option("--name", f.kernel_name,
+                  "With --kernel: the expert name of the lifted program (default: the file's stem)");
   AddConfigFlags(cmd, f.config);
   cmd->add_option("--arch", f.archs,
                   "Target architecture, repeatable: --arch sm_80 --arch sm_90 (default: every "
@@ -224,10 +230,21 @@ void SetConfig(const cuir::AttentionConfig& c, v1::AttentionConfig& out) {
 }
 
 absl::StatusOr<v1::SubmitJobRequest> BuildRequest(const SubmitFlags& f) {
-  auto request = RequestFromSpecFile(f.spec);
+  if (f.spec.empty() == f.kernel.empty()) {
+    return absl::InvalidArgumentError(
+        "give a spec file to adapt, or --kernel FILE to lift your own kernel (one of them)");
+  }
+  if (!f.kernel_name.empty() && f.kernel.empty()) {
+    return absl::InvalidArgumentError("--name goes with --kernel");
+  }
+  auto request = f.kernel.empty() ? RequestFromSpecFile(f.spec)
+                                  : RequestFromKernelFile(f.kernel, f.kernel_name);
   if (!request.ok()) return request.status();
   auto config = ResolveConfig(f.config);
   if (!config.ok()) return config.status();
+  if (!f.kernel.empty() && (!config->params.empty() || !config->buffers.empty())) {
+    return absl::InvalidArgumentError("--param and --buffer belong to specs; a lifted kernel takes neither");
+  }
   SetConfig(config->attention, *request->mutable_config());
   auto& spec = *request->mutable_spec();
   for (const auto& [name, value] : config->params) (*spec.mutable_params())[name] = value;
@@ -300,8 +317,24 @@ struct GetFlags {
 void AddGetFlags(CLI::App* cmd, GetFlags& f) {
   cmd->add_option("target", f.target, "Job id (j-...) or spec hash")->required();
   cmd->add_option("--arch", f.arch, "sm_80 or sm_90 (default for a job: its only arch)");
-  cmd->add_option("--out,-o", f.out, "Directory for kernel.cuir, kernel.cu, kernel.h, report.json")
+  cmd->add_option("--out,-o", f.out,
+                  "Directory for kernel.cuir, kernel.cu, kernel.h, report.json (a lift job: "
+                  "base.cuir, report.json)")
       ->required();
+}
+
+// A lift job's answer: the accepted base program and its report.
+int WriteLifted(Session& s, const v1::Job& job, const std::string& out) {
+  const absl::Status written = pipeline::PublishFiles(
+      out, {{"base.cuir", job.lifted_cuir()}, {"report.json", job.lift_report_json() + "\n"}});
+  if (!written.ok()) return s.Fail(written);
+  if (s.json()) {
+    std::printf("%s\n", nlohmann::json::parse(job.lift_report_json(), nullptr, false).dump(2).c_str());
+  } else {
+    std::printf("lifted program of job %s: base.cuir, report.json in %s\n", job.job_id().c_str(),
+                out.c_str());
+  }
+  return kOk;
 }
 
 int RunGet(Session& s, const GetFlags& f) {
@@ -316,6 +349,7 @@ int RunGet(Session& s, const GetFlags& f) {
                        "; only a succeeded job has a kernel (follow it: cubridge-cli watch ",
                        f.target, ")")));
     }
+    if (job->kind() == "lift") return WriteLifted(s, *job, f.out);
     spec_hash = job->spec_hash();
     if (arch.empty() && job->archs_size() != 1) {
       return s.UsageError(absl::InvalidArgumentError(

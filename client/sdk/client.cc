@@ -146,6 +146,17 @@ absl::StatusOr<v1::SubmitJobRequest> RequestFromSpecFile(const std::string& path
   return request;
 }
 
+absl::StatusOr<v1::SubmitJobRequest> RequestFromKernelFile(const std::string& path,
+                                                           const std::string& name) {
+  auto source = ReadWholeFile(path, "kernel file");
+  if (!source.ok()) return source.status();
+  v1::SubmitJobRequest request;
+  request.mutable_kernel()->set_file_name(path);
+  request.mutable_kernel()->set_source(*std::move(source));
+  request.mutable_kernel()->set_name(name);
+  return request;
+}
+
 struct Client::Impl {
   ClientOptions options;
   std::unique_ptr<v1::CuBridge::Stub> stub;

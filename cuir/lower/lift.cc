@@ -1,6 +1,8 @@
 #include "cuir/lower/lift.h"
 
 #include <algorithm>
+#include <cctype>
+#include <filesystem>
 #include <map>
 
 #include "absl/strings/match.h"
@@ -10,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "cuir/lower/expert.h"
+#include "cuir/lower/lower.h"
 
 namespace cubridge::lower {
 namespace {
@@ -120,6 +123,34 @@ absl::StatusOr<LiftResult> LiftExpert(const std::string& name) {
     }
   }
   out.checks.push_back("device entry points plan, classify, compact, attention");
+  return out;
+}
+
+absl::StatusOr<std::map<std::string, std::string>> UserKernelEntries(const std::string& path,
+                                                                     const std::string& source) {
+  auto entries = DeviceEntries(source);
+  for (const char* role : {"plan", "attention"}) {
+    if (!entries.count(role)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": no `// @cuir-entry ", role, " NAME` line; a lifted kernel names its plan and "
+          "attention entry points (cuir/experts/common/launch_abi.cuh says what each must be)"));
+    }
+  }
+  for (const auto& [role, name] : entries) {
+    if (role != "plan" && role != "attention") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": `@cuir-entry ", role, "`: a lifted kernel has only plan and attention entries"));
+    }
+  }
+  return entries;
+}
+
+std::string KernelNameFromPath(const std::string& path) {
+  std::string out = std::filesystem::path(path).stem().string();
+  for (char& c : out) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  }
+  if (out.empty() || std::isdigit(static_cast<unsigned char>(out[0]))) out = "k_" + out;
   return out;
 }
 

@@ -3,6 +3,7 @@
 // expert and the interpreter running the base program agree on random inputs.)
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,14 @@ struct LiftResult {
 // points (`@cuir-entry plan|classify|compact|attention`) are there; the base program validates.
 // FAILED_PRECONDITION naming the file and what disagrees otherwise.
 absl::StatusOr<LiftResult> LiftExpert(const std::string& expert);
+
+// A user's own kernel (`cubridge-cli lift`, a lift job): its `// @cuir-entry` points, which must be
+// exactly plan and attention (cuir/experts/common/launch_abi.cuh). INVALID_ARGUMENT naming `path`.
+absl::StatusOr<std::map<std::string, std::string>> UserKernelEntries(const std::string& path,
+                                                                     const std::string& source);
+// The expert name a lifted kernel gets by default: its file's stem as a CuIR identifier
+// ("my-attn.v2.cu" -> "my_attn_v2").
+std::string KernelNameFromPath(const std::string& path);
 
 // Region names the lowering places code into (docs/lowering.md).
 const std::vector<std::string>& KnownRegions();

@@ -53,12 +53,13 @@ class WorkerService final : public v1::Workers::Service {
                                                 " is not registered (expired?): register again"));
       }
       // A GPU worker serves its arch first, then the CPU work every worker can do, then (given an
-      // LLM endpoint) the transfers that need a model: those wait on the model, not on this
-      // machine, so they come last.
+      // LLM endpoint) the work that needs a model: that waits on the model, not on this machine,
+      // so it comes last; lifts of user kernels also need this machine's GPU.
       std::vector<std::string> classes = {worker->arch};
       if (worker->arch != "cpu") classes.push_back("cpu");
       if (std::find(worker->capabilities.begin(), worker->capabilities.end(), core::kLlmClass) !=
           worker->capabilities.end()) {
+        if (worker->arch != "cpu") classes.push_back(core::LlmGpuClass(worker->arch));
         classes.push_back(core::kLlmClass);
       }
       const auto deadline = std::chrono::steady_clock::now() +
@@ -172,6 +173,7 @@ class WorkerService final : public v1::Workers::Service {
     if (kind == core::kLiftTask) return v1::TASK_KIND_LIFT;
     if (kind == core::kTransferTask) return v1::TASK_KIND_TRANSFER;
     if (kind == core::kCandidateTask) return v1::TASK_KIND_CANDIDATE;
+    if (kind == core::kLiftLlmTask) return v1::TASK_KIND_LIFT_LLM;
     return v1::TASK_KIND_UNSPECIFIED;
   }
   // Task ids start with what they compute: lift-, transfer-, cand-.

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -26,7 +27,9 @@ struct JobFlow::Job {
   std::vector<std::string> archs;
   std::string level;
   std::string proposer;
-  SpecInput input;
+  SpecInput input;   // a lift job: the kernel file as the input's file
+  bool lift = false;
+  std::string kernel_name;
 };
 
 namespace {
@@ -94,6 +97,10 @@ std::string ProposerOf(const v1::SubmitJobRequest& request) {
   return request.proposer().empty() ? kDefaultProposer : request.proposer();
 }
 
+std::string LiftLlmTaskId(const std::string& kernel_hash, const std::string& arch) {
+  return absl::StrCat("liftllm-", kernel_hash, "-", arch);
+}
+
 std::string TransferTaskId(const std::string& spec_hash, const std::string& proposer) {
   return proposer == kDefaultProposer ? absl::StrCat("transfer-", spec_hash)
                                       : absl::StrCat("transfer-", spec_hash, "-", proposer);
@@ -125,8 +132,14 @@ absl::StatusOr<v1::Job> JobFlow::Submit(const v1::SubmitJobRequest& request,
   auto config = ConfigFromProto(request.config());
   if (!config.ok()) return config.status();
   SpecInput input;
-  input.file_name = request.spec().file_name().empty() ? "spec.py" : request.spec().file_name();
-  input.source = request.spec().source();
+  const bool lift = request.has_kernel();
+  if (lift) {
+    input.file_name = request.kernel().file_name().empty() ? "kernel.cu" : request.kernel().file_name();
+    input.source = request.kernel().source();
+  } else {
+    input.file_name = request.spec().file_name().empty() ? "spec.py" : request.spec().file_name();
+    input.source = request.spec().source();
+  }
   for (const auto& [name, value] : request.spec().params()) input.params.push_back(name + "=" + value);
   input.buffers = {request.spec().buffers().begin(), request.spec().buffers().end()};
   input.config = *config;
@@ -143,10 +156,17 @@ absl::StatusOr<v1::Job> JobFlow::Submit(const v1::SubmitJobRequest& request,
   for (const auto& [field, value] :
        std::vector<std::pair<std::string, std::string>>{{"archs", absl::StrJoin(archs, ",")},
                                                         {"level", level},
-                                                        {"proposer", ProposerOf(request)},
+                                                        {"proposer", lift ? "llm" : ProposerOf(request)},
+                                                        {"kind", lift ? "lift" : "adapt"},
+                                                        {"kernel_name", lift ? KernelNameOf(request) : ""},
                                                         {"canonical_form", canonical_form},
                                                         {"input", input.ToJson().dump()}}) {
     if (auto s = jobs_.SetField(id, field, value); !s.ok()) return s;
+  }
+  if (lift) {  // the kernel cache holds adapted kernels, not lifted programs
+    if (metrics_) metrics_->JobSubmitted("miss");
+    if (auto s = Advance(id); !s.ok()) return s;
+    return Describe(id);
   }
   bool all_cached = true;
   for (const std::string& arch : archs) {
@@ -191,6 +211,8 @@ absl::StatusOr<JobFlow::Job> JobFlow::Load(const std::string& job_id) {
   auto input = SpecInput::FromJson(ParseOr(f["input"], json::object()));
   if (!input.ok()) return input.status();
   job.input = *std::move(input);
+  job.lift = f["kind"] == "lift";
+  job.kernel_name = f["kernel_name"];
   return job;
 }
 
@@ -222,7 +244,7 @@ absl::Status JobFlow::Observe(const Job& job, const std::string& task_id,
   json result = ParseOr(st.result, json::object());
   if (!result.is_object()) result = json::object();
   const double seconds = result.value("seconds", 0.0);
-  if (kind == kTransferTask) {
+  if (kind == kTransferTask || kind == kLiftLlmTask) {
     // The conversation is kept whatever came of it: a failed one shows why the model failed.
     const json transcript = result.value("transcript", json::array());
     if (transcript.is_array() && !transcript.empty()) {
@@ -242,7 +264,9 @@ absl::Status JobFlow::Observe(const Job& job, const std::string& task_id,
     return Event(job.record.id, task_id + ":verify", "verify", true,
                  result.value("verify_seconds", 0.0), result.value("verify_detail", ""), st.worker);
   }
-  const std::string stage = kind == kLiftTask ? "lift" : job.level == kLevelGpu ? "gpu" : "compile";
+  const std::string stage = kind == kLiftTask || kind == kLiftLlmTask ? "lift"
+                            : job.level == kLevelGpu                   ? "gpu"
+                                                                       : "compile";
   return Event(job.record.id, task_id, stage, result.value("passed", true), seconds,
                result.value("detail", ""), st.worker);
 }
@@ -274,6 +298,7 @@ absl::Status JobFlow::Advance(const std::string& job_id) {
     return absl::OkStatus();
   };
   const json spec_json = job.input.ToJson();
+  if (job.lift) return AdvanceLift(job);
   const std::string transfer_id = TransferTaskId(hash, job.proposer);
   // The rules run anywhere; a model is reachable only from workers given an endpoint.
   const bool by_rules = job.proposer == kDefaultProposer;
@@ -337,6 +362,22 @@ absl::Status JobFlow::Advance(const std::string& job_id) {
   }
   if (all_cached) return Finish(job, "succeeded", "");
   return absl::OkStatus();
+}
+
+absl::Status JobFlow::AdvanceLift(const Job& job) {
+  const std::string& job_id = job.record.id;
+  bool ready = true, started = false;
+  for (const std::string& arch : job.archs) {
+    const json payload = {{"spec", job.input.ToJson()}, {"arch", arch}, {"kernel_name", job.kernel_name}};
+    auto state = Need(job, LiftLlmTaskId(job.record.spec_hash, arch),
+                      {job_id, kLiftLlmTask, payload.dump(), LlmGpuClass(arch)});
+    if (!state.ok()) return state.status();
+    if (state->state == "dead") return Finish(job, "failed", InStage("lift", state->error));
+    ready = ready && state->state == "done";
+    started = started || state->state != "queued";
+  }
+  if (started && job.record.state == "queued") (void)jobs_.SetState(job_id, "running");
+  return ready ? Finish(job, "succeeded", "") : absl::OkStatus();
 }
 
 absl::StatusOr<bool> JobFlow::Select(const Job& job, const std::string& arch,
@@ -430,17 +471,25 @@ absl::StatusOr<std::string> JobFlow::WaitingFor(const std::string& job_id) {
     if (st->state == "retrying") retrying = st->error;
   }
   for (const auto& [cls, n] : queued) {
+    const bool lift = absl::StartsWith(cls, std::string(kLlmClass) + "-");
+    const std::string arch = lift ? cls.substr(std::string(kLlmClass).size() + 1) : cls;
     const bool someone = std::any_of(workers->begin(), workers->end(), [&](const auto& w) {
-      if (cls == kLlmClass) {
-        return std::find(w.capabilities.begin(), w.capabilities.end(), kLlmClass) !=
-               w.capabilities.end();
-      }
+      const bool llm = std::find(w.capabilities.begin(), w.capabilities.end(), kLlmClass) !=
+                       w.capabilities.end();
+      if (cls == kLlmClass) return llm;
+      if (lift) return llm && w.arch == arch;
       return cls == "cpu" || w.arch == cls;
     });
     if (!someone && cls == kLlmClass) {
       return std::string(
           "no worker with an LLM endpoint has registered (start cubridge-worker with "
           "--llm-endpoint and --llm-model)");
+    }
+    if (!someone && lift) {
+      return absl::StrCat("no ", arch, " worker with an LLM endpoint has registered: lifting a "
+                          "kernel needs a model and an ", arch, " GPU to check its proposals on "
+                          "(start cubridge-worker --arch ", arch, " with --llm-endpoint and "
+                          "--llm-model)");
     }
     if (!someone) {
       return cls == "cpu"
@@ -474,6 +523,15 @@ absl::StatusOr<v1::Job> JobFlow::Describe(const std::string& job_id, bool with_t
                                                      : v1::VERIFICATION_LEVEL_GPU);
   out.set_cache_hit((*extra)["cache_hit"] == "1");
   out.set_proposer((*extra)["proposer"].empty() ? kDefaultProposer : (*extra)["proposer"]);
+  out.set_kind((*extra)["kind"] == "lift" ? "lift" : "adapt");
+  if (out.kind() == "lift" && rec->state == "succeeded" && out.archs_size() > 0) {
+    // Each arch's GPU accepted a program; the first arch's is the job's answer.
+    auto task = tasks_.Get(LiftLlmTaskId(rec->spec_hash, out.archs(0)));
+    if (!task.ok()) return task.status();
+    const json result = ParseOr(task->result, json::object());
+    out.set_lifted_cuir(result.value("program", ""));
+    out.set_lift_report_json(result.value("report", json::object()).dump());
+  }
   if (with_transcript) {
     auto transcript = jobs_.Transcript(job_id);
     if (!transcript.ok()) return transcript.status();

@@ -66,6 +66,8 @@ class JobFlow {
   // returns its state, recording its outcome as one of the job's events once it ended.
   absl::StatusOr<store::TaskState> Need(const Job& job, const std::string& task_id,
                                         const store::TaskSpec& spec);
+  // A lift job: one model-and-GPU task per arch; done when every arch accepted a program.
+  absl::Status AdvanceLift(const Job& job);
   absl::Status Observe(const Job& job, const std::string& task_id, const store::TaskState& state,
                        const std::string& kind);
   // The arch's candidates all ended: the best verified one goes to the cache.
@@ -94,6 +96,8 @@ std::string ProposerOf(const v1::SubmitJobRequest& request);
 // transfer-<hash> for the rules (as before there were other proposers), transfer-<hash>-llm and
 // transfer-<hash>-hybrid otherwise: different proposers compute different programs.
 std::string TransferTaskId(const std::string& spec_hash, const std::string& proposer);
+// liftllm-<kernel hash>-<arch>: a user kernel lifted by a model and checked on a GPU of the arch.
+std::string LiftLlmTaskId(const std::string& kernel_hash, const std::string& arch);
 // A stored event (JSON, as JobStore keeps them) in the API's form.
 v1::StageEvent EventFromJson(const std::string& job_id, const std::string& text);
 

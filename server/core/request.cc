@@ -1,6 +1,10 @@
 #include "server/core/request.h"
 
+#include <algorithm>
+#include <cctype>
+
 #include "absl/strings/str_cat.h"
+#include "cuir/lower/lift.h"
 #include "cuir/pipeline/proposer.h"
 #include "cuir/spec/spec.h"
 
@@ -36,6 +40,49 @@ absl::Status CheckLimits(const v1::SubmitJobRequest& r, const Limits& l) {
   return absl::OkStatus();
 }
 
+bool Identifier(const std::string& s) {
+  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+}
+
+// A lift job: the kernel instead of a spec, lifted by a model (only), keyed by what it checks.
+absl::StatusOr<CheckedSubmit> CheckLift(const v1::SubmitJobRequest& r, const Limits& limits,
+                                        const cuir::AttentionConfig& config) {
+  const auto& k = r.kernel();
+  const std::string file = k.file_name().empty() ? "kernel.cu" : k.file_name();
+  if (!r.spec().source().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the request has both a spec and a kernel (", file, "): a job adapts a spec or lifts a "
+        "kernel; send one of them"));
+  }
+  if (!r.proposer().empty() && r.proposer() != "llm") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "proposer \"", r.proposer(), "\" cannot lift a kernel: lifting is done by a language "
+        "model; leave proposer empty or set \"llm\""));
+  }
+  if (k.source().size() > limits.max_source_bytes) {
+    return Over("the kernel source size (bytes)", k.source().size(), limits.max_source_bytes);
+  }
+  if (k.source().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("kernel.source of ", file, " is empty"));
+  }
+  auto entries = lower::UserKernelEntries(file, k.source());
+  if (!entries.ok()) return entries.status();
+  CheckedSubmit out;
+  out.lift = true;
+  out.config = config;
+  out.kernel_name = KernelNameOf(r);
+  if (!Identifier(out.kernel_name)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "kernel.name \"", out.kernel_name, "\" is not an identifier (letters, digits, _)"));
+  }
+  out.canonical_form = absl::StrCat("cubridge lift 1\nname ", out.kernel_name, "\nconfig ",
+                                    config.ToString(), "\nsource ", k.source().size(), " bytes\n");
+  out.spec_hash = spec::Sha256Hex(out.canonical_form + k.source());
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<cuir::AttentionConfig> ConfigFromProto(const v1::AttentionConfig& p) {
@@ -57,9 +104,20 @@ absl::StatusOr<cuir::AttentionConfig> ConfigFromProto(const v1::AttentionConfig&
   return c;
 }
 
+std::string KernelNameOf(const v1::SubmitJobRequest& r) {
+  const auto& k = r.kernel();
+  return k.name().empty() ? lower::KernelNameFromPath(k.file_name().empty() ? "kernel.cu" : k.file_name())
+                          : k.name();
+}
+
 absl::StatusOr<CheckedSubmit> CheckSubmit(const v1::SubmitJobRequest& r, const Limits& limits,
                                           const std::string& ruleset) {
   if (auto s = CheckLimits(r, limits); !s.ok()) return s;
+  if (r.has_kernel()) {
+    auto config = ConfigFromProto(r.config());
+    if (!config.ok()) return config.status();
+    return CheckLift(r, limits, *config);
+  }
   if (r.spec().source().empty()) {
     return absl::InvalidArgumentError(
         "spec.source is empty: send the text of a spec file defining mask_mod and/or score_mod");

@@ -26,12 +26,16 @@ struct Limits {
 
 struct CheckedSubmit {
   cuir::AttentionConfig config;
-  std::string spec_hash;
+  std::string spec_hash;  // a lift job: the hash of its kernel, name and config
   std::string canonical_form;
+  bool lift = false;        // the request carries a user kernel to lift
+  std::string kernel_name;  // lift: the expert name its program declares
 };
 
 // Zero fields take the defaults `adapt --local` uses (batch 1, 8 heads, d 128, 256 tokens, bf16).
 absl::StatusOr<cuir::AttentionConfig> ConfigFromProto(const v1::AttentionConfig& c);
+// A lift request's kernel name: kernel.name, else its file's stem.
+std::string KernelNameOf(const v1::SubmitJobRequest& request);
 absl::StatusOr<CheckedSubmit> CheckSubmit(const v1::SubmitJobRequest& request, const Limits& limits,
                                           const std::string& ruleset);
 

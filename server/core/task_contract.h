@@ -9,6 +9,9 @@
 //                                                        {proposer, transcript, llm_usage}
 //   candidate  {spec, program, arch, tile, level}    -> {detail, seconds, passed, tile, cuir,
 //                                                        kernel_cu, kernel_h, lowering, check}
+//   lift_llm   {kernel: {file_name, source, name},   -> {detail, seconds, program, report,
+//               config, arch, seed}                      transcript, llm_usage}; a failed lift
+//                                                        leaves {transcript, llm_usage}
 #pragma once
 
 #include <cstdint>
@@ -27,10 +30,14 @@ namespace cubridge::core {
 inline constexpr char kLiftTask[] = "lift";
 inline constexpr char kTransferTask[] = "transfer";
 inline constexpr char kCandidateTask[] = "candidate";
+inline constexpr char kLiftLlmTask[] = "lift_llm";  // a user's kernel lifted by a model
 
 // The worker class (queue) of llm and hybrid transfers, and the capability a worker registers
 // when it has a chat-completions endpoint: only such workers lease from that queue.
 inline constexpr char kLlmClass[] = "llm";
+// Lifting a user's kernel needs both a model and a GPU of the arch to check its proposals on:
+// the queue "llm-<arch>", leased by workers of that arch that registered the llm capability.
+inline std::string LlmGpuClass(const std::string& arch) { return std::string(kLlmClass) + "-" + arch; }
 
 // "rules" | "llm" | "hybrid"; a request that names none gets the rules.
 inline constexpr char kDefaultProposer[] = "rules";

@@ -135,6 +135,14 @@ Process* Cluster::StartWorker(const std::map<std::string, std::string>& env,
   return workers_.back().get();
 }
 
+std::unique_ptr<store::RedisClient> Cluster::Redis() {
+  store::RedisOptions o;
+  o.port = redis_.port();
+  auto c = store::RedisClient::Connect(o);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? *std::move(c) : nullptr;
+}
+
 std::unique_ptr<v1::CuBridge::Stub> Cluster::ClientStub() {
   return v1::CuBridge::NewStub(grpc::CreateChannel(Address(), grpc::InsecureChannelCredentials()));
 }

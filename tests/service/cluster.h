@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "cubridge/v1/client.grpc.pb.h"
 #include "cubridge/v1/worker.grpc.pb.h"
+#include "server/store/redis.h"
 #include "tests/server/redis_server.h"
 
 namespace cubridge::testing {
@@ -73,6 +74,8 @@ class Cluster : public ::testing::Test {
   v1::Job WaitUntil(const std::string& job_id, const std::function<bool(const v1::Job&)>& done,
                     std::chrono::milliseconds timeout);
   v1::Job WaitEnded(const std::string& job_id, std::chrono::milliseconds timeout);
+  // A client of the cluster's Redis, to look at (or tamper with) what the service stored.
+  std::unique_ptr<store::RedisClient> Redis();
   // Every log of the cluster, for failure messages.
   std::string Logs() const;
 

@@ -27,13 +27,6 @@ class Faults : public Cluster {
   v1::Job WaitRunning(const std::string& id) {
     return WaitUntil(id, [](const v1::Job& j) { return j.state() == v1::JOB_STATE_RUNNING; }, 30s);
   }
-  std::unique_ptr<store::RedisClient> Redis() {
-    store::RedisOptions o;
-    o.port = redis_.port();
-    auto c = store::RedisClient::Connect(o);
-    EXPECT_TRUE(c.ok()) << c.status();
-    return c.ok() ? *std::move(c) : nullptr;
-  }
   std::string TaskField(const std::string& task, const std::string& field) {
     auto r = Redis()->Command({"HGET", "cubridge:task:" + task, field});
     return r.ok() ? r->str : "";

@@ -92,14 +92,6 @@ class Llm : public Cluster {
                                    " ", CUBRIDGE_CLI, " ", args));
   }
 
-  std::unique_ptr<store::RedisClient> Redis() {
-    store::RedisOptions o;
-    o.port = redis_.port();
-    auto c = store::RedisClient::Connect(o);
-    EXPECT_TRUE(c.ok()) << c.status();
-    return c.ok() ? *std::move(c) : nullptr;
-  }
-
   // Every value Redis holds, whatever its type: where a leaked key would be found.
   std::string RedisContents() {
     auto redis = Redis();

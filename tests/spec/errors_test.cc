@@ -8,16 +8,9 @@
 namespace cubridge::spec {
 namespace {
 
+using testing::ExpectError;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
-
-void ExpectError(const std::string& source, const std::string& where, const std::string& what) {
-  auto spec = LoadSpecSource(source, "t.py");
-  ASSERT_FALSE(spec.ok()) << "accepted:\n" << source;
-  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument) << spec.status();
-  EXPECT_THAT(std::string(spec.status().message()), StartsWith("t.py:" + where + ": "));
-  EXPECT_THAT(std::string(spec.status().message()), HasSubstr(what));
-}
 
 const char* kDef = "def mask_mod(b, h, q_idx, kv_idx):\n";
 const char* kScoreDef = "def score_mod(score, b, h, q_idx, kv_idx):\n";

@@ -10,6 +10,7 @@
 namespace cubridge::spec {
 namespace {
 
+using testing::Config;
 using torch::indexing::Slice;
 
 // Index tensors for one (b, h): q_idx [Sq, 1], kv_idx [1, Skv].
@@ -44,18 +45,6 @@ AttentionOutputs Reference(const cuir::AttentionConfig& c, const AttentionInputs
     }
   }
   return out;
-}
-
-cuir::AttentionConfig Config(int64_t hq, int64_t hkv, int64_t sq, int64_t skv) {
-  cuir::AttentionConfig c;
-  c.batch = 2;
-  c.heads_q = hq;
-  c.heads_kv = hkv;
-  c.head_dim = 64;
-  c.seqlen_q = sq;
-  c.seqlen_kv = skv;
-  c.dtype = cuir::DType::kBF16;
-  return c;
 }
 
 Spec Load(const std::string& source) {

@@ -11,6 +11,8 @@
 namespace cubridge::spec {
 namespace {
 
+using testing::ExpectError;
+using testing::Config;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
@@ -39,25 +41,6 @@ Spec Load(const std::string& source, const std::string& path = "ref.py") {
   auto spec = LoadSpecSource(source, path);
   EXPECT_TRUE(spec.ok()) << spec.status();
   return spec.ok() ? *std::move(spec) : Spec{};
-}
-
-void ExpectError(const std::string& source, const std::string& where, const std::string& what) {
-  auto spec = LoadSpecSource(source, "t.py");
-  ASSERT_FALSE(spec.ok()) << "accepted:\n" << source;
-  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument) << spec.status();
-  EXPECT_THAT(std::string(spec.status().message()), StartsWith("t.py:" + where + ": "));
-  EXPECT_THAT(std::string(spec.status().message()), HasSubstr(what));
-}
-
-cuir::AttentionConfig Config(int64_t hq, int64_t hkv, int64_t sq, int64_t skv) {
-  cuir::AttentionConfig c;
-  c.batch = 2;
-  c.heads_q = hq;
-  c.heads_kv = hkv;
-  c.head_dim = 64;
-  c.seqlen_q = sq;
-  c.seqlen_kv = skv;
-  return c;
 }
 
 // ---- loading ----------------------------------------------------------------------------------

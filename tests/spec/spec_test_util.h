@@ -42,4 +42,27 @@ inline cuir::ScalarEnv PointEnv(const Spec& spec, int64_t b, int64_t h, int64_t 
   return env;
 }
 
+// A spec source that must be refused: INVALID_ARGUMENT at "t.py:<where>: ", saying `what`.
+inline void ExpectError(const std::string& source, const std::string& where,
+                        const std::string& what) {
+  auto spec = LoadSpecSource(source, "t.py");
+  ASSERT_FALSE(spec.ok()) << "accepted:\n" << source;
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument) << spec.status();
+  EXPECT_THAT(std::string(spec.status().message()), ::testing::StartsWith("t.py:" + where + ": "));
+  EXPECT_THAT(std::string(spec.status().message()), ::testing::HasSubstr(what));
+}
+
+// Batch 2, head dim 64, bf16, with the given heads and sequence lengths.
+inline cuir::AttentionConfig Config(int64_t hq, int64_t hkv, int64_t sq, int64_t skv) {
+  cuir::AttentionConfig c;
+  c.batch = 2;
+  c.heads_q = hq;
+  c.heads_kv = hkv;
+  c.head_dim = 64;
+  c.seqlen_q = sq;
+  c.seqlen_kv = skv;
+  c.dtype = cuir::DType::kBF16;
+  return c;
+}
+
 }  // namespace cubridge::spec::testing

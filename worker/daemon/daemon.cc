@@ -213,9 +213,10 @@ absl::Status Daemon::Run() {
 }
 
 void Daemon::RunTask(const v1::Task& task) {
-  const std::string kind = task.kind() == v1::TASK_KIND_LIFT       ? "lift"
-                           : task.kind() == v1::TASK_KIND_TRANSFER ? "transfer"
-                                                                   : "candidate";
+  const std::string kind = task.kind() == v1::TASK_KIND_LIFT       ? core::kLiftTask
+                           : task.kind() == v1::TASK_KIND_TRANSFER ? core::kTransferTask
+                           : task.kind() == v1::TASK_KIND_LIFT_LLM ? core::kLiftLlmTask
+                                                                   : core::kCandidateTask;
   spdlog::info("task={} job={} attempt={} token={}: running", task.task_id(), task.job_id(),
                task.attempt(), task.fencing_token());
   const fs::path dir = fs::path(options_.work_dir) / absl::StrCat("task-", task.fencing_token());

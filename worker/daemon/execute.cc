@@ -8,13 +8,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cuir/ir/program.h"
+#include "cuir/lower/lift.h"
 #include "cuir/pipeline/proposer.h"
 #include "cuir/pipeline/stages.h"
+#include "cuir/propose/llm_lifter.h"
 #include "cuir/propose/llm_proposer.h"
 #include "server/core/task_contract.h"
 #include "worker/gpu/autotune.h"
 #include "worker/gpu/module.h"
 #include "worker/gpu/nvrtc.h"
+#include "worker/gpu/user_kernel.h"
 
 namespace cubridge::workerd {
 namespace {
@@ -73,6 +76,19 @@ gpu::AutotuneOptions TunerOptions(const ExecuteOptions& o) {
   return t;
 }
 
+// Only workers that registered an endpoint lease work that needs a model; another may still have
+// one, so a worker without is UNAVAILABLE (retried elsewhere).
+absl::StatusOr<propose::LlmSettings> LlmSettingsOf(const ExecuteOptions& o, const std::string& who) {
+  if (!o.llm) {
+    return absl::UnavailableError(absl::StrCat(
+        who, " needs an LLM endpoint and this worker has none (start cubridge-worker with "
+        "--llm-endpoint and --llm-model)"));
+  }
+  auto resolved = propose::ResolveLlmSettings(*o.llm);
+  if (!resolved.ok()) return In(who, resolved.status());
+  return resolved;
+}
+
 // The job's proposer (rules, llm or hybrid: pipeline::Proposer) proposes the program and the CPU
 // verifier accepts or rejects it; whoever proposed it, a mismatch is not retried.
 absl::StatusOr<json> RunTransfer(const json& payload, const ExecuteOptions& o,
@@ -93,20 +109,17 @@ absl::StatusOr<json> RunTransfer(const json& payload, const ExecuteOptions& o,
   if (!base.ok()) return In("lift", base.status());
   propose::LlmSettings settings;
   if (name != core::kDefaultProposer) {
-    // Only workers that registered an endpoint lease these; another one may still have it.
-    if (!o.llm) {
-      return absl::UnavailableError(absl::StrCat(
-          "transfer: the ", name, " proposer needs an LLM endpoint and this worker has none "
-          "(start cubridge-worker with --llm-endpoint and --llm-model)"));
-    }
-    auto resolved = propose::ResolveLlmSettings(*o.llm);
-    if (!resolved.ok()) return In("transfer", resolved.status());
+    auto resolved = LlmSettingsOf(o, absl::StrCat("transfer: the ", name, " proposer"));
+    if (!resolved.ok()) return resolved.status();
     settings = *std::move(resolved);
   }
   auto proposer = propose::MakeProposer(name, settings);
   if (!proposer.ok()) return In("transfer", proposer.status());
-  const pipeline::ProposeRequest request{*base,   *spec, input->config, input->BufferSources(),
-                                         input->seed, {},   {},            progress};
+  // The transfer task is shared by jobs for any arch, so a model's program must lower for every
+  // arch a worker can serve; a lowering error goes back to the model like any other rejection.
+  const pipeline::ProposeRequest request{*base,       *spec, input->config, input->BufferSources(),
+                                         input->seed, {},    {lower::Arch::kSm80, lower::Arch::kSm90},
+                                         progress};
   pipeline::Proposal p = (*proposer)->Propose(request);
   json result = {{"proposer", p.proposer.empty() ? name : p.proposer},
                  {"transcript", p.transcript},
@@ -158,6 +171,50 @@ absl::StatusOr<json> RunLift(const json& payload, const ExecuteOptions& o,
     detail += absl::StrCat("; on ", *device, " the compiled expert and the interpreted base agree");
   }
   result["detail"] = detail;
+  result["seconds"] = clock.Seconds();
+  return result;
+}
+
+// A user's kernel lifted by the model: proposals checked on this worker's GPU against the
+// compiled kernel (worker/gpu/user_kernel.h). The transcript comes back also on failure.
+absl::StatusOr<json> RunLiftLlm(const json& payload, const ExecuteOptions& o,
+                                const std::function<void(const std::string&)>& progress,
+                                json* partial) {
+  Clock clock;
+  auto g = PrepareGpu(payload, o);  // the kernel travels as the job's input file
+  if (!g.ok()) return g.status();
+  auto settings = LlmSettingsOf(o, "lift");
+  if (!settings.ok()) return settings.status();
+  auto kernel = gpu::LoadUserKernel(g->input.file_name, g->input.source);
+  if (!kernel.ok()) return In("lift", kernel.status());
+  gpu::GpuAutotuner tuner(TunerOptions(o));
+  gpu::UserKernelComparator comparator(&tuner, *std::move(kernel), g->input.file_name,
+                                       g->input.config, g->arch);
+  propose::LiftRequest r;
+  r.kernel_path = g->input.file_name;
+  r.kernel_source = g->input.source;
+  r.name = payload.value("kernel_name", lower::KernelNameFromPath(g->input.file_name));
+  r.config = g->input.config;
+  r.seed = g->input.seed;
+  r.gpu = &comparator;
+  r.progress = progress;
+  propose::LiftOutcome outcome = propose::LiftWithModel(*settings, r);
+  json result = {{"transcript", outcome.transcript}, {"llm_usage", outcome.usage}};
+  if (!outcome.status.ok()) {
+    if (partial != nullptr) *partial = result;
+    // No GPU here: another worker of the arch may have one.
+    if (absl::StrContains(outcome.status.message(), "there is none to use here")) {
+      return absl::UnavailableError(outcome.status.message());
+    }
+    return outcome.status;
+  }
+  result["program"] = absl::StrCat("# Lifted by CuBridge from ", r.kernel_path, " (round ",
+                                   outcome.accepted_round, "); it agreed with the compiled kernel on ",
+                                   comparator.device(), ".\n", cuir::PrintProgram(outcome.program));
+  result["report"] = propose::LiftReport(r, outcome, comparator.device());
+  result["detail"] = absl::StrFormat("%s lifted as expert \"%s\": accepted at round %d, agrees with "
+                                     "the kernel on %s", r.kernel_path, r.name,
+                                     outcome.accepted_round, comparator.device());
   result["seconds"] = clock.Seconds();
   return result;
 }
@@ -248,6 +305,7 @@ absl::StatusOr<json> ExecuteTask(const std::string& kind, const json& payload,
   if (kind == core::kTransferTask) return RunTransfer(payload, o, progress, partial_result);
   if (kind == core::kLiftTask) return RunLift(payload, o, progress);
   if (kind == core::kCandidateTask) return RunCandidate(payload, o, progress);
+  if (kind == core::kLiftLlmTask) return RunLiftLlm(payload, o, progress, partial_result);
   return absl::InvalidArgumentError(absl::StrCat("unknown task kind \"", kind, "\""));
 }
 

@@ -39,6 +39,8 @@ int main(int argc, char** argv) {
   }
 
   CLI::App app{"cubridge-worker: leases and runs CuBridge tasks on this machine's GPU (or CPU)"};
+  // A flag given twice takes its last value, so wrappers (Helm, scripts) can append overrides.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   cubridge::workerd::DaemonOptions o;
   o.coordinator = Env("CUBRIDGE_COORDINATOR", o.coordinator);
   std::string token_file = Env("CUBRIDGE_WORKER_TOKEN_FILE");

@@ -6,6 +6,7 @@
 #include "absl/strings/str_replace.h"
 #include "cuir/ir/program.h"
 #include "cuir/lower/expert.h"
+#include "cuir/lower/lift.h"
 #include "cuir/pipeline/files.h"
 #include "worker/gpu/module.h"
 #include "worker/gpu/nvrtc.h"
@@ -15,20 +16,9 @@ namespace cubridge::gpu {
 absl::StatusOr<lower::LoweredKernel> LoadUserKernel(const std::string& path,
                                                     const std::string& source) {
   lower::LoweredKernel k;
-  k.device_entries = lower::DeviceEntries(source);
-  for (const char* role : {"plan", "attention"}) {
-    if (!k.device_entries.count(role)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, ": no `// @cuir-entry ", role, " NAME` line; a lifted kernel names its plan and "
-          "attention entry points (cuir/experts/common/launch_abi.cuh says what each must be)"));
-    }
-  }
-  for (const auto& [role, name] : k.device_entries) {
-    if (role != "plan" && role != "attention") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, ": `@cuir-entry ", role, "`: a lifted kernel has only plan and attention entries"));
-    }
-  }
+  auto entries = lower::UserKernelEntries(path, source);
+  if (!entries.ok()) return entries.status();
+  k.device_entries = *std::move(entries);
   // The C library pieces and the ABI types first; `#line` keeps the compiler's messages at the
   // user's own line numbers.
   std::string prelude = "#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n";

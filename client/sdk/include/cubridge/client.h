@@ -94,5 +94,10 @@ class Client {
 // NOT_FOUND when the file does not exist; PERMISSION_DENIED / INVALID_ARGUMENT when it cannot be
 // read.
 absl::StatusOr<v1::SubmitJobRequest> RequestFromSpecFile(const std::string& path);
+// A lift request carrying the CUDA kernel at `path` (docs/llm.md): the job asks a model for the
+// kernel's base CuIR program, accepted when it agrees with the compiled kernel on a GPU. `name`:
+// the expert name the program declares (empty: the file's stem). Same errors as above.
+absl::StatusOr<v1::SubmitJobRequest> RequestFromKernelFile(const std::string& path,
+                                                           const std::string& name = "");
 
 }  // namespace cubridge
