@@ -23,6 +23,19 @@ bool BudgetSpent(const llm::ChatClient& c, const llm::Budget& b) {
 
 }  // namespace
 
+absl::StatusOr<cuir::Program> ReadProposal(const std::string& reply, Rejection* why) {
+  auto reject = [&](const char* stage, const absl::Status& s) {
+    *why = Rejection{stage, std::string(s.message())};
+    return s;
+  };
+  auto text = ExtractProgram(reply);
+  if (!text.ok()) return reject("reply format check", text.status());
+  auto parsed = cuir::ParseProgram(*text, "proposal.cuir");
+  if (!parsed.ok()) return reject("CuIR parser", parsed.status());
+  if (auto s = cuir::Validate(*parsed); !s.ok()) return reject("CuIR validator", s);
+  return parsed;
+}
+
 ConversationResult Converse(const LlmSettings& settings, const Conversation& c,
                             const ReplyCheck& check) {
   ConversationResult out;

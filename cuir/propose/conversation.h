@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "cuir/ir/program.h"
 #include "cuir/llm/chat_client.h"
 
 namespace cubridge::propose {
@@ -28,6 +30,11 @@ struct Rejection {
   // Not the model's to fix (the user's kernel crashed, the GPU went away): stop asking.
   bool final = false;
 };
+
+// The checks every proposal meets first, whatever the task: a fenced program (prompt.h's
+// ExtractProgram), that parses as `proposal.cuir` (errors with line:col) and validates. The
+// program, or why not.
+absl::StatusOr<cuir::Program> ReadProposal(const std::string& reply, Rejection* why);
 
 // Checks the reply of `round`; nullopt accepts it.
 using ReplyCheck = std::function<std::optional<Rejection>(const std::string& reply, int round)>;

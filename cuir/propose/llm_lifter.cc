@@ -99,13 +99,9 @@ LiftOutcome LiftWithModel(const LlmSettings& settings, const LiftRequest& r) {
   int cpu_only_round = 0;
   ConversationResult talk = Converse(settings, c, [&](const std::string& reply, int round)
                                                       -> std::optional<Rejection> {
-    auto text = ExtractProgram(reply);
-    if (!text.ok()) return Rejection{"reply format check", std::string(text.status().message())};
-    auto parsed = cuir::ParseProgram(*text, "proposal.cuir");
-    if (!parsed.ok()) return Rejection{"CuIR parser", std::string(parsed.status().message())};
-    if (auto s = cuir::Validate(*parsed); !s.ok()) {
-      return Rejection{"CuIR validator", std::string(s.message())};
-    }
+    Rejection why;
+    auto parsed = ReadProposal(reply, &why);
+    if (!parsed.ok()) return why;
     if (auto no = CheckContract(*parsed, r.name)) return no;
     const uint64_t seed = r.seed + 1000 * static_cast<uint64_t>(round);
     if (auto no = DryRun(*parsed, r.config, seed)) return no;

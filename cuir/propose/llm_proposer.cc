@@ -28,13 +28,9 @@ std::string ExpertOf(const cuir::Program& p) {
 std::optional<Rejection> Check(const std::string& reply, const ProposeRequest& r,
                                cuir::Program* program, pipeline::VerifyReport* report,
                                double* verify_seconds) {
-  auto text = ExtractProgram(reply);
-  if (!text.ok()) return Rejection{"reply format check", std::string(text.status().message())};
-  auto parsed = cuir::ParseProgram(*text, "proposal.cuir");
-  if (!parsed.ok()) return Rejection{"CuIR parser", std::string(parsed.status().message())};
-  if (auto s = cuir::Validate(*parsed); !s.ok()) {
-    return Rejection{"CuIR validator", std::string(s.message())};
-  }
+  Rejection why;
+  auto parsed = ReadProposal(reply, &why);
+  if (!parsed.ok()) return why;
   const std::string want = ExpertOf(r.base), got = ExpertOf(*parsed);
   if (got != want) {
     return Rejection{"transfer contract",

@@ -1,8 +1,9 @@
 // The launcher ABI a user's own attention kernel follows to be lifted (`cubridge-cli lift`,
 // docs/llm.md). CuBridge puts this file in front of the kernel's source before compiling it, so
 // the kernel uses these types without including anything. They are the expert kernels' own ABI
-// (the `abi` region of fa2_sm80/kernel.cu and its launch plan); tests/worker/abi_test.cc checks
-// every field offset of both against worker/gpu/abi.h, which the loader reads them through.
+// (the `abi` region of fa2_sm80/kernel.cu and its launch plan), and what the worker's loader reads
+// kernels through (worker/gpu/abi.h); tests/worker/abi_test.cc checks every field offset of the
+// expert's copy against this one.
 // cuda_bf16.h, cuda_fp16.h and the C library pieces of common/cuir_platform.cuh come with it.
 //
 // A kernel names two device entry points in comment lines, each `// @cuir-entry ROLE NAME`:
