@@ -91,6 +91,19 @@ TEST_F(Lift, AJobWaitsForAWorkerWithAModelAndAGpuOfItsArch) {
   EXPECT_THAT(status.output, HasSubstr("lift (a user kernel"));
 }
 
+TEST_F(Lift, AWorkerWithoutAUsableGpuNeverAsksTheModelAndTheJobSaysWhy) {
+  if (access("/dev/nvidiactl", F_OK) == 0) GTEST_SKIP() << "this machine has a GPU";
+  ScriptedLlmServer server({Say(Fenced(ReadFile(kExample + ".cuir")))});
+  StartLlmWorker(server, "sm_80");  // claims an arch it cannot serve here
+  auto job = Submit(LiftRequest("sm_80"));
+  ASSERT_TRUE(job.ok()) << job.status();
+  const v1::Job ended = WaitEnded(job->job_id(), 60s);
+  ASSERT_EQ(ended.state(), v1::JOB_STATE_FAILED) << Describe(ended) << Logs();
+  EXPECT_THAT(ended.error(), HasSubstr("accepted only when it agrees with the compiled kernel on a GPU"))
+      << Describe(ended);
+  EXPECT_EQ(server.request_count(), 0) << "tokens spent with no GPU to check the answer";
+}
+
 TEST_F(Lift, OnAGpuWorkerTheAcceptedProgramIsServedToTheClient) {
   if (access("/dev/nvidiactl", F_OK) != 0) GTEST_SKIP() << "no GPU here (/dev/nvidiactl absent)";
   const std::string good = ReadFile(kExample + ".cuir");
@@ -109,7 +122,7 @@ TEST_F(Lift, OnAGpuWorkerTheAcceptedProgramIsServedToTheClient) {
   ASSERT_TRUE(job.ok()) << job.status();
   ASSERT_EQ(job->state(), v1::JOB_STATE_SUCCEEDED) << Describe(*job) << Logs();
   EXPECT_THAT(job->lifted_cuir(), HasSubstr("tanh"));
-  EXPECT_THAT(job->lift_report_json(), HasSubstr("\"accepted_round\": 2"));
+  EXPECT_THAT(job->lift_report_json(), HasSubstr("\"accepted_round\":2"));
   EXPECT_EQ(server.request_count(), 2);
   const std::string out = dir_ + "/lifted";
   auto got = Cli(absl::StrCat("get ", id, " --out ", out));

@@ -227,7 +227,10 @@ void Daemon::RunTask(const v1::Task& task) {
                   {"gpu_timeout_seconds", options_.gpu_timeout_seconds},
                   {"work_dir", dir.string()},
                   {"progress", progress_path}};
-  if (options_.llm && kind == core::kTransferTask) request["llm"] = LlmFlagsJson(*options_.llm);
+  // Only the tasks that talk to a model get the endpoint (the key stays in the environment).
+  if (options_.llm && (kind == core::kTransferTask || kind == core::kLiftLlmTask)) {
+    request["llm"] = LlmFlagsJson(*options_.llm);
+  }
 
   // The daemon's side of a running task: heartbeats, progress lines, and the decision to stop.
   auto next_beat = std::chrono::steady_clock::now();
