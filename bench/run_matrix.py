@@ -86,11 +86,21 @@ def fmt_tf(x):
 # ---------------------------------------------------------------------------------------------
 # Rendering (no torch needed: also used by --merge)
 
+def expert_of(folder):
+    """The expert named in the first lowered kernel's header line."""
+    for name in sorted(os.listdir(folder)):
+        if name.endswith("_sm_90.cu"):
+            with open(os.path.join(folder, name)) as f:
+                m = re.search(r'\(expert "([A-Za-z0-9_]+)"\)', f.readline())
+            return m.group(1) if m else "?"
+    return "?"
+
+
 def render_section(metas, rows):
     m0 = metas[0]
     planned = sum(m.get("planned", 0) for m in metas)
     gpu = m0.get("gpu", "?")
-    out = [f"## {m0.get('date', '?')} — benchmark matrix: lowered sm_80 expert vs FlexAttention / SDPA / eager, {gpu}", ""]
+    out = [f"## {m0.get('date', '?')} — benchmark matrix: lowered {m0.get('expert', '?')} expert vs FlexAttention / SDPA / eager, {gpu}", ""]
     cmds = "; then ".join(f"`{m['command']}`" for m in metas)
     done = len(rows)
     partial = ""
@@ -109,7 +119,8 @@ def render_section(metas, rows):
         "variant's mask_mod evaluated densely at b = h = 0 (all twelve example masks ignore b and h; "
         "the script assumes it, it does not check it); density = kept / (Sq · Skv). bf16, batch = "
         "16384 / S, Sq = Skv = S.",
-        "- CuBridge: the lowered kernel (sm_80 mma.sync expert, built with `nvcc -O3 -arch=sm_90`) "
+        f"- CuBridge: the lowered kernel (expert {m0.get('expert', '?')}, built with `nvcc -O3 "
+        "-gencode=arch=compute_90a,code=sm_90a`) "
         "through its C launcher (ctypes); Params and workspace prepared once, the timed call is the "
         "launcher alone, which rebuilds the block tables (document masks) inside every call. Before "
         "timing, its O is compared with FlexAttention's: FAIL when the launcher returns an error, O "
@@ -286,6 +297,7 @@ def run(args):
         "cuda": torch.version.cuda,
         "triton": triton.__version__,
         "finished": False,
+        "expert": expert_of(args.dir),
     }
     print(f"{meta['gpu']}  torch {meta['torch']}  cuda {meta['cuda']}  triton {meta['triton']}", flush=True)
 

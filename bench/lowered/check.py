@@ -19,11 +19,18 @@ class Params(ctypes.Structure):
                  ("workspace_size", ctypes.c_size_t)])
 
 
+def arch_flags(arch):
+    """sm_90 kernels build for sm_90a: the Hopper expert needs wgmma and setmaxnreg (the sm_80
+    expert builds for it too)."""
+    num = arch.removeprefix("sm_")
+    return [f"-gencode=arch=compute_{num}a,code=sm_{num}a"] if num == "90" else [f"-arch={arch}"]
+
+
 def build_from(folder, name, arch=None):
     arch = arch or ARCH
     src = os.path.join(folder, f"{name}_{arch}.cu")
     so = os.path.join(folder, f"{name}.so")
-    r = subprocess.run(["nvcc", "-shared", "-Xcompiler", "-fPIC", "-std=c++17", f"-arch={arch}", "-O3",
+    r = subprocess.run(["nvcc", "-shared", "-Xcompiler", "-fPIC", "-std=c++17", *arch_flags(arch), "-O3",
                         "-o", so, src], capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"{name}: nvcc failed\n{r.stderr}")

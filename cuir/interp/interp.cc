@@ -1,8 +1,11 @@
 // The CuIR interpreter: the executable definition of the language (see docs/cuir.md).
 //
 // Declarations bind the global scope, block tables are classified, then every grid point runs the
-// body. Programs are independent and their control flow depends only on scalars, so the launch
-// first dry-runs each grid point's scalar statements (lets, loop bounds, load ranges, `when`
+// body, in the launch order of the grid's schedule (cuir/ir/schedule.h). Roles are declarations:
+// the interpreter is one thread of control that runs each program's body once, sequentially,
+// however the kernel splits it among warp roles; `pipeline` depths do not change results either.
+// Programs are independent and their control flow depends only on scalars, so the launch first
+// dry-runs each grid point's scalar statements (lets, loop bounds, load ranges, `when`
 // conditions) into a trace; points with equal traces form a group that executes as one batch
 // (tiles [members, rows, cols], per-member head indices and per-member scalars as [members, 1, 1]
 // tensors). Each member computes exactly what it would alone. Outputs start as NaN so that rows
@@ -22,6 +25,7 @@
 #include "cuir/interp/block_table.h"
 #include "cuir/interp/tensor_eval.h"
 #include "cuir/ir/eval.h"
+#include "cuir/ir/schedule.h"
 
 namespace cubridge::interp {
 namespace {
@@ -251,16 +255,15 @@ class Interpreter {
     return env;
   }
 
-  // Groups grid points by their dry-run trace, in launch order.
+  // Groups grid points by their dry-run trace, in the launch order of the grid's schedule: the
+  // dry runs visit the points in that order, and the groups run in the order of their first
+  // points, each group's members in launch order.
   absl::StatusOr<std::vector<std::vector<std::vector<int64_t>>>> GroupPoints() {
     std::vector<std::vector<std::vector<int64_t>>> groups;
     absl::flat_hash_map<std::vector<int64_t>, size_t> by_trace;
-    const size_t n = grid_extents_.size();
-    for (int64_t e : grid_extents_) {
-      if (e == 0) return groups;
-    }
-    std::vector<int64_t> point(n, 0);
-    while (true) {
+    auto order = cuir::GridOrder(grid_->attr, grid_extents_);
+    if (!order.ok()) return InvalidAt(grid_->loc, order.status().message());
+    for (const std::vector<int64_t>& point : *order) {
       std::vector<int64_t> trace;
       Group dry;
       dry.envs.push_back(PointEnv(point));
@@ -272,12 +275,6 @@ class Interpreter {
         groups.emplace_back();
       }
       groups[it->second].push_back(point);
-      size_t i = 0;
-      for (; i < n; ++i) {
-        if (++point[i] < grid_extents_[i]) break;
-        point[i] = 0;
-      }
-      if (i == n) break;
     }
     return groups;
   }

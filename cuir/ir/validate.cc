@@ -4,17 +4,20 @@
 // kind, where it may appear and which member function verifies it, so a new construct adds one
 // row and one function. Scoping is a stack of frames (top level, loop body); names may be
 // neither redeclared nor shadowed, which keeps rewrites by transfer rules free of capture bugs.
+#include <algorithm>
 #include <initializer_list>
+#include <optional>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "cuir/ir/eval.h"
 #include "cuir/ir/program.h"
+#include "cuir/ir/schedule.h"
 #include "cuir/ir/syntax.h"
 
 namespace cubridge::cuir {
@@ -138,10 +141,15 @@ class Validator {
   absl::Status Visit(const Stmt& s, bool in_loop);
   absl::Status CheckPlacement(const Stmt& s, const StmtRule& rule, bool in_loop);
   absl::Status CheckFinished() const;
+  absl::Status CheckRoles() const;
   absl::Status VerifyTypedDecl(const Stmt& s, SymKind kind);
   absl::Status VerifyTableLoop(const Stmt& s);
   absl::Status VerifySink(const Stmt& s) const;
   absl::Status CheckSinkNames(const ExprPtr& e, const SourceLoc& outer) const;
+
+  // The value of an int expression over literals and params, with the params' defaults (the
+  // values they have when the kernel is compiled); nullopt when it needs anything else.
+  std::optional<int64_t> ConstInt(const ExprPtr& e) const;
 
   // Scopes.
   const Symbol* Find(const std::string& name) const;
@@ -167,6 +175,8 @@ class Validator {
   std::vector<absl::flat_hash_map<std::string, Symbol>> frames_;
   absl::flat_hash_map<std::string, SourceLoc> all_decls_;  // anywhere in the program, for hints
   absl::flat_hash_map<std::string, SourceLoc> roles_;
+  std::vector<const Stmt*> role_stmts_;  // in declaration order
+  ScalarEnv params_;                     // params whose defaults fold to constants
   const Stmt* first_body_ = nullptr;
   const Stmt* expert_ = nullptr;
   const Stmt* grid_ = nullptr;
@@ -262,6 +272,7 @@ absl::Status Validator::CheckPlacement(const Stmt& s, const StmtRule& rule, bool
 
 absl::Status Validator::CheckFinished() const {
   if (grid_ == nullptr) return MissingGrid(p_.loc);
+  CUIR_RETURN_IF_ERROR(CheckRoles());
   if (loop_ == nullptr) {
     return ErrorAt(p_.loc, "missing the KV loop; add `for n_block in [0, cdiv(seqlen_kv, "
                            "BLOCK_N)) { ... }` after `softmax.init`");
@@ -488,7 +499,25 @@ absl::Status Validator::VerifyTypedDecl(const Stmt& s, SymKind kind) {
                                      "; change the declared type to ", TypeName(t),
                                      " or convert the value"));
   }
-  return Declare(s.name, Symbol{kind, s.type, s.loc});
+  CUIR_RETURN_IF_ERROR(Declare(s.name, Symbol{kind, s.type, s.loc}));
+  if (kind == SymKind::kParam) {
+    // Params are fixed when the kernel is compiled: a default over literals and earlier params
+    // is a constant the role and pipeline checks can use. Anything else (a builtin) is not.
+    if (auto v = EvalScalar(s.value, params_); v.ok()) {
+      if (s.type == Type::kFloat && std::holds_alternative<int64_t>(*v)) {
+        *v = static_cast<double>(std::get<int64_t>(*v));
+      }
+      params_.vars[s.name] = *v;
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::optional<int64_t> Validator::ConstInt(const ExprPtr& e) const {
+  if (!e) return std::nullopt;
+  auto v = EvalScalar(e, params_);
+  if (!v.ok() || !std::holds_alternative<int64_t>(*v)) return std::nullopt;
+  return std::get<int64_t>(*v);
 }
 
 absl::Status Validator::VerifyBuffer(const Stmt& s) {
@@ -501,15 +530,84 @@ absl::Status Validator::VerifyBuffer(const Stmt& s) {
   return Declare(s.name, Symbol{SymKind::kBuffer, s.type, s.loc});
 }
 
+// ----- role NAME warps EXPR [regs EXPR] -----------------------------------------------------
+// A warp role of the program (docs/cuir.md, "role"). Role names are unique, so there is at most
+// one `producer`; it needs another role to do the math (CheckRoles). Warp counts that fold to
+// constants are positive; a register budget follows Hopper's `setmaxnreg`: a multiple of 8 in
+// [24, 256]; and the roles' budgets together fit the SM's register file (CheckRoles).
+
+constexpr absl::string_view kProducerRole = "producer";
+constexpr int64_t kMinRegs = 24, kMaxRegs = 256, kRegsGranule = 8;
+constexpr int64_t kRegisterFile = 65536;  // 32-bit registers of one SM, all a CTA may use
+constexpr int64_t kThreadsPerWarp = 32;
+
+// "`WARPS - 4` = 0" for a folded expression, "`0`" for a literal.
+std::string Folded(const ExprPtr& e, int64_t v) {
+  const std::string text = PrintExpr(e);
+  return text == absl::StrCat(v) ? absl::StrCat("`", text, "`")
+                                 : absl::StrCat("`", text, "` = ", v);
+}
+
 absl::Status Validator::VerifyRole(const Stmt& s) {
   auto [it, inserted] = roles_.try_emplace(s.name, s.loc);
   if (!inserted) {
+    absl::string_view hint = s.name == kProducerRole
+                                 ? "; a program has at most one producer role, give it all the "
+                                   "loading warps"
+                                 : "; pick another name";
     return ErrorAt(s.loc, absl::StrCat("role `", s.name, "` is already declared at ",
-                                       it->second.ToString(), "; pick another name"));
+                                       it->second.ToString(), hint));
   }
+  role_stmts_.push_back(&s);
   CUIR_RETURN_IF_ERROR(Expect(s.value, kPlain, s, {Type::kInt}, "a role's warp count"));
-  if (s.aux) CUIR_RETURN_IF_ERROR(Expect(s.aux, kPlain, s, {Type::kInt}, "a role's registers"));
+  if (std::optional<int64_t> warps = ConstInt(s.value); warps && *warps <= 0) {
+    return ErrorAt(s.value->loc.known() ? s.value->loc : s.loc,
+                   absl::StrCat("role `", s.name, "` has ", Folded(s.value, *warps),
+                                " warps with the param defaults; a role needs at least one "
+                                "warp: raise its warp count or drop the role"));
+  }
+  if (!s.aux) return absl::OkStatus();
+  CUIR_RETURN_IF_ERROR(Expect(s.aux, kPlain, s, {Type::kInt}, "a role's registers"));
+  std::optional<int64_t> regs = ConstInt(s.aux);
+  if (regs && (*regs < kMinRegs || *regs > kMaxRegs || *regs % kRegsGranule != 0)) {
+    const int64_t nearest =
+        std::clamp(*regs / kRegsGranule * kRegsGranule, kMinRegs, kMaxRegs);
+    return ErrorAt(s.aux->loc.known() ? s.aux->loc : s.loc,
+                   absl::StrCat("role `", s.name, "` asks for ", Folded(s.aux, *regs),
+                                " registers per thread; a register budget (Hopper's setmaxnreg) "
+                                "is a multiple of ", kRegsGranule, " in [", kMinRegs, ", ",
+                                kMaxRegs, "], e.g. `regs ", nearest, "`"));
+  }
   return absl::OkStatus();
+}
+
+// The rules over all roles, once they are all declared.
+absl::Status Validator::CheckRoles() const {
+  for (const Stmt* role : role_stmts_) {
+    if (role->name == kProducerRole && role_stmts_.size() == 1) {
+      return ErrorAt(role->loc, "role `producer` is the only role; a producer only feeds the "
+                                "pipeline, so declare the role that does the math too, e.g. "
+                                "`role consumer warps WARPS - 4 regs 240`, or rename the role "
+                                "(e.g. `role compute`) if it does everything");
+    }
+  }
+  // The register file: only when every role states a constant budget and warp count.
+  int64_t total = 0;
+  std::vector<std::string> terms;
+  for (const Stmt* role : role_stmts_) {
+    std::optional<int64_t> warps = ConstInt(role->value), regs = ConstInt(role->aux);
+    if (!warps || !regs) return absl::OkStatus();
+    // Warps beyond the register file cannot fit even at 1 register: cap to avoid overflow.
+    total += std::min(*warps, kRegisterFile) * kThreadsPerWarp * *regs;
+    terms.push_back(absl::StrCat(role->name, " ", *warps, " warps x ", kThreadsPerWarp,
+                                 " x ", *regs, " regs"));
+  }
+  if (total <= kRegisterFile) return absl::OkStatus();
+  return ErrorAt(role_stmts_.front()->loc,
+                 absl::StrCat("the roles need ", absl::StrJoin(terms, " + "), " = ", total,
+                              " registers with the param defaults, more than the ",
+                              kRegisterFile, " of an SM's register file; lower a role's "
+                              "`regs` or its warps"));
 }
 
 absl::Status Validator::VerifyGrid(const Stmt& s) {
@@ -520,6 +618,12 @@ absl::Status Validator::VerifyGrid(const Stmt& s) {
   grid_ = &s;
   if (s.names.size() != s.exprs.size() || s.names.empty()) {
     return ErrorAt(s.loc, "a grid needs one extent per axis: `grid AXIS < EXTENT, ...`");
+  }
+  // The schedule orders the launch (cuir/ir/schedule.h); only known orders have a meaning.
+  if (FindGridSchedule(s.attr) == nullptr) {
+    return ErrorAt(s.loc, absl::StrCat("unknown grid schedule `", s.attr, "`; the known "
+                                       "schedules are ", DescribeGridSchedules(), "; drop `schedule ",
+                                       s.attr, "` for the default linear order"));
   }
   // Extents are checked before the axes exist: an extent may not depend on another axis.
   for (size_t i = 0; i < s.names.size(); ++i) {
@@ -609,6 +713,12 @@ absl::Status Validator::VerifyFor(const Stmt& s) {
   }
   if (s.pipeline) {
     CUIR_RETURN_IF_ERROR(Expect(s.pipeline, kPlain, s, {Type::kInt}, "the pipeline depth"));
+    if (std::optional<int64_t> stages = ConstInt(s.pipeline); stages && *stages < 1) {
+      return ErrorAt(s.pipeline->loc.known() ? s.pipeline->loc : s.loc,
+                     absl::StrCat("the pipeline depth ", Folded(s.pipeline, *stages),
+                                  " with the param defaults must be at least 1: it counts the "
+                                  "KV blocks in flight (drop the clause for a single stage)"));
+    }
   }
   frames_.emplace_back();
   absl::Status status = Declare(s.name, Symbol{SymKind::kLoopVar, Type::kInt, s.loc});

@@ -1,6 +1,7 @@
 #include "cuir/lower/lower.h"
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -75,6 +76,39 @@ std::map<std::string, std::string> DeviceEntries(const std::string& source) {
   return out;
 }
 
+std::string NvccGencode(const std::string& target) {
+  std::string number = target.substr(3);  // "90a"
+  return absl::StrCat("-gencode=arch=compute_", number, ",code=", target);
+}
+
+namespace {
+
+// The expert's `// @cuir-arch sm_NN[a]` line: the oldest arch its code runs on, and whether it
+// needs that arch's specific target (sm_90a: wgmma, setmaxnreg). None: any arch, generic target.
+struct ExpertArch {
+  int number = 0;
+  bool specific = false;
+};
+
+absl::StatusOr<ExpertArch> ReadExpertArch(const Expert& e) {
+  ExpertArch out;
+  for (absl::string_view line : e.source.lines) {
+    line = absl::StripLeadingAsciiWhitespace(line);
+    if (!absl::ConsumePrefix(&line, "// @cuir-arch ")) continue;
+    line = absl::StripAsciiWhitespace(line);
+    out.specific = absl::ConsumeSuffix(&line, "a");
+    if (!absl::ConsumePrefix(&line, "sm_") || !absl::SimpleAtoi(line, &out.number)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          e.source.filename, ": cannot read its `// @cuir-arch` line (write e.g. `// @cuir-arch sm_90a`)"));
+    }
+  }
+  return out;
+}
+
+int ArchNumber(Arch a) { return a == Arch::kSm80 ? 80 : 90; }
+
+}  // namespace
+
 absl::StatusOr<Arch> ParseArch(const std::string& s) {
   if (s == "sm_80") return Arch::kSm80;
   if (s == "sm_90") return Arch::kSm90;
@@ -98,12 +132,24 @@ absl::StatusOr<LoweredKernel> Lower(const cuir::Program& program,
   }
   auto expert = LoadExpert(expert_decl->name);
   if (!expert.ok()) return expert.status();
+  auto expert_arch = ReadExpertArch(*expert);
+  if (!expert_arch.ok()) return expert_arch.status();
+  if (ArchNumber(arch) < expert_arch->number) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "kernel `", program.kernel, "` comes from expert \"", expert->name, "\", which needs sm_",
+        expert_arch->number, expert_arch->specific ? "a" : "", " or newer; it cannot be lowered for ",
+        ArchName(arch), " (transfer from that arch's expert instead)"));
+  }
   auto plan = MatchToBase(program, expert->base);
   if (!plan.ok()) return plan.status();
   auto generated = GenerateRegions(*plan, expert->base, *expert);
   if (!generated.ok()) return generated.status();
 
   LoweredKernel out;
+  out.expert = expert->name;
+  out.target = expert_arch->specific && ArchNumber(arch) == expert_arch->number
+                   ? absl::StrCat(ArchName(arch), "a")
+                   : ArchName(arch);
   for (const auto& [name, text] : *generated) {
     if (expert->source.Find(name) == nullptr) {
       return absl::UnimplementedError(absl::StrCat(

@@ -28,12 +28,20 @@ struct LoweredKernel {
   // Device entry points by role (plan, classify, compact, attention) for a run-time loader of
   // the NVRTC-compiled source (worker/gpu); `attention` names {T} and {D} template arguments.
   std::map<std::string, std::string> device_entries;
+  // The compile target: the arch lowered for, or its arch-specific form ("sm_90a") when the
+  // expert declares one (`// @cuir-arch sm_90a`: it uses wgmma / setmaxnreg), so nvcc builds it
+  // with -gencode arch=compute_90a,code=sm_90a.
+  std::string target;
+  std::string expert;                          // the expert it was lowered from
   std::vector<std::string> generated_regions;  // regions generated (changed by the transfer)
   std::vector<std::string> copied_regions;     // regions copied verbatim from the expert
 };
 
 // The `// @cuir-entry ROLE NAME` lines of a kernel source: its device entry points by role.
 std::map<std::string, std::string> DeviceEntries(const std::string& source);
+
+// nvcc's -gencode flags for a target ("sm_80", "sm_90", "sm_90a").
+std::string NvccGencode(const std::string& target);
 
 absl::StatusOr<LoweredKernel> Lower(const cuir::Program& program,
                                     const cuir::AttentionConfig& config, Arch arch);

@@ -36,7 +36,10 @@ transfer::VariantSpec ToVariantSpec(const spec::Spec& s) {
 
 }  // namespace
 
-std::string ExpertFor(lower::Arch) { return "fa2_sm80"; }
+// sm_90 gets the Hopper expert (wgmma, TMA, warp specialisation); sm_80 the mma.sync one.
+std::string ExpertFor(lower::Arch arch) {
+  return arch == lower::Arch::kSm90 ? "fa3_sm90" : "fa2_sm80";
+}
 
 absl::StatusOr<spec::Spec> SpecStage(absl::StatusOr<spec::Spec> s,
                                      const std::vector<std::string>& overrides,
@@ -93,9 +96,10 @@ absl::StatusOr<lower::LoweredKernel> LowerStage(const cuir::Program& program,
                                                 lower::Arch arch, std::string* detail) {
   auto k = lower::Lower(program, config, arch);
   if (!k.ok()) return k.status();
-  *detail = absl::StrFormat("%s: generated [%s], copied [%s] from the expert",
-                            lower::ArchName(arch), absl::StrJoin(k->generated_regions, ", "),
-                            absl::StrJoin(k->copied_regions, ", "));
+  *detail = absl::StrFormat("%s (target %s): generated [%s], copied [%s] from expert %s",
+                            lower::ArchName(arch), k->target,
+                            absl::StrJoin(k->generated_regions, ", "),
+                            absl::StrJoin(k->copied_regions, ", "), k->expert);
   return k;
 }
 
@@ -107,6 +111,8 @@ nlohmann::json AppliedRulesJson(const transfer::TransferResult& t) {
 
 nlohmann::json LoweringJson(const lower::LoweredKernel& k) {
   return {{"entry_point", k.entry_point},
+          {"expert", k.expert},
+          {"target", k.target},
           {"generated_regions", k.generated_regions},
           {"copied_regions", k.copied_regions}};
 }

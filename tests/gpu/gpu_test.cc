@@ -5,11 +5,16 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "cuir/lower/lift.h"
+#include "cuir/pipeline/stages.h"
 #include "cuir/pipeline/adapt.h"
 #include "tests/lower/lower_test_util.h"
 #include "worker/gpu/autotune.h"
@@ -42,6 +47,15 @@ class Gpu : public ::testing::Test {
     dir_ = lower::testing::MakeTempDir("cubridge-gpu-test-");
   }
   void TearDown() override { lower::testing::CleanUpTempDir(dir_, HasFailure()); }
+
+  // The expert's own tile for this arch (fa2_sm80: 128x64, 4 warps; fa3_sm90: 128x128, 12 warps)
+  // and a second valid one, for the tests that name their candidates.
+  TileConfig Tile() const {
+    return arch_ == lower::Arch::kSm90 ? TileConfig{128, 128, 12} : TileConfig{128, 64, 4};
+  }
+  TileConfig OtherTile() const {
+    return arch_ == lower::Arch::kSm90 ? TileConfig{128, 64, 12} : TileConfig{64, 64, 4};
+  }
 
   AutotuneOptions Options(std::vector<TileConfig> tiles, bool profile, double timeout = 120) {
     AutotuneOptions o;
@@ -81,10 +95,11 @@ class Gpu : public ::testing::Test {
     ss << in.rdbuf();
     auto program = cuir::ParseProgram(ss.str(), "kernel.cuir");
     EXPECT_TRUE(program.ok()) << program.status();
-    auto base = lower::testing::LoadTestProgram("base");
+    auto lifted = lower::LiftExpert(pipeline::ExpertFor(arch_));
+    EXPECT_TRUE(lifted.ok()) << lifted.status();
     auto k = lower::Lower(*program, c, arch_);
     EXPECT_TRUE(k.ok()) << k.status();
-    return {*program, *base, *k};
+    return {*program, lifted->base, *k};
   }
   pipeline::GpuStageInput Input(const Prepared& p, const std::string& spec,
                                 const cuir::AttentionConfig& c) {
@@ -95,12 +110,13 @@ class Gpu : public ::testing::Test {
   std::string dir_;
 };
 
-// Plants `code` at the start of the attention kernel's body.
+// Plants `code` at the start of the attention kernel's body (after its parameter list).
 lower::LoweredKernel Plant(lower::LoweredKernel k, const std::string& code) {
-  const std::string at = "char* __restrict__ workspace) {\n";
-  const size_t pos = k.cuda_source.find(at);
+  const size_t kernel = k.cuda_source.find("attn_fwd_kernel(");
+  EXPECT_NE(kernel, std::string::npos);
+  const size_t pos = k.cuda_source.find(") {\n", kernel);
   EXPECT_NE(pos, std::string::npos);
-  k.cuda_source.insert(pos + at.size(), code + "\n");
+  k.cuda_source.insert(pos + 4, code + "\n");
   return k;
 }
 
@@ -123,7 +139,7 @@ class EveryExample : public Gpu, public ::testing::WithParamInterface<const char
 // Ragged shapes (the default verification shapes: 257x300, 300x257, 65x65 and the job's 130),
 // GQA heads, through the whole pipeline with a GPU required.
 TEST_P(EveryExample, VerifiesOnTheGpu) {
-  GpuAutotuner tuner(Options({{128, 64, 4}}, false));
+  GpuAutotuner tuner(Options({Tile()}, false));
   auto r = Adapt(GetParam(), Config(1, 8, 2, 130), &tuner, "out");
   ASSERT_TRUE(r.ok()) << r.status();
   const auto& gpu = r->report["gpu"];
@@ -148,23 +164,41 @@ TEST_F(Gpu, TheSinkProgramVerifiesAgainstItsReference) {
   std::ifstream in(root + "/examples/llm/sink_attention.cuir");
   std::stringstream ss;
   ss << in.rdbuf();
-  auto program = cuir::ParseProgram(ss.str(), "sink_attention.cuir");
-  ASSERT_TRUE(program.ok()) << program.status();
-  auto base = lower::testing::LoadTestProgram("base");
-  ASSERT_TRUE(base.ok());
+  auto proposed = cuir::ParseProgram(ss.str(), "sink_attention.cuir");
+  ASSERT_TRUE(proposed.ok()) << proposed.status();
+  auto lifted = lower::LiftExpert(pipeline::ExpertFor(arch_));
+  ASSERT_TRUE(lifted.ok()) << lifted.status();
+  // The program as proposed (on the sm_80 expert's base) and the same program on this arch's
+  // expert: its declarations (expert, params, roles, grid) swapped for that base's.
+  const auto expert_decl = [](const cuir::Stmt& st) {
+    return st.kind == cuir::StmtKind::kExpert || st.kind == cuir::StmtKind::kParam ||
+           st.kind == cuir::StmtKind::kRole || st.kind == cuir::StmtKind::kGrid;
+  };
+  cuir::Program rebased = *proposed;
+  rebased.stmts.clear();
+  for (const cuir::Stmt& st : lifted->base.stmts) {
+    if (expert_decl(st)) rebased.stmts.push_back(st);
+  }
+  for (const cuir::Stmt& st : proposed->stmts) {
+    if (!expert_decl(st)) rebased.stmts.push_back(st);
+  }
   GpuAutotuner tuner(Options({}, false));
   ASSERT_TRUE(tuner.Probe(arch_).ok());
-  for (int64_t d : {64, 128, 256}) {
-    auto c = Config(2, 4, 2, 200);
-    c.head_dim = d;
-    c.dtype = d == 128 ? cuir::DType::kBF16 : cuir::DType::kFP16;
-    pipeline::GpuStageInput input{*program, *base, root + "/examples/llm/sink_attention.py",
-                                  {}, {}, c, arch_, 77, {}, nullptr};
-    lower::LoweredKernel kernel;
-    auto r = tuner.CheckTile(input, {128, 64, 4}, &kernel);
-    ASSERT_TRUE(r.ok()) << r.status();
-    EXPECT_TRUE(r->value("passed", false)) << "d=" << d << " " << r->dump(2);
-    EXPECT_NE(kernel.cuda_source.find("add_sink"), std::string::npos);
+  for (const auto& [program, base, tile] :
+       {std::tuple{*proposed, *lower::testing::LoadTestProgram("base"), TileConfig{128, 64, 4}},
+        std::tuple{rebased, lifted->base, Tile()}}) {
+    for (int64_t d : {64, 128, 256}) {
+      auto c = Config(2, 4, 2, 200);
+      c.head_dim = d;
+      c.dtype = d == 128 ? cuir::DType::kBF16 : cuir::DType::kFP16;
+      pipeline::GpuStageInput input{program, base, root + "/examples/llm/sink_attention.py",
+                                    {}, {}, c, arch_, 77, {}, nullptr};
+      lower::LoweredKernel kernel;
+      auto r = tuner.CheckTile(input, tile, &kernel);
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_TRUE(r->value("passed", false)) << kernel.expert << " d=" << d << " " << r->dump(2);
+      EXPECT_NE(kernel.cuda_source.find("add_sink"), std::string::npos);
+    }
   }
 }
 
@@ -173,7 +207,7 @@ TEST_F(Gpu, Fp16AndHeadDims64And256Verify) {
     auto c = Config(1, 4, 4, 190);
     c.head_dim = d;
     c.dtype = cuir::DType::kFP16;
-    GpuAutotuner tuner(Options({{128, 64, 4}}, false));
+    GpuAutotuner tuner(Options({Tile()}, false));
     auto r = Adapt("causal_document", c, &tuner, "fp16-" + std::to_string(d));
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_TRUE(r->report["gpu"]["candidates"][0].value("passed", false))
@@ -184,7 +218,7 @@ TEST_F(Gpu, Fp16AndHeadDims64And256Verify) {
 // GPU-tuned kernels are cached per shape class: the same class hits, another seqlen bucket is
 // tuned anew.
 TEST_F(Gpu, TunedKernelsAreCachedPerShapeClass) {
-  GpuAutotuner tuner(Options({{128, 64, 4}}, true));
+  GpuAutotuner tuner(Options({Tile()}, true));
   auto run = [&](int64_t s, const std::string& out) {
     pipeline::AdaptOptions o;
     o.spec_path = Spec("causal");
@@ -212,7 +246,7 @@ TEST_F(Gpu, TunedKernelsAreCachedPerShapeClass) {
 // The user's document lengths fit the job's shape only: the job's shape (profiled) uses them, the
 // ragged verification shapes get random documents, as on the CPU.
 TEST_F(Gpu, UserBufferValuesAreUsedAtTheJobsShape) {
-  GpuAutotuner tuner(Options({{128, 64, 4}}, true));
+  GpuAutotuner tuner(Options({Tile()}, true));
   auto r = Adapt("causal_document", Config(1, 8, 2, 1024), &tuner, "doc",
                  {{"doc", spec::BufferSource{"lengths:300,600,124"}}});
   ASSERT_TRUE(r.ok()) << r.status();
@@ -225,7 +259,7 @@ TEST_F(Gpu, UserBufferValuesAreUsedAtTheJobsShape) {
 
 TEST_F(Gpu, AutotuneProfilesEveryCandidateAndKeepsTheFastest) {
   const auto c = Config(2, 8, 8, 2048);
-  GpuAutotuner tuner(Options({{128, 64, 4}, {64, 64, 4}}, true));
+  GpuAutotuner tuner(Options({Tile(), OtherTile()}, true));
   auto r = Adapt("causal", c, &tuner, "tuned");
   ASSERT_TRUE(r.ok()) << r.status();
   const auto& gpu = r->report["gpu"];
@@ -249,8 +283,9 @@ TEST_F(Gpu, AutotuneProfilesEveryCandidateAndKeepsTheFastest) {
   std::ifstream in(dir_ + "/tuned/kernel.cu");
   std::stringstream ss;
   ss << in.rdbuf();
-  EXPECT_THAT(ss.str(), HasSubstr(best_name == "64x64w4" ? "constexpr int BLOCK_M = 64;"
-                                                        : "constexpr int BLOCK_M = 128;"));
+  const TileConfig chosen = best_name == Tile().Name() ? Tile() : OtherTile();
+  EXPECT_THAT(ss.str(), HasSubstr(absl::StrCat("constexpr int BLOCK_M = ", chosen.block_m, ";")));
+  EXPECT_THAT(ss.str(), HasSubstr(absl::StrCat("constexpr int BLOCK_N = ", chosen.block_n, ";")));
 }
 
 TEST_F(Gpu, PlantedCrashFailsThatCandidateAndTheVerifierLivesOn) {

@@ -12,9 +12,11 @@
 
 namespace cubridge::interp::testing {
 
-std::string BaseProgramText() {
+std::string BaseProgramText() { return ExpertBaseText("fa2_sm80"); }
+
+std::string ExpertBaseText(const std::string& expert) {
   const std::string path =
-      std::string(CUBRIDGE_SOURCE_ROOT) + "/cuir/experts/fa2_sm80/base.cuir";
+      std::string(CUBRIDGE_SOURCE_ROOT) + "/cuir/experts/" + expert + "/base.cuir";
   std::ifstream in(path);
   EXPECT_TRUE(in.good()) << "cannot open " << path;
   std::stringstream ss;

@@ -19,6 +19,8 @@ namespace cubridge::interp::testing {
 
 // cuir/experts/fa2_sm80/base.cuir as text.
 std::string BaseProgramText();
+// cuir/experts/<expert>/base.cuir as text, e.g. ExpertBaseText("fa3_sm90").
+std::string ExpertBaseText(const std::string& expert);
 
 // The base program with the edits a transfer rule makes. Defaults reproduce the base program.
 struct Pieces {

@@ -70,5 +70,17 @@ TEST(Docs, BaseListingMatchesTheExpertFile) {
   EXPECT_TRUE(found) << "docs/cuir.md must list cuir/experts/fa2_sm80/base.cuir verbatim";
 }
 
+// The sm_90 listing (roles, schedule) is shown without the file's comment lines.
+TEST(Docs, Sm90BaseListingMatchesTheExpertFile) {
+  std::string base =
+      WithoutCommentLines(ReadFileOrDie(SourcePath("cuir/experts/fa3_sm90/base.cuir")));
+  bool found = false;
+  for (const Block& b : CuirBlocks(ReadFileOrDie(SourcePath("docs/cuir.md")))) {
+    found |= b.text == base;
+  }
+  EXPECT_TRUE(found) << "docs/cuir.md must list cuir/experts/fa3_sm90/base.cuir (without its "
+                        "comment lines) in a ```cuir block";
+}
+
 }  // namespace
 }  // namespace cubridge::cuir

@@ -213,7 +213,7 @@ TEST(ParsePrint, TableLoopAndTableDeclaration) {
   ASSERT_NE(consumer, nullptr);
   EXPECT_EQ(PrintExpr(consumer->value), "WARPS - 4");
   EXPECT_TRUE(Equal(consumer->aux, IntLit(240)));
-  EXPECT_EQ(FindDecl(p, StmtKind::kGrid)->attr, "swizzle_l2");
+  EXPECT_EQ(FindDecl(p, StmtKind::kGrid)->attr, "longest_first");
 }
 
 TEST(ParsePrint, UnionRangesKeepTheirOrder) {

@@ -381,5 +381,113 @@ TEST(ValidateTest, SinkCannotUseLoopNames) {
                 {"`kv_lo` is not declared here", "inside the loop"});
 }
 
+// ---------------------------------------------------------------------------------------------
+// Warp roles, grid schedules and pipeline depths (the sm_90 base program uses all three).
+
+std::string HopperText() {
+  std::ifstream in(std::string(CUBRIDGE_SOURCE_ROOT) + "/cuir/experts/fa3_sm90/base.cuir");
+  EXPECT_TRUE(in.good()) << "cannot read fa3_sm90/base.cuir under " << CUBRIDGE_SOURCE_ROOT;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+const char kConsumer[] = "  role consumer warps WARPS - 4 regs 240\n";
+
+TEST(ValidateTest, HopperBaseProgramIsValid) {
+  EXPECT_TRUE(ValidateText(HopperText()).ok()) << ValidateText(HopperText());
+}
+
+TEST(ValidateTest, RolesThatDoNotFoldAreNotChecked) {
+  // Warp counts and budgets over builtins (or params over builtins) are known only at launch.
+  std::string text = Replace(HopperText(), kConsumer,
+                             "  role consumer warps head_dim // 16 - 4 regs 240\n");
+  EXPECT_TRUE(ValidateText(text).ok()) << ValidateText(text);
+  text = Replace(HopperText(), "param WARPS: int = 12", "param WARPS: int = heads_q - 4");
+  EXPECT_TRUE(ValidateText(text).ok()) << ValidateText(text);
+  // Roles without a register budget take no part in the register-file check.
+  text = Replace(HopperText(), kConsumer, "  role consumer warps 64\n");
+  EXPECT_TRUE(ValidateText(text).ok()) << ValidateText(text);
+}
+
+TEST(ValidateTest, ProducerNeedsAnotherRole) {
+  const std::string text = Replace(HopperText(), kConsumer, "");
+  ExpectInvalid(text, PosOf(text, "role producer"),
+                {"`producer` is the only role", "role consumer warps WARPS - 4 regs 240"});
+}
+
+TEST(ValidateTest, AtMostOneProducer) {
+  const std::string text =
+      InsertAfter(HopperText(), "role consumer", "  role producer warps 2 regs 24\n");
+  ExpectInvalid(text, PosOf(text, "role producer warps 2"),
+                {"role `producer` is already declared at " + std::string(kFile) + ":" +
+                     PosOf(text, "role producer"),
+                 "at most one producer"});
+}
+
+TEST(ValidateTest, RoleNeedsAWarp) {
+  // WARPS = 4 leaves the consumer `WARPS - 4` = 0 warps; the error points at the expression.
+  std::string text = Replace(HopperText(), "param WARPS: int = 12", "param WARPS: int = 4");
+  ExpectInvalid(text, PosOf(text, "WARPS - 4", 6),
+                {"role `consumer` has `WARPS - 4` = 0 warps with the param defaults",
+                 "at least one warp"});
+  text = Replace(HopperText(), "role producer warps 4", "role producer warps 0");
+  ExpectInvalid(text, PosOf(text, "warps 0", 6), {"role `producer` has `0` warps"});
+}
+
+TEST(ValidateTest, RegisterBudgetFollowsSetmaxnreg) {
+  struct Case {
+    const char* regs;
+    const char* says;
+  };
+  for (const Case& c : {Case{"16", "`16` registers per thread"},
+                        Case{"244", "e.g. `regs 240`"},
+                        Case{"264", "e.g. `regs 256`"},
+                        Case{"20", "e.g. `regs 24`"}}) {
+    SCOPED_TRACE(c.regs);
+    const std::string text = Replace(HopperText(), "warps 4 regs 24",
+                                     std::string("warps 4 regs ") + c.regs);
+    ExpectInvalid(text, PosOf(text, std::string("regs ") + c.regs, 5),
+                  {"role `producer` asks for", c.says, "multiple of 8 in [24, 256]"});
+  }
+  // A budget from a param is checked with the param's default.
+  std::string text = InsertAfter(HopperText(), "param WARPS", "  param REGS: int = 250\n");
+  text = Replace(text, "regs 240", "regs REGS");
+  ExpectInvalid(text, PosOf(text, "regs REGS", 5), {"`REGS` = 250 registers per thread"});
+}
+
+TEST(ValidateTest, RolesMustFitTheRegisterFile) {
+  // 4 x 32 x 24 + 8 x 32 x 256 = 68608 > 65536.
+  const std::string text = Replace(HopperText(), "regs 240", "regs 256");
+  ExpectInvalid(text, PosOf(text, "role producer"),
+                {"producer 4 warps x 32 x 24 regs + consumer 8 warps x 32 x 256 regs = 68608",
+                 "more than the 65536"});
+}
+
+TEST(ValidateTest, KnownSchedulesAreValid) {
+  for (const char* schedule : {"", " schedule linear", " schedule longest_first"}) {
+    const std::string text = Replace(HopperText(), " schedule longest_first", schedule);
+    EXPECT_TRUE(ValidateText(text).ok()) << schedule << ": " << ValidateText(text);
+  }
+}
+
+TEST(ValidateTest, UnknownSchedule) {
+  const std::string text =
+      Replace(HopperText(), "schedule longest_first", "schedule swizzle_l2");
+  ExpectInvalid(text, PosOf(text, "grid m_block"),
+                {"unknown grid schedule `swizzle_l2`", "linear (", "longest_first (",
+                 "drop `schedule swizzle_l2`"});
+}
+
+TEST(ValidateTest, PipelineDepthIsAtLeastOne) {
+  std::string text = Replace(BaseText(), "pipeline STAGES {", "pipeline 0 {");
+  ExpectInvalid(text, PosOf(text, "pipeline 0", 9),
+                {"the pipeline depth `0` with the param defaults must be at least 1"});
+  text = Replace(BaseText(), "param STAGES: int = 2", "param STAGES: int = 1 - 2");
+  ExpectInvalid(text, PosOf(text, "pipeline STAGES", 9), {"the pipeline depth `STAGES` = -1"});
+  text = Replace(BaseText(), "pipeline STAGES {", "pipeline 1 {");
+  EXPECT_TRUE(ValidateText(text).ok()) << ValidateText(text);
+}
+
 }  // namespace
 }  // namespace cubridge::cuir

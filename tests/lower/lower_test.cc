@@ -1,6 +1,7 @@
 // Lowering of hand-written transferred programs: which regions are generated, what the generated
 // code says, and the errors for programs the expert cannot express.
 #include "cuir/lower/lower.h"
+#include "cuir/lower/lift.h"
 
 #include <algorithm>
 #include <set>
@@ -385,7 +386,7 @@ TEST(LowerErrors, UnknownRoleIsUnimplementedWithItsPosition) {
 }
 
 TEST(LowerErrors, ChangedGridIsUnimplemented) {
-  const std::string text = absl::StrReplaceAll(BaseText(), {{"b < batch", "b < batch schedule swizzle"}});
+  const std::string text = absl::StrReplaceAll(BaseText(), {{"b < batch", "b < batch schedule longest_first"}});
   const absl::Status st = LowerText(text);
   EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
   EXPECT_THAT(st.message(), HasSubstr("grid"));
@@ -485,3 +486,50 @@ TEST(Arch, ParsesTheTwoTargetsAndNamesTheAcceptedOnes) {
 
 }  // namespace
 }  // namespace cubridge::lower
+
+namespace cubridge::lower::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+// An expert states the oldest arch it runs on (`// @cuir-arch`): the Hopper expert's wgmma and
+// setmaxnreg need sm_90a, so it lowers for sm_90 with that target and refuses sm_80; the sm_80
+// expert lowers for both with the plain targets.
+TEST(LowerArch, TheHopperExpertNeedsSm90aAndSaysSo) {
+  auto hopper = LiftExpert("fa3_sm90");
+  ASSERT_TRUE(hopper.ok()) << hopper.status();
+  auto k = Lower(hopper->base, cuir::AttentionConfig{}, Arch::kSm90);
+  ASSERT_TRUE(k.ok()) << k.status();
+  EXPECT_EQ(k->target, "sm_90a");
+  EXPECT_EQ(k->expert, "fa3_sm90");
+  EXPECT_EQ(NvccGencode(k->target), "-gencode=arch=compute_90a,code=sm_90a");
+  auto old = Lower(hopper->base, cuir::AttentionConfig{}, Arch::kSm80);
+  ASSERT_FALSE(old.ok());
+  EXPECT_EQ(old.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(old.status().message(), HasSubstr("needs sm_90a"));
+  EXPECT_THAT(old.status().message(), HasSubstr("sm_80"));
+
+  auto ampere = LiftExpert("fa2_sm80");
+  ASSERT_TRUE(ampere.ok()) << ampere.status();
+  for (Arch arch : {Arch::kSm80, Arch::kSm90}) {
+    auto a = Lower(ampere->base, cuir::AttentionConfig{}, arch);
+    ASSERT_TRUE(a.ok()) << a.status();
+    EXPECT_EQ(a->target, ArchName(arch));
+  }
+}
+
+// The base program of the Hopper expert is its kernel.cu verbatim (every region copied), and the
+// launch plan asks for its three TMA maps.
+TEST(LowerArch, TheHopperBaseLowersToItsOwnSource) {
+  auto hopper = LiftExpert("fa3_sm90");
+  ASSERT_TRUE(hopper.ok()) << hopper.status();
+  auto k = Lower(hopper->base, cuir::AttentionConfig{}, Arch::kSm90);
+  ASSERT_TRUE(k.ok()) << k.status();
+  EXPECT_TRUE(k->generated_regions.empty());
+  EXPECT_THAT(k->cuda_source, HasSubstr("plan->tma_count = 3;"));
+  EXPECT_THAT(k->cuda_source, HasSubstr("const __grid_constant__ cubridge_tma_maps maps"));
+  EXPECT_EQ(k->device_entries.at("attention"), "cubridge_fa3::attn_fwd_kernel<{T}, {D}>");
+}
+
+}  // namespace
+}  // namespace cubridge::lower::testing

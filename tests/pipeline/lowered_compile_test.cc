@@ -1,10 +1,13 @@
-// The whole chain on every example: spec -> transfer -> verify -> lower through the real CLI, then
-// the lowered kernel.cu compiled by nvcc for sm_80 and sm_90 (as a user would build it).
+// The whole chain on every example: spec -> transfer -> verify -> lower through the real CLI, for
+// sm_80 and sm_90, then each lowered kernel.cu compiled by nvcc for its target (as a user would).
 #include <sys/wait.h>
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
+#include <tuple>
 
 #include <gtest/gtest.h>
 
@@ -26,23 +29,33 @@ int RunShell(const std::string& cmd) {
 
 class LoweredExample : public testing::TestWithParam<const char*> {};
 
-TEST_P(LoweredExample, CompilesWithNvccForSm80AndSm90) {
+// sm_80 lowers from the mma.sync expert and builds for sm_80; sm_90 lowers from the Hopper expert
+// (wgmma, TMA, setmaxnreg) and builds for its arch-specific target sm_90a.
+TEST_P(LoweredExample, CompilesWithNvccForSm80AndSm90a) {
   const std::string nvcc = Nvcc();
   if (nvcc.empty()) GTEST_SKIP() << "nvcc not found (looked at CUBRIDGE_NVCC and /usr/local/cuda)";
   std::string tmpl = (fs::temp_directory_path() / "cubridge-lowered-XXXXXX").string();
   const std::string dir = mkdtemp(tmpl.data());
   const std::string spec = std::string(CUBRIDGE_SOURCE_ROOT) + "/examples/specs/" + GetParam();
   const std::string log = dir + "/log.txt";
-  ASSERT_EQ(RunShell(std::string(CUBRIDGE_CLI) + " adapt " + spec +
-                " --local --no-cache --heads-q 8 --heads-kv 2 --seqlen 130 --out " + dir +
-                "/out > " + log + " 2>&1"),
-            0)
-      << "adapt failed; see " << log;
-  const std::string cmd = nvcc + " -c -std=c++17 -Werror all-warnings" +
-                          " -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90" +
-                          " -o " + dir + "/kernel.o " + dir + "/out/kernel.cu > " + log + " 2>&1";
-  EXPECT_EQ(RunShell(cmd), 0) << "nvcc failed on the lowered kernel; see " << log;
-  EXPECT_TRUE(fs::exists(dir + "/kernel.o"));
+  for (const auto& [arch, gencode, expert] :
+       {std::tuple{"sm_80", "arch=compute_80,code=sm_80", "fa2_sm80"},
+        std::tuple{"sm_90", "arch=compute_90a,code=sm_90a", "fa3_sm90"}}) {
+    const std::string out = dir + "/" + arch;
+    ASSERT_EQ(RunShell(std::string(CUBRIDGE_CLI) + " adapt " + spec + " --local --no-cache --arch " +
+                       arch + " --heads-q 8 --heads-kv 2 --seqlen 130 --out " + out + " > " + log +
+                       " 2>&1"),
+              0)
+        << "adapt for " << arch << " failed; see " << log;
+    std::ifstream in(out + "/kernel.cu");
+    const std::string source((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(source.find(std::string("(expert \"") + expert + "\")"), std::string::npos)
+        << arch << " should be lowered from " << expert;
+    const std::string cmd = nvcc + " -c -std=c++17 -Werror all-warnings -gencode " + gencode +
+                            " -o " + out + "/kernel.o " + out + "/kernel.cu > " + log + " 2>&1";
+    EXPECT_EQ(RunShell(cmd), 0) << "nvcc failed on the " << arch << " kernel; see " << log;
+    EXPECT_TRUE(fs::exists(out + "/kernel.o"));
+  }
   if (!HasFailure()) cubridge::pipeline::RemoveTree(dir);
 }
 

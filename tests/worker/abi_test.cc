@@ -25,15 +25,22 @@ std::string OffsetChecks() {
                     ") == offsetof(cubridge::gpu::AttnParams, ", f, "), \"", f, "\");\n");
   }
   for (const char* f : {"version", "status", "workspace_bytes", "classify_grid", "compact_grid",
-                        "table_threads", "grid", "threads", "smem_bytes"}) {
+                        "table_threads", "grid", "threads", "smem_bytes", "tma_count", "tma"}) {
     absl::StrAppend(&checks, "static_assert(offsetof(lowered::cubridge_attn_fwd_launch_plan, ", f,
                     ") == offsetof(cubridge::gpu::LaunchPlan, ", f, "), \"", f, "\");\n");
+  }
+  for (const char* f : {"tensor", "box_cols", "box_rows", "swizzle"}) {
+    absl::StrAppend(&checks, "static_assert(offsetof(lowered::cubridge_tma_request, ", f,
+                    ") == offsetof(cubridge::gpu::TmaRequest, ", f, "), \"tma.", f, "\");\n");
   }
   absl::StrAppend(&checks,
                   "static_assert(sizeof(lowered::cubridge_attn_fwd_params) == sizeof(cubridge::gpu::AttnParams));\n"
                   "static_assert(sizeof(lowered::cubridge_attn_fwd_launch_plan) == sizeof(cubridge::gpu::LaunchPlan));\n"
+                  "static_assert(sizeof(lowered::cubridge_tma_request) == sizeof(cubridge::gpu::TmaRequest));\n"
                   "static_assert(lowered::kPlanVersion == cubridge::gpu::kPlanVersion);\n"
-                  "static_assert(lowered::kMaxBuffers == cubridge::gpu::kMaxBuffers);\n");
+                  "static_assert(lowered::kMaxBuffers == cubridge::gpu::kMaxBuffers);\n"
+                  "static_assert(lowered::kMaxTma == CUBRIDGE_MAX_TMA);\n"
+                  "static_assert(lowered::kMaxTma == cubridge::gpu::kMaxTma);\n");
   return checks;
 }
 
@@ -57,8 +64,10 @@ TEST(Abi, TheWorkersAbiMatchesTheLoweredKernel) {
             absl::StrCat("#include <cstddef>\n#include <stddef.h>\n#include <stdint.h>\n",
                          "namespace lowered {\n#include \"kernel.h\"\n", plan,
                          "constexpr int kPlanVersion = CUBRIDGE_PLAN_VERSION;\n"
-                         "constexpr int kMaxBuffers = CUBRIDGE_MAX_BUFFERS;\n}\n"
+                         "constexpr int kMaxBuffers = CUBRIDGE_MAX_BUFFERS;\n"
+                         "constexpr int kMaxTma = CUBRIDGE_MAX_TMA;\n}\n"
                          "#undef CUBRIDGE_PLAN_VERSION\n#undef CUBRIDGE_MAX_BUFFERS\n"
+                         "#undef CUBRIDGE_MAX_TMA\n"
                          "#include \"worker/gpu/abi.h\"\n", OffsetChecks()));
   const CommandResult r = RunCommand(absl::StrCat("c++ -std=c++20 -fsyntax-only -I", CUBRIDGE_SOURCE_ROOT,
                                                   " ", dir, "/check.cc"));

@@ -75,6 +75,25 @@ TEST(Nvrtc, PtxForAnOlderArchIsText) {
   EXPECT_THAT(m->image, HasSubstr("mma.sync.aligned.m16n8k16"));
 }
 
+// sm_90 means the arch-specific target 90a: the Hopper expert's setmaxnreg and wgmma exist only
+// there (ptxas refuses them for plain sm_90).
+TEST(Nvrtc, Sm90CompilesForTheArchSpecificTarget) {
+  const std::string source =
+      "extern \"C\" __global__ void f() {\n"
+      "  asm volatile(\"setmaxnreg.inc.sync.aligned.u32 240;\\n\");\n"
+      "}\n";
+  CompileOptions o;
+  o.arch = lower::Arch::kSm90;
+  o.name_expressions = {"f"};
+  auto cubin = CompileWithNvrtc(source, "setmaxnreg.cu", o);
+  ASSERT_TRUE(cubin.ok()) << cubin.status();
+  EXPECT_FALSE(cubin->ptx);
+  o.ptx = true;
+  auto ptx = CompileWithNvrtc(source, "setmaxnreg.cu", o);
+  ASSERT_TRUE(ptx.ok()) << ptx.status();
+  EXPECT_THAT(ptx->image, HasSubstr(".target sm_90a"));
+}
+
 TEST(Nvrtc, CompileErrorsCarryTheFileAndLine) {
   auto m = CompileWithNvrtc("__global__ void f() { undeclared_thing(); }\n", "broken.cu", {});
   ASSERT_FALSE(m.ok());

@@ -11,8 +11,14 @@ namespace cubridge::gpu {
 
 inline constexpr int kMaxBuffers = CUBRIDGE_MAX_BUFFERS;
 inline constexpr int kPlanVersion = CUBRIDGE_PLAN_VERSION;
+// The oldest plan the loader still reads: version 1 had no TMA requests (a user's kernel compiled
+// against the old header fills only the fields it knows; the loader zero-fills the rest).
+inline constexpr int kMinPlanVersion = 1;
+inline constexpr int kMaxTma = CUBRIDGE_MAX_TMA;
 
 using AttnParams = ::cubridge_attn_fwd_params;
 using LaunchPlan = ::cubridge_attn_fwd_launch_plan;
+using TmaRequest = ::cubridge_tma_request;
+using TmaMaps = ::cubridge_tma_maps;
 
 }  // namespace cubridge::gpu

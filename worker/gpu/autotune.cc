@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cuir/pipeline/files.h"
+#include "cuir/pipeline/stages.h"
 #include "worker/gpu/module.h"
 #include "worker/gpu/nvrtc.h"
 
@@ -22,7 +23,7 @@ int ArchNumber(lower::Arch arch) { return arch == lower::Arch::kSm90 ? 90 : 80; 
 // Opt-in shared memory per block: A100 164 KiB, H100 227 KiB.
 size_t SmemLimit(lower::Arch arch) { return arch == lower::Arch::kSm90 ? 227 * 1024 : 163 * 1024; }
 
-// The expert's Tiling<D>: hdim 256 doubles the warps when the tile has 32 rows per warp.
+// The sm_80 expert's Tiling<D>: hdim 256 doubles the warps when the tile has 32 rows per warp.
 bool ValidFor(const TileConfig& t, int64_t head_dim) {
   const int warps = head_dim > 128 && t.block_m >= 32 * t.warps ? 2 * t.warps : t.warps;
   return t.block_m % (16 * warps) == 0 && t.block_n % 16 == 0;
@@ -66,6 +67,11 @@ absl::StatusOr<TileConfig> ParseTile(const std::string& name) {
 }
 
 std::vector<TileConfig> CandidateTiles(const cuir::AttentionConfig& config, lower::Arch arch) {
+  // sm_90 runs the Hopper expert (pipeline::ExpertFor): one producer and two consumer
+  // warpgroups, 128 query rows, 128- or 64-key blocks; its kernel fits its K/V stages in shared
+  // memory itself (kStages) and walks a 128-key block as two tiles at hdim 256, so both serve
+  // every head dim. The expert's own tile comes first.
+  if (pipeline::ExpertFor(arch) == "fa3_sm90") return {{128, 128, 12}, {128, 64, 12}};
   const std::vector<TileConfig> all = {{128, 64, 4}, {128, 128, 8}, {64, 64, 4}, {128, 32, 4},
                                        {64, 128, 4}};
   std::vector<TileConfig> out;

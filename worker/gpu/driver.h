@@ -35,6 +35,9 @@ struct Driver {
   decltype(&::cuEventSynchronize) EventSynchronize;
   decltype(&::cuEventElapsedTime) EventElapsedTime;
   decltype(&::cuMemcpyDtoH) MemcpyDtoH;
+  decltype(&::cuMemsetD8) MemsetD8;
+  // TMA tensor maps a plan-version-2 kernel asks for (module.h, EncodeTmaMaps).
+  decltype(&::cuTensorMapEncodeTiled) TensorMapEncodeTiled;
 
   // The loaded driver after cuInit(0), or FAILED_PRECONDITION ("no CUDA driver: ...").
   static absl::StatusOr<const Driver*> Get();

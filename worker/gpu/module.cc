@@ -1,6 +1,9 @@
 #include "worker/gpu/module.h"
 
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 
 namespace cubridge::gpu {
@@ -10,7 +13,179 @@ const char* const kRoles[] = {"plan", "classify", "compact", "attention"};
 
 std::string ElementType(int dtype) { return dtype == 1 ? "__half" : "__nv_bfloat16"; }
 
+// The bytes a swizzle mode permutes within (CU_TENSOR_MAP_SWIZZLE_32B/64B/128B); 0 for none.
+uint32_t SwizzleSpan(int32_t swizzle) { return swizzle == 0 ? 0 : 16u << swizzle; }
+
+// Why the driver likely refused a map: what TMA requires of the address and strides.
+std::string TmaHint(const TmaGeometry& g) {
+  std::string hint;
+  if (reinterpret_cast<uintptr_t>(g.address) % 16 != 0) {
+    absl::StrAppend(&hint, "; the address is not 16-byte aligned");
+  }
+  const char* const names[] = {"row", "head", "batch"};
+  for (int i = 0; i < 3; ++i) {
+    if (g.strides[i] % 16 != 0) {
+      absl::StrAppend(&hint, "; the ", names[i], " stride (", g.strides[i],
+                      " bytes) is not a multiple of 16");
+    }
+  }
+  if (hint.empty()) {
+    hint = "; TMA needs a 16-byte aligned address and strides that are multiples of 16 bytes";
+  }
+  return hint;
+}
+
+// The maps `plan` asks for, over `p`'s tensors, in request order (unused slots zero).
+absl::StatusOr<TmaMaps> EncodeTmaMaps(const Driver& cu, const AttnParams& p,
+                                      const LaunchPlan& plan) {
+  static_assert(sizeof(CUtensorMap) == sizeof(TmaMaps{}.map[0]));
+  TmaMaps maps;
+  std::memset(&maps, 0, sizeof(maps));
+  for (int i = 0; i < plan.tma_count; ++i) {
+    auto g = TmaGeometryFor(p, plan.tma[i]);
+    if (!g.ok()) {
+      return absl::Status(g.status().code(),
+                          absl::StrCat("TMA map ", i, ": ", g.status().message()));
+    }
+    CUtensorMap map;
+    std::memset(&map, 0, sizeof(map));
+    const CUresult rc = cu.TensorMapEncodeTiled(
+        &map, g->data_type, 4, g->address, g->dims, g->strides, g->box, g->element_strides,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, g->swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (rc != CUDA_SUCCESS) {
+      const absl::Status s = cu.Check(rc, "cuTensorMapEncodeTiled");
+      return absl::InvalidArgumentError(absl::StrCat("cannot encode TMA map ", i, " over ",
+                                                     g->Describe(), ": ", s.message(),
+                                                     TmaHint(*g)));
+    }
+    std::memcpy(maps.map[i], &map, sizeof(map));
+  }
+  return maps;
+}
+
 }  // namespace
+
+std::string TmaGeometry::Describe() const {
+  const char* type = data_type == CU_TENSOR_MAP_DATA_TYPE_FLOAT16 ? "fp16" : "bf16";
+  return absl::StrCat(tensor, " (", type, " at 0x", absl::Hex(reinterpret_cast<uintptr_t>(address)),
+                      "): dims (", absl::StrJoin(dims, ", "), ") strides (",
+                      absl::StrJoin(strides, ", "), ") bytes, box (", absl::StrJoin(box, ", "),
+                      "), swizzle ", static_cast<int>(swizzle));
+}
+
+absl::StatusOr<TmaGeometry> TmaGeometryFor(const AttnParams& p, const TmaRequest& request) {
+  struct View {
+    const char* name;
+    const void* data;
+    int64_t batch_stride, head_stride, row_stride;
+    int32_t heads, rows;
+  };
+  View v;
+  switch (request.tensor) {
+    case 0:
+      v = {"q", p.q, p.q_batch_stride, p.q_head_stride, p.q_row_stride, p.heads_q, p.seqlen_q};
+      break;
+    case 1:
+      v = {"k", p.k, p.k_batch_stride, p.k_head_stride, p.k_row_stride, p.heads_kv, p.seqlen_kv};
+      break;
+    case 2:
+      v = {"v", p.v, p.v_batch_stride, p.v_head_stride, p.v_row_stride, p.heads_kv, p.seqlen_kv};
+      break;
+    case 3:
+      v = {"o", p.o, p.o_batch_stride, p.o_head_stride, p.o_row_stride, p.heads_q, p.seqlen_q};
+      break;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a TMA request names tensor ", request.tensor, "; 0 = q, 1 = k, 2 = v, 3 = o"));
+  }
+  if (p.dtype != 0 && p.dtype != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("a TMA map over ", v.name,
+                                                   " needs dtype 0 (bf16) or 1 (fp16), not ",
+                                                   p.dtype));
+  }
+  const int64_t dims[4] = {p.head_dim, v.rows, v.heads, p.batch};
+  if (dims[0] < 1 || dims[1] < 1 || dims[2] < 1 || dims[3] < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a TMA map over ", v.name, " needs every dimension at least 1; (head_dim, seqlen, heads, "
+        "batch) is (", absl::StrJoin(dims, ", "), ")"));
+  }
+  const int64_t strides[3] = {v.row_stride, v.head_stride, v.batch_stride};
+  if (strides[0] < 0 || strides[1] < 0 || strides[2] < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a TMA map over ", v.name, " cannot have negative strides; (row, head, batch) is (",
+        absl::StrJoin(strides, ", "), ") elements"));
+  }
+  constexpr int64_t kElementBytes = 2;
+  TmaGeometry g;
+  g.tensor = v.name;
+  g.address = const_cast<void*>(v.data);
+  g.data_type = p.dtype == 1 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  for (int i = 0; i < 4; ++i) g.dims[i] = static_cast<cuuint64_t>(dims[i]);
+  for (int i = 0; i < 3; ++i) g.strides[i] = static_cast<cuuint64_t>(strides[i] * kElementBytes);
+  g.box[0] = request.box_cols;
+  g.box[1] = request.box_rows;
+  g.box[2] = 1;
+  g.box[3] = 1;
+  g.swizzle = static_cast<CUtensorMapSwizzle>(request.swizzle);
+  return g;
+}
+
+absl::Status CheckTmaRequests(const LaunchPlan& plan) {
+  if (plan.tma_count < 0 || plan.tma_count > kMaxTma) {
+    return absl::InvalidArgumentError(absl::StrCat("the kernel's launch plan has tma_count ",
+                                                   plan.tma_count, "; it must be 0 to ", kMaxTma));
+  }
+  for (int i = 0; i < plan.tma_count; ++i) {
+    const TmaRequest& r = plan.tma[i];
+    const std::string field = absl::StrCat("the kernel's launch plan has tma[", i, "].");
+    if (r.tensor < 0 || r.tensor > 3) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, "tensor ", r.tensor, "; it must be 0 (q), 1 (k), 2 (v) or 3 (o)"));
+    }
+    if (r.swizzle < 0 || r.swizzle > 3) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, "swizzle ", r.swizzle, "; it must be 0 (none), 1 (32B), 2 (64B) or 3 (128B)"));
+    }
+    if (r.box_rows < 1 || r.box_rows > 256) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, "box_rows ", r.box_rows, "; it must be 1 to 256"));
+    }
+    // TMA's own limits on the inner box dimension: at most 256 elements, a multiple of 16 bytes,
+    // and no wider than the swizzle span when swizzled.
+    if (r.box_cols < 1 || r.box_cols > 256 || r.box_cols * 2 % 16 != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, "box_cols ", r.box_cols, "; it must be 8 to 256 in steps of 8 (16 bytes)"));
+    }
+    const uint32_t span = SwizzleSpan(r.swizzle);
+    if (span > 0 && r.box_cols * 2 > span) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, "box_cols ", r.box_cols, " (", r.box_cols * 2, " bytes) with swizzle ", r.swizzle,
+          "; a swizzled box row is at most the swizzle span, ", span, " bytes"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckLaunchPlan(LaunchPlan& plan) {
+  if (plan.version < kMinPlanVersion || plan.version > kPlanVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the kernel's launch plan has version ", plan.version, "; this worker reads versions ",
+        kMinPlanVersion, " and ", kPlanVersion,
+        " (rebuild the worker and the kernel from one source tree)"));
+  }
+  if (plan.version < 2) {
+    // Not the kernel's fields (the loader zero-filled them): a version-1 kernel takes no maps.
+    plan.tma_count = 0;
+    std::memset(plan.tma, 0, sizeof(plan.tma));
+  }
+  if (plan.status != 0) {
+    return absl::InvalidArgumentError(
+        "the kernel refuses these parameters (null or misaligned tensor, unsupported head dim "
+        "or dtype, or a missing or too short buffer)");
+  }
+  return CheckTmaRequests(plan);
+}
 
 std::map<std::string, std::string> EntryExpressions(const EntryPoints& entries, int dtype,
                                                     int head_dim) {
@@ -91,6 +266,12 @@ absl::StatusOr<LaunchPlan> KernelModule::Plan(const AttnParams& p, CUdeviceptr s
   }
   AttnParams params = p;
   void* args[] = {&params, &scratch};
+  // A kernel built against an older (shorter) plan struct writes only the fields it knows: the
+  // rest must read as zero (version 1: no TMA maps). Same stream as the plan kernel.
+  if (auto s = cu_->Check(cu_->MemsetD8(scratch, 0, sizeof(LaunchPlan)), "clear launch plan");
+      !s.ok()) {
+    return s;
+  }
   if (auto s = cu_->Check(cu_->LaunchKernel(plan_, 1, 1, 1, 1, 1, 1, 0, nullptr, args, nullptr),
                           "launch plan kernel");
       !s.ok()) {
@@ -101,16 +282,7 @@ absl::StatusOr<LaunchPlan> KernelModule::Plan(const AttnParams& p, CUdeviceptr s
       !s.ok()) {
     return s;
   }
-  if (plan.version != kPlanVersion) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the kernel's launch plan has version ", plan.version, "; this worker reads version ",
-        kPlanVersion, " (rebuild the worker and the kernel from one source tree)"));
-  }
-  if (plan.status != 0) {
-    return absl::InvalidArgumentError(
-        "the kernel refuses these parameters (null or misaligned tensor, unsupported head dim "
-        "or dtype, or a missing or too short buffer)");
-  }
+  if (auto s = CheckLaunchPlan(plan); !s.ok()) return s;
   return plan;
 }
 
@@ -123,6 +295,17 @@ absl::Status KernelModule::Enqueue(const AttnParams& p, const LaunchPlan& plan,
   AttnParams params = p;
   void* workspace = p.workspace;
   void* args[] = {&params, &workspace};
+  // The TMA maps (plan version 2) are the attention kernel's third parameter; a kernel that asks
+  // for none has two, and gets two.
+  TmaMaps maps{};
+  void* attention_args[] = {&params, &workspace, &maps};
+  // Encoded before anything is enqueued, so a refused map leaves the stream untouched.
+  if (auto s = CheckTmaRequests(plan); !s.ok()) return s;
+  if (plan.tma_count > 0) {
+    auto encoded = EncodeTmaMaps(*cu_, p, plan);
+    if (!encoded.ok()) return encoded.status();
+    maps = *encoded;
+  }
   if (plan.classify_grid > 0 && (classify_ == nullptr || compact_ == nullptr)) {
     return absl::InvalidArgumentError(
         "the launch plan asks for block-table kernels the module does not declare "
@@ -147,7 +330,8 @@ absl::Status KernelModule::Enqueue(const AttnParams& p, const LaunchPlan& plan,
     return s;
   }
   return cu_->Check(cu_->LaunchKernel(attention_, plan.grid[0], plan.grid[1], plan.grid[2],
-                                      plan.threads, 1, 1, plan.smem_bytes, stream, args, nullptr),
+                                      plan.threads, 1, 1, plan.smem_bytes, stream,
+                                      plan.tma_count > 0 ? attention_args : args, nullptr),
                     "launch attention");
 }
 

@@ -21,6 +21,38 @@ using EntryPoints = std::map<std::string, std::string>;
 std::map<std::string, std::string> EntryExpressions(const EntryPoints& entries, int dtype,
                                                     int head_dim);
 
+// Checks a plan read back from the plan kernel: its version (1 or 2: FAILED_PRECONDITION
+// otherwise), its status (INVALID_ARGUMENT when the kernel refuses the parameters) and, for
+// version 2, its TMA requests (INVALID_ARGUMENT naming the field). A version-1 plan has no TMA
+// fields: whatever lies there is not the kernel's, so they are cleared.
+absl::Status CheckLaunchPlan(LaunchPlan& plan);
+// The TMA part of that check: tma_count 0..CUBRIDGE_MAX_TMA, and each request's tensor 0..3,
+// swizzle 0..3, box_rows 1..256, box_cols 8..256 in steps of 8 (16 bytes) and, when swizzled, at
+// most the swizzle span (128B: 64 columns).
+absl::Status CheckTmaRequests(const LaunchPlan& plan);
+
+// One TMA tensor map over a call's tensor, as cuTensorMapEncodeTiled takes it: 4-D, innermost
+// first (head_dim, seqlen, heads, batch), strides in bytes of dims 1..3, box
+// (box_cols, box_rows, 1, 1).
+struct TmaGeometry {
+  const char* tensor = "";  // "q", "k", "v", "o"
+  void* address = nullptr;
+  CUtensorMapDataType data_type = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  cuuint64_t dims[4] = {};
+  cuuint64_t strides[3] = {};  // bytes between rows, heads, batches
+  cuuint32_t box[4] = {};
+  cuuint32_t element_strides[4] = {1, 1, 1, 1};
+  CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_NONE;
+
+  // "k: dims (128, 4096, 2, 4) strides (512, 2097152, 4194304) bytes box (64, 128, 1, 1) at 0x..."
+  std::string Describe() const;
+};
+
+// The geometry of `request` over the call `p` (q and o have heads_q heads and seqlen_q rows, k and
+// v heads_kv and seqlen_kv). INVALID_ARGUMENT for a tensor id outside 0..3, a dtype other than 0
+// or 1, a dimension below 1 or a negative stride (what TMA cannot describe). Needs no GPU.
+absl::StatusOr<TmaGeometry> TmaGeometryFor(const AttnParams& p, const TmaRequest& request);
+
 class KernelModule {
  public:
   // `module` was compiled with the expressions of EntryExpressions(entries, dtype, head_dim).
@@ -31,9 +63,12 @@ class KernelModule {
   ~KernelModule();
 
   // Runs the plan kernel for these parameters and waits for it. `scratch` is 256 bytes of device
-  // memory for the plan. INVALID_ARGUMENT when the kernel refuses the parameters.
+  // memory for the plan (zero-filled first, so a version-1 kernel leaves tma_count 0).
+  // INVALID_ARGUMENT when the kernel refuses the parameters; see CheckLaunchPlan.
   absl::StatusOr<LaunchPlan> Plan(const AttnParams& p, CUdeviceptr scratch) const;
-  // Enqueues one call (tables, then attention) on `stream`. Does not wait.
+  // Enqueues one call (tables, then attention) on `stream`. Does not wait. A plan with TMA
+  // requests has their maps encoded over `p`'s tensors and passed as the attention kernel's third
+  // parameter (INVALID_ARGUMENT naming the tensor and its geometry when the driver refuses one).
   absl::Status Enqueue(const AttnParams& p, const LaunchPlan& plan, CUstream stream) const;
 
   int registers() const { return registers_; }

@@ -33,7 +33,9 @@ std::string Log(nvrtcProgram p) {
   return log;
 }
 
-const char* ArchNumber(lower::Arch arch) { return arch == lower::Arch::kSm90 ? "90" : "80"; }
+// sm_90 compiles for the arch-specific target 90a: the Hopper expert's wgmma and setmaxnreg exist
+// only there (its cubin, or PTX, then loads on sm_90 GPUs only); sm_80 stays portable.
+const char* ArchNumber(lower::Arch arch) { return arch == lower::Arch::kSm90 ? "90a" : "80"; }
 
 }  // namespace
 

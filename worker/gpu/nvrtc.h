@@ -15,7 +15,8 @@ namespace cubridge::gpu {
 struct CompileOptions {
   lower::Arch arch = lower::Arch::kSm80;
   // `PTX for compute_XX` instead of a cubin: a GPU of a newer arch than the target (an sm_80
-  // kernel checked on an H100) loads it through the driver's JIT.
+  // kernel checked on an H100) loads it through the driver's JIT. sm_90 compiles for the
+  // arch-specific 90a (wgmma, setmaxnreg), whose PTX loads on sm_90 GPUs only.
   bool ptx = false;
   // C++ names whose symbols the caller looks up (templates are instantiated only when named).
   std::vector<std::string> name_expressions;

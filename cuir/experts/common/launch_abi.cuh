@@ -13,7 +13,9 @@
 //              threads, dynamic shared memory bytes) or sets status = 1 to refuse the parameters;
 //   attention: template <typename T, int D> __global__ void NAME(cubridge_attn_fwd_params p,
 //              void* workspace), named with {T} and {D} (e.g. `my_attention<{T}, {D}>`):
-//              T is __nv_bfloat16 or __half, D the head dim.
+//              T is __nv_bfloat16 or __half, D the head dim. A kernel whose plan asks for TMA
+//              tensor maps (plan version 2, tma_count > 0) takes them as a third parameter,
+//              `const __grid_constant__ cubridge_tma_maps maps`.
 #ifndef CUBRIDGE_LAUNCH_ABI_CUH_
 #define CUBRIDGE_LAUNCH_ABI_CUH_
 
@@ -26,7 +28,8 @@
 #endif
 
 #define CUBRIDGE_MAX_BUFFERS 8
-#define CUBRIDGE_PLAN_VERSION 1
+#define CUBRIDGE_PLAN_VERSION 2
+#define CUBRIDGE_MAX_TMA 4
 
 // One forward attention call: q, k, v, o are [batch, heads, seqlen, head_dim] with unit stride
 // along head_dim, strides in elements; lse is fp32 [batch, heads_q, seqlen_q] (row stride 1),
@@ -52,6 +55,32 @@ typedef struct cubridge_attn_fwd_params {
   size_t workspace_size;
 } cubridge_attn_fwd_params;
 
+// A TMA tensor map the attention kernel reads (plan version 2). The loader encodes it over one of
+// the call's tensors as a 4-D tiled map, innermost dimension first: (head_dim, seqlen, heads,
+// batch) with the call's strides in bytes (elements * 2), the element type of `dtype`, box
+// (box_cols, box_rows, 1, 1), unit element strides, no interleave, the given swizzle, 256-byte L2
+// promotion and zero fill out of bounds; then it passes the maps, in request order, as the
+// attention kernel's third parameter. Hopper's bulk tensor copies need the map built on the host,
+// which is why the kernel asks and the loader (or the nvcc-built launcher) builds.
+typedef struct cubridge_tma_request {
+  int32_t tensor;     // 0 = q, 1 = k, 2 = v, 3 = o
+  uint32_t box_cols;  // head-dim elements per box
+  uint32_t box_rows;  // sequence rows per box (at most 256)
+  int32_t swizzle;    // CUtensorMapSwizzle: 0 none, 1 = 32B, 2 = 64B, 3 = 128B
+} cubridge_tma_request;
+
+// The attention kernel's third parameter: CUtensorMap images (128 bytes each, 64-byte aligned as
+// TMA requires of a map's address).
+typedef struct
+#ifdef __cplusplus
+    alignas(64)
+#else
+    _Alignas(64)
+#endif
+        cubridge_tma_maps {
+  uint64_t map[CUBRIDGE_MAX_TMA][16];
+} cubridge_tma_maps;
+
 typedef struct cubridge_attn_fwd_launch_plan {
   int32_t version;           // CUBRIDGE_PLAN_VERSION
   int32_t status;            // 0 = launchable, 1 = the parameters are refused
@@ -62,6 +91,10 @@ typedef struct cubridge_attn_fwd_launch_plan {
   uint32_t grid[3];          // the attention kernel's grid, threads and dynamic shared memory
   int32_t threads;
   int32_t smem_bytes;
+  // Version 2: the tensor maps the attention kernel takes (0: none, and no third parameter). A
+  // loader zero-fills the plan before the plan kernel runs, so a version-1 kernel reads as none.
+  int32_t tma_count;
+  cubridge_tma_request tma[CUBRIDGE_MAX_TMA];
 } cubridge_attn_fwd_launch_plan;
 
 #endif  // CUBRIDGE_LAUNCH_ABI_CUH_

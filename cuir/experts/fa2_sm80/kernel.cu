@@ -14,6 +14,9 @@
 // BLOCK_M, ..., the builtins batch, heads_q, ..., softmax_scale), so generated code reads them
 // directly. Identifiers starting with `cubridge_attn_fwd` are renamed after the program's kernel.
 //
+// The GPU target the code is written for (the lowering refuses an older one):
+// @cuir-arch sm_80
+//
 // Device entry points by role, for loaders of the NVRTC-compiled module (worker/gpu/module.h);
 // {T} and {D} are the element type and head dim of the instance:
 // @cuir-entry plan cubridge_attn_fwd_plan
@@ -84,6 +87,7 @@ int cubridge_attn_fwd(const cubridge_attn_fwd_params* p, struct CUstream_st* str
 
 #include "../common/cuir_platform.cuh"
 #include "../common/cuir_scalar.cuh"
+#include "../common/kv_blocks.cuh"
 #include "epilogue.cuh"
 #include "mainloop.cuh"
 #include "softmax.cuh"
@@ -109,40 +113,6 @@ template <int D>
 constexpr int kThreadsFor = kWarpsFor<D> * 32;
 static_assert(STAGES >= 1, "K and V are double-buffered against each other; STAGES is a hint");
 constexpr int kTableThreads = 128;  // threads of the table-building kernels
-
-// The KV blocks a program visits: the union of N half-open intervals, ascending, each block once.
-// next(n) is the smallest visited block >= n, which is also what a pipelined mainloop prefetches.
-template <int N>
-struct KvUnion {
-  static constexpr int kEnd = INT_MAX;  // "no further KV block"
-  int lo[N];
-  int hi[N];
-  __device__ __forceinline__ int next(int n) const {
-    int best = kEnd;
-#pragma unroll
-    for (int i = 0; i < N; ++i) {
-      const int c = n > lo[i] ? n : lo[i];
-      if (c < hi[i] && c < best) best = c;
-    }
-    return best;
-  }
-  __device__ __forceinline__ int first() const { return next(INT_MIN); }
-};
-
-// Block tables (`table T = blocks(PRED)`): a classifier writes one class per tile (0 empty,
-// 1 partial, 2 full) into the entry array of each row; this pass compacts one row in place into
-// its non-empty blocks, ascending, encoded as (n_block << 1) | full, and stores the count.
-// Layout of a table of R rows: counts[R], then entries[R][num_n].
-__device__ __forceinline__ void cuir_compact_row(int* __restrict__ table, long long rows, int num_n,
-                                                 long long row) {
-  int* entries = table + rows + row * num_n;
-  int count = 0;
-  for (int n = 0; n < num_n; ++n) {
-    const int cls = entries[n];
-    if (cls != 0) entries[count++] = (n << 1) | (cls == 2 ? 1 : 0);
-  }
-  table[row] = count;
-}
 
 // @cuir-region table_kernel
 // @cuir-end table_kernel
@@ -391,7 +361,15 @@ __host__ __device__ __forceinline__ void main_launch(int* threads, int* smem_byt
 // host (the launcher below, built by nvcc) and on the device (cubridge_attn_fwd_plan, which a
 // loader of an NVRTC-compiled module runs first: worker/gpu/module.cc mirrors this struct; change
 // both and kCubridgePlanVersion together).
-#define CUBRIDGE_PLAN_VERSION 1
+#define CUBRIDGE_PLAN_VERSION 2
+#define CUBRIDGE_MAX_TMA 4
+// A TMA tensor map the attention kernel asks the loader to build (none here: cp.async loads).
+typedef struct cubridge_tma_request {
+  int32_t tensor;     // 0 = q, 1 = k, 2 = v, 3 = o
+  uint32_t box_cols;  // head-dim elements per box
+  uint32_t box_rows;  // sequence rows per box
+  int32_t swizzle;    // CUtensorMapSwizzle
+} cubridge_tma_request;
 typedef struct cubridge_attn_fwd_launch_plan {
   int32_t version;
   int32_t status;            // 0, or cudaErrorInvalidValue (1) for unusable parameters
@@ -402,6 +380,8 @@ typedef struct cubridge_attn_fwd_launch_plan {
   uint32_t grid[3];          // the attention kernel's grid, threads and dynamic shared memory
   int32_t threads;
   int32_t smem_bytes;
+  int32_t tma_count;         // tensor maps the attention kernel takes (0: none)
+  cubridge_tma_request tma[CUBRIDGE_MAX_TMA];
 } cubridge_attn_fwd_launch_plan;
 
 __host__ __device__ __forceinline__ void cubridge_attn_fwd_make_plan(

@@ -1,5 +1,6 @@
-// Column masking of the sm_90 expert: kv columns past seqlen_kv and, for causal (top-left
-// aligned), columns past the query row. Only blocks that straddle a boundary pay for it.
+// The expert's own masking on the wgmma accumulator layout: key columns past the end of the
+// sequence (a ragged last KV tile, whose rows TMA filled with zeros) must not take probability.
+// Everything a program masks beyond that is its `mask` region, through the score visitors.
 #pragma once
 
 #include "../common/cuir_platform.cuh"
@@ -7,35 +8,31 @@
 namespace cubridge {
 namespace fa3 {
 
-// kv blocks this m-block must visit: causal stops at the block holding the tile's last row.
-template <int BLOCK_M, int BLOCK_N>
-__device__ __forceinline__ int kv_blocks(int m_block, int seqlen_kv, bool causal) {
-  int end = seqlen_kv;
-  if (causal) end = min(end, (m_block + 1) * BLOCK_M);
-  return end <= 0 ? 0 : (end + BLOCK_N - 1) / BLOCK_N;
-}
-
-template <int BLOCK_M, int BLOCK_N>
-__device__ __forceinline__ bool block_needs_mask(int n_block, int m_block, int seqlen_kv,
-                                                 bool causal) {
-  const int last_col = (n_block + 1) * BLOCK_N - 1;
-  return last_col >= seqlen_kv || (causal && last_col > m_block * BLOCK_M);
-}
-
-// s is the m64nBLOCK_N accumulator of one thread (rows row0, row0+8; see wgmma.cuh). A column is
-// kept iff col < limit, limit = seqlen_kv, or min(seqlen_kv, row + 1) for causal.
-template <int BLOCK_N>
-__device__ __forceinline__ void apply_mask(float (&s)[BLOCK_N / 2], int col0, int row0,
-                                           int seqlen_kv, bool causal) {
-  const int lim0 = causal ? min(seqlen_kv, row0 + 1) : seqlen_kv;
-  const int lim1 = causal ? min(seqlen_kv, row0 + 9) : seqlen_kv;
+// s is the m64nTILE_N accumulator of one thread; its columns are col0 + 8j + e (see wgmma.cuh).
+template <int TILE_N>
+__device__ __forceinline__ void mask_columns_from(float (&s)[TILE_N / 2], int col0, int limit) {
 #pragma unroll
-  for (int j = 0; j < BLOCK_N / 8; ++j) {
+  for (int j = 0; j < TILE_N / 8; ++j) {
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      const int col = col0 + 8 * j + e;
-      if (col >= lim0) s[4 * j + e] = -INFINITY;
-      if (col >= lim1) s[4 * j + 2 + e] = -INFINITY;
+      if (col0 + 8 * j + e >= limit) {
+        s[4 * j + e] = -INFINITY;
+        s[4 * j + 2 + e] = -INFINITY;
+      }
+    }
+  }
+}
+
+// The score visitors' traversal: f(j, e, r, element) for each of the thread's elements, column
+// slot by column slot (j, e: n-tile and column within the thread's pair; r: row 0 or 8).
+template <int TILE_N, typename F>
+__device__ __forceinline__ void for_each_element(float (&s)[TILE_N / 2], F&& f) {
+#pragma unroll
+  for (int j = 0; j < TILE_N / 8; ++j) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) f(j, e, r, s[4 * j + 2 * r + e]);
     }
   }
 }

@@ -1,9 +1,13 @@
 // Online softmax of the sm_90 expert on the wgmma accumulator layout (wgmma.cuh): each thread
 // holds two rows (g and g+8 of its warp's 16), spread over the 4 lanes of a quad, so a row
-// reduction is two xor-shuffles. The scale is folded into the exponent: p = 2^(s*c - m*c) with
-// c = scale * log2(e), one FFMA + one EX2 per element. Row sums stay per-lane partial until the
-// epilogue: every lane of a quad applies the same correction factor, so the partials stay
-// consistent and the quad sum is taken once.
+// reduction is two xor-shuffles.
+//
+// Scores arrive in some unit u (raw Q K^T, or already scaled by a score_mod) with c = log2(e) / u
+// per call: p = 2^(s*c - m), one FFMA + one EX2 per element, where m, the running row max, is
+// kept in log2 units. Folding the softmax scale into c is what saves the separate multiply when
+// no score_mod needs the scaled score (c > 0 is assumed: the max of s*c is the max of s times c).
+// Row sums stay per-lane partial until the epilogue: every lane of a quad applies the same
+// correction factor, so the partials stay consistent and the quad sum is taken once.
 #pragma once
 
 #include "../common/cuir_platform.cuh"
@@ -27,45 +31,45 @@ __device__ __forceinline__ float quad_sum(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-template <int BLOCK_N, int D>
+template <int TILE_N, int D>
 struct OnlineSoftmax {
-  float row_max[2];  // raw (unscaled) running max per row
+  float row_max[2];  // running max per row, log2 units
   float row_sum[2];  // per-lane partial sums of p
-  float scale_log2;
 
-  __device__ __forceinline__ explicit OnlineSoftmax(float c) : scale_log2(c) {
+  __device__ __forceinline__ OnlineSoftmax() {
     row_max[0] = row_max[1] = -INFINITY;
     row_sum[0] = row_sum[1] = 0.f;
   }
 
-  // Turns the scores s into unnormalised probabilities in place and returns, per row, the factor
-  // exp(old max - new max) by which the output accumulator must be rescaled. Split from the
-  // rescale so that it can run while a P V wgmma still owns the accumulator.
-  __device__ __forceinline__ void update(float (&s)[BLOCK_N / 2], float (&corr)[2]) {
-    float mx[2] = {row_max[0], row_max[1]};
+  // Turns the scores s (unit: c = log2 units per score unit) into unnormalised probabilities in
+  // place and returns, per row, the factor 2^(old max - new max) by which the output accumulator
+  // must be rescaled. Split from the rescale so that it can run while a P V wgmma still owns the
+  // accumulator.
+  __device__ __forceinline__ void update(float (&s)[TILE_N / 2], float (&corr)[2], float c) {
+    float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int j = 0; j < BLOCK_N / 8; ++j) {
+    for (int j = 0; j < TILE_N / 8; ++j) {
       mx[0] = fmaxf(mx[0], fmaxf(s[4 * j], s[4 * j + 1]));
       mx[1] = fmaxf(mx[1], fmaxf(s[4 * j + 2], s[4 * j + 3]));
     }
-    float neg_ms[2];
+    float neg_m[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      mx[r] = quad_max(mx[r]);
+      const float m = fmaxf(row_max[r], quad_max(mx[r]) * c);
       // A row with nothing kept yet has max -inf: use 0 as the offset so that exp2 sees -inf
       // (giving 0) rather than -inf - -inf = NaN.
-      const float ms = mx[r] == -INFINITY ? 0.f : mx[r] * scale_log2;
-      neg_ms[r] = -ms;
-      corr[r] = fast_exp2(row_max[r] * scale_log2 - ms);  // old max -inf -> 0
-      row_max[r] = mx[r];
+      const float m_use = m == -INFINITY ? 0.f : m;
+      neg_m[r] = -m_use;
+      corr[r] = fast_exp2(row_max[r] - m_use);  // old max -inf -> 0
+      row_max[r] = m;
     }
     float sum[2] = {0.f, 0.f};
 #pragma unroll
-    for (int j = 0; j < BLOCK_N / 8; ++j) {
+    for (int j = 0; j < TILE_N / 8; ++j) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        s[4 * j + e] = fast_exp2(fmaf(s[4 * j + e], scale_log2, neg_ms[0]));
-        s[4 * j + 2 + e] = fast_exp2(fmaf(s[4 * j + 2 + e], scale_log2, neg_ms[1]));
+        s[4 * j + e] = fast_exp2(fmaf(s[4 * j + e], c, neg_m[0]));
+        s[4 * j + 2 + e] = fast_exp2(fmaf(s[4 * j + 2 + e], c, neg_m[1]));
         sum[0] += s[4 * j + e];
         sum[1] += s[4 * j + 2 + e];
       }
@@ -84,18 +88,28 @@ struct OnlineSoftmax {
     }
   }
 
-  __device__ __forceinline__ void step(float (&s)[BLOCK_N / 2], float (&o)[D / 2]) {
+  // `epilogue sink`: one more logit per row (log2 units) that takes probability mass but has no
+  // value row. The quad's first lane adds its mass, so the quad sum counts it once.
+  __device__ __forceinline__ void add_sink(float logit, float (&o)[D / 2], int lane) {
     float corr[2];
-    update(s, corr);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float m = fmaxf(row_max[r], logit);
+      // A row that kept nothing and a sink of -inf stay empty (O = 0, LSE = -inf), not NaN.
+      const float m_use = m == -INFINITY ? 0.f : m;
+      corr[r] = exp2f(row_max[r] - m_use);
+      row_sum[r] = row_sum[r] * corr[r] + ((lane & 3) == 0 ? exp2f(logit - m_use) : 0.f);
+      row_max[r] = m;
+    }
     rescale(o, corr);
   }
 };
 
-// P (fp32 accumulator of m64nBLOCK_N) -> A fragments of the BLOCK_N/16 k-slices of P V.
-template <typename T, int BLOCK_N>
-__device__ __forceinline__ void p_to_a(const float (&s)[BLOCK_N / 2], uint32_t (&a)[BLOCK_N / 16][4]) {
+// P (fp32 accumulator of m64nTILE_N) -> A fragments of the TILE_N/16 k-slices of P V.
+template <typename T, int TILE_N>
+__device__ __forceinline__ void p_to_a(const float (&s)[TILE_N / 2], uint32_t (&a)[TILE_N / 16][4]) {
 #pragma unroll
-  for (int k = 0; k < BLOCK_N / 16; ++k) {
+  for (int k = 0; k < TILE_N / 16; ++k) {
     a[k][0] = pack2<T>(s[8 * k + 0], s[8 * k + 1]);
     a[k][1] = pack2<T>(s[8 * k + 2], s[8 * k + 3]);
     a[k][2] = pack2<T>(s[8 * k + 4], s[8 * k + 5]);

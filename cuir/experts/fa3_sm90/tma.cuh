@@ -1,9 +1,9 @@
 // mbarrier and bulk-tensor (TMA) copy wrappers of the sm_90 expert. The tensor maps are built on
-// the host (cuTensorMapEncodeTiled) and reach the kernel as __grid_constant__ parameters, so
-// their address below is a generic address of kernel-parameter space, as TMA requires.
+// the host (cuTensorMapEncodeTiled, by the launcher or the worker's loader from the launch plan's
+// requests) and reach the kernel as a __grid_constant__ parameter, so a map's address below is a
+// generic address of kernel-parameter space, as TMA requires. The maps are opaque 128-byte
+// images here, so the file needs no driver header (NVRTC has none).
 #pragma once
-
-#include <cuda.h>
 
 #include "../common/cuir_platform.cuh"
 #include "wgmma.cuh"
@@ -46,13 +46,13 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
       : "memory");
 }
 
-__device__ __forceinline__ void tma_prefetch_desc(const CUtensorMap* map) {
+__device__ __forceinline__ void tma_prefetch_desc(const void* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
 
 // 4-D tiled copy global -> shared (coordinates innermost first: col, row, head, batch). Out-of-
 // bounds elements of the box are written as zeros and still count toward the transaction bytes.
-__device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, uint64_t* bar,
+__device__ __forceinline__ void tma_load_4d(void* dst, const void* map, uint64_t* bar,
                                             int c0, int c1, int c2, int c3) {
   asm volatile(
       "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"

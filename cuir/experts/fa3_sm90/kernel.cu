@@ -1,0 +1,662 @@
+// Expert forward-attention kernel for sm_90a (H100 / H200): the CUDA behind
+// cuir/experts/fa3_sm90/base.cuir, one CTA per (m_block, h, b) grid point, launched longest
+// first.
+//
+// FlashAttention-3 orchestration with warp specialisation: a producer warpgroup (setmaxnreg 24)
+// whose one thread issues TMA bulk tensor copies of the Q tile and of K/V tiles into a STAGES-deep
+// shared-memory ring completing on mbarriers; two consumer warpgroups (setmaxnreg 240) of 64
+// query rows each, running S = Q K^T and O += P V on wgmma (P from registers). Each consumer
+// overlaps the softmax of tile n with the P V product of tile n-1 (intra-warpgroup overlap), and
+// the two consumers take turns at the tensor cores through named barriers (ping-pong), so one's
+// softmax runs under the other's matrix products. The tile pieces are in pipeline.cuh (smem plan,
+// ring), tma.cuh, wgmma.cuh, mainloop.cuh (the two products), softmax.cuh, mask.cuh, epilogue.cuh
+// and scheduler.cuh, inlined into every lowered kernel.
+//
+// Regions: each `// @cuir-region NAME` ... `// @cuir-end NAME` pair implements one CuIR construct
+// of base.cuir, as in every expert (docs/lowering.md): copied when the program's construct equals
+// the base program's, regenerated otherwise. The generated code reads the CuIR names (m_block, h,
+// b, kv_h, q_lo, q_hi, n_block, kv_lo, kv_hi, BLOCK_M, ..., the builtins) and the score visitors
+// (for_each_score, ...). The visited KV blocks are one walk (for_each_kv_block) that the producer
+// and the consumers both run, so a changed range or a block table reaches both the same way.
+//
+// The GPU target the code is written for (the lowering refuses an older one):
+// @cuir-arch sm_90a
+//
+// Device entry points by role, for loaders of the NVRTC-compiled module (worker/gpu/module.h);
+// {T} and {D} are the element type and head dim of the instance. The launch plan asks the loader
+// for three TMA maps (Q, K, V), which the attention kernel takes as its third parameter.
+// @cuir-entry plan cubridge_attn_fwd_plan
+// @cuir-entry classify cubridge_fa3::cubridge_attn_fwd_classify
+// @cuir-entry compact cubridge_fa3::cubridge_attn_fwd_compact
+// @cuir-entry attention cubridge_fa3::attn_fwd_kernel<{T}, {D}>
+
+// @cuir-region abi
+#ifndef cubridge_attn_fwd_ABI_H_
+#define cubridge_attn_fwd_ABI_H_
+#ifdef __CUDACC_RTC__
+#include <cuda/std/cstddef>
+#include <cuda/std/cstdint>
+#else
+#include <stddef.h>
+#include <stdint.h>
+#endif
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CUBRIDGE_MAX_BUFFERS 8
+
+struct CUstream_st;  // cudaStream_t without the CUDA headers
+
+// One forward attention call. Tensors are [batch, heads, seqlen, head_dim] with unit stride along
+// head_dim; strides are in elements. lse is fp32 [batch, heads_q, seqlen_q] (row stride 1).
+typedef struct cubridge_attn_fwd_params {
+  const void* q;  // bf16 or fp16 (dtype)
+  const void* k;
+  const void* v;
+  void* o;        // same dtype as q
+  float* lse;
+  int64_t q_batch_stride, q_head_stride, q_row_stride;
+  int64_t k_batch_stride, k_head_stride, k_row_stride;
+  int64_t v_batch_stride, v_head_stride, v_row_stride;
+  int64_t o_batch_stride, o_head_stride, o_row_stride;
+  int64_t lse_batch_stride, lse_head_stride;
+  int32_t batch, heads_q, heads_kv, head_dim, seqlen_q, seqlen_kv;
+  int32_t dtype;        // 0 = bf16, 1 = fp16
+  float softmax_scale;  // used as given (resolve a default of 1/sqrt(head_dim) before the call)
+  // The program's `buffer` declarations in declaration order: int32 device arrays and their
+  // lengths in elements (checked against the declared length before the launch).
+  const int32_t* buffers[CUBRIDGE_MAX_BUFFERS];
+  int64_t buffer_lengths[CUBRIDGE_MAX_BUFFERS];
+  // Device scratch for block tables: at least cubridge_attn_fwd_workspace_size() bytes.
+  void* workspace;
+  size_t workspace_size;
+} cubridge_attn_fwd_params;
+
+// Bytes of device workspace the call needs (0 when the program has no block table).
+size_t cubridge_attn_fwd_workspace_size(const cubridge_attn_fwd_params* p);
+// Enqueues the attention on `stream`; returns a cudaError_t value (0 = cudaSuccess).
+// cudaErrorInvalidValue (1) for unusable parameters.
+int cubridge_attn_fwd(const cubridge_attn_fwd_params* p, struct CUstream_st* stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif  // cubridge_attn_fwd_ABI_H_
+// @cuir-end abi
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#ifndef __CUDACC_RTC__
+#include <cuda.h>
+#include <cuda_runtime.h>
+#endif
+
+#include "../common/cuir_platform.cuh"
+#include "../common/cuir_scalar.cuh"
+#include "../common/kv_blocks.cuh"
+#include "epilogue.cuh"
+#include "mainloop.cuh"
+#include "mask.cuh"
+#include "pipeline.cuh"
+#include "scheduler.cuh"
+#include "softmax.cuh"
+#include "tma.cuh"
+#include "wgmma.cuh"
+
+
+// What one call enqueues, computed from the parameters alone by one function that runs on the
+// host (the launcher below, built by nvcc) and on the device (cubridge_attn_fwd_plan, which a
+// loader of an NVRTC-compiled module runs first; worker/gpu/abi.h reads this struct through
+// cuir/experts/common/launch_abi.cuh, and tests/worker/abi_test.cc checks they agree).
+#define CUBRIDGE_PLAN_VERSION 2
+#define CUBRIDGE_MAX_TMA 4
+// A TMA tensor map the attention kernel asks the loader to build (launch_abi.cuh says how).
+typedef struct cubridge_tma_request {
+  int32_t tensor;     // 0 = q, 1 = k, 2 = v, 3 = o
+  uint32_t box_cols;  // head-dim elements per box
+  uint32_t box_rows;  // sequence rows per box
+  int32_t swizzle;    // CUtensorMapSwizzle
+} cubridge_tma_request;
+typedef struct cubridge_attn_fwd_launch_plan {
+  int32_t version;
+  int32_t status;            // 0, or cudaErrorInvalidValue (1) for unusable parameters
+  uint64_t workspace_bytes;  // device scratch the call needs (block tables)
+  uint32_t classify_grid;    // CTAs of cubridge_attn_fwd_classify (0: no tables)
+  uint32_t compact_grid;     // CTAs of cubridge_attn_fwd_compact
+  uint32_t table_threads;    // threads of both
+  uint32_t grid[3];          // the attention kernel's grid, threads and dynamic shared memory
+  int32_t threads;
+  int32_t smem_bytes;
+  int32_t tma_count;         // tensor maps the attention kernel takes (0: none)
+  cubridge_tma_request tma[CUBRIDGE_MAX_TMA];
+} cubridge_attn_fwd_launch_plan;
+// The attention kernel's third parameter: the CUtensorMap images the plan asked for, built on the
+// host in request order (64-byte aligned, as TMA requires of a map's address).
+typedef struct alignas(64) cubridge_tma_maps {
+  uint64_t map[CUBRIDGE_MAX_TMA][16];
+} cubridge_tma_maps;
+
+
+namespace cubridge_fa3 {
+
+// @cuir-region tile_params
+constexpr int BLOCK_M = 128;
+constexpr int BLOCK_N = 128;
+constexpr int STAGES = 3;
+constexpr int WARPS = 12;
+// @cuir-end tile_params
+
+// @cuir-region variant_consts
+// @cuir-end variant_consts
+
+// The KV tile one wgmma step takes: BLOCK_N keys, or 64 at head dim 256, where a 128-key score
+// tile next to the 256-wide output accumulator would not fit in 240 registers. A BLOCK_N block of
+// the program is then walked as BLOCK_N / kTileN tiles.
+template <int D>
+constexpr int kTileN = D > 128 ? (BLOCK_N < 64 ? BLOCK_N : 64) : (BLOCK_N < 128 ? BLOCK_N : 128);
+// STAGES K/V stages where they fit in shared memory (three do up to head dim 128), else two.
+template <int D>
+constexpr int kStages =
+    cubridge::fa3::Geometry<__nv_bfloat16, D, BLOCK_M, kTileN<D>, 2>::kSmemBytes +
+                (STAGES - 2) * 2 * kTileN<D> * D * 2 <= 227 * 1024
+        ? STAGES
+        : 2;
+template <typename T, int D>
+using Geo = cubridge::fa3::Geometry<T, D, BLOCK_M, kTileN<D>, kStages<D>>;
+// Ping-pong: the consumers take turns at the tensor cores through named barriers, so one's
+// softmax runs under the other's products. Off: measured on an H100 (docs/benchmarks.md) the
+// two consumers fall into alternation on their own, and the barriers cost 0-4%.
+constexpr bool kPingPong = false;
+static_assert(BLOCK_N % kTileN<64> == 0 && BLOCK_N % kTileN<256> == 0,
+              "BLOCK_N must be a multiple of the KV tile (64 or 128)");
+static_assert(WARPS == 12, "one producer and two consumer warpgroups");
+constexpr int kThreads = 32 * WARPS;
+constexpr int kTableThreads = 128;  // threads of the table-building kernels
+
+// @cuir-region table_kernel
+// @cuir-end table_kernel
+
+// @cuir-region workspace
+// The program's block tables: their device workspace (offsets[i] receives where table i
+// starts), the tiles the classifier visits, the rows the compaction visits. None here.
+__host__ __device__ __forceinline__ size_t variant_workspace(const cubridge_attn_fwd_params& p,
+                                                             size_t* offsets) {
+  (void)p, (void)offsets;
+  return 0;
+}
+__host__ __device__ __forceinline__ long long variant_table_tiles(const cubridge_attn_fwd_params& p) {
+  (void)p;
+  return 0;
+}
+__host__ __device__ __forceinline__ long long variant_table_rows(const cubridge_attn_fwd_params& p) {
+  (void)p;
+  return 0;
+}
+__device__ __forceinline__ void variant_classify_tile(const cubridge_attn_fwd_params& p,
+                                                      char* workspace, long long tile) {
+  (void)p, (void)workspace, (void)tile;
+}
+__device__ __forceinline__ void variant_compact_row(const cubridge_attn_fwd_params& p,
+                                                    char* workspace, long long row) {
+  (void)p, (void)workspace, (void)row;
+}
+// @cuir-end workspace
+
+// @cuir-region head_check
+// The head layouts the head mapping serves: this one maps query head h to kv head h (MHA only).
+__host__ __device__ __forceinline__ bool variant_heads_ok(const cubridge_attn_fwd_params& p) {
+  return p.heads_q == p.heads_kv;
+}
+// @cuir-end head_check
+
+// @cuir-region buffer_check
+// The program's buffers are given and long enough. None here.
+__host__ __device__ __forceinline__ bool variant_buffers_ok(const cubridge_attn_fwd_params& p) {
+  (void)p;
+  return true;
+}
+// @cuir-end buffer_check
+
+// The tables are built before the attention kernel by two grid-stride kernels, so any table size
+// launches on a bounded grid: every tile is classified, then every row compacted.
+extern "C" __global__ void __launch_bounds__(kTableThreads)
+    cubridge_attn_fwd_classify(const cubridge_attn_fwd_params p, char* workspace) {
+  const long long tiles = variant_table_tiles(p);
+  for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    variant_classify_tile(p, workspace, tile);
+  }
+}
+extern "C" __global__ void __launch_bounds__(kTableThreads)
+    cubridge_attn_fwd_compact(const cubridge_attn_fwd_params p, char* workspace) {
+  const long long rows = variant_table_rows(p);
+  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+  for (long long row = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; row < rows;
+       row += stride) {
+    variant_compact_row(p, workspace, row);
+  }
+}
+
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads, 1)
+    attn_fwd_kernel(const __grid_constant__ cubridge_attn_fwd_params p, char* __restrict__ workspace,
+                    const __grid_constant__ cubridge_tma_maps maps) {
+  using namespace cubridge::fa3;
+  using G = Geo<T, D>;
+  constexpr int TILE_N = kTileN<D>;
+  constexpr int MT = 1, NT = TILE_N / 8;  // a thread's score slots: 1 x 2 rows, NT x 2 columns
+  (void)MT;  // sizes the hoisted row arrays of generated regions
+  constexpr float kLog2e = 1.4426950408889634f;
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  constexpr int NSTAGE = kStages<D>;
+  const SmemPlan<G, NSTAGE> sp(smem_raw);
+  Barriers<NSTAGE>* const bars = sp.bars();
+
+  // Builtin symbols.
+  const int batch = p.batch;
+  const int heads_q = p.heads_q;
+  const int heads_kv = p.heads_kv;
+  const int head_dim = D;
+  const int seqlen_q = p.seqlen_q;
+  const int seqlen_kv = p.seqlen_kv;
+  const float softmax_scale = p.softmax_scale;
+  (void)batch, (void)heads_q, (void)heads_kv, (void)head_dim, (void)softmax_scale, (void)workspace;
+  // @cuir-region variant_bind
+  // @cuir-end variant_bind
+
+  // grid m_block < cdiv(seqlen_q, BLOCK_M), h < heads_q, b < batch schedule longest_first
+  const Tile tile = LongestFirst::tile();
+  const int m_block = tile.m_block;
+  const int h = tile.head;
+  const int b = tile.batch;
+  const int q_lo = m_block * BLOCK_M;
+  const int q_hi = min(q_lo + BLOCK_M, seqlen_q);
+  // @cuir-region head_map
+  const int kv_h = h;
+  // @cuir-end head_map
+  // @cuir-region program_lets
+  // @cuir-end program_lets
+
+  // The walk over the visited KV blocks: body(n_block, kv_lo, kv_hi, apply_variant) per block,
+  // ascending. apply_variant(s, col0, row0, tile_hi) runs the program's score_mods and masks on
+  // one score tile of the block (this thread's rows row0, row0 + 8 and columns col0 + 8j + e,
+  // keys below tile_hi) and returns the tile's unit: log2(e) per score unit.
+  auto for_each_kv_block = [&](auto&& body) {
+    // @cuir-region kv_range
+    const KvUnion<1> kv_blocks = {{0}, {cuir_cdiv(seqlen_kv, BLOCK_N)}};
+    // @cuir-end kv_range
+    // @cuir-region kv_loop
+    for (int n_block = kv_blocks.first(), n_next; n_block != kv_blocks.kEnd; n_block = n_next) {
+      n_next = kv_blocks.next(n_block + 1);
+    // @cuir-end kv_loop
+      (void)n_next;  // the TMA producer runs ahead on its own; no prefetch hint needed
+      const int kv_lo = n_block * BLOCK_N;
+      const int kv_hi = min(kv_lo + BLOCK_N, seqlen_kv);
+      // @cuir-region block_class
+      // @cuir-end block_class
+      auto apply_variant = [&](float (&s)[TILE_N / 2], const int col0, const int row0,
+                               const int tile_hi) -> float {
+        // @cuir-region qk_scale
+        const float qk_scale = softmax_scale;
+        // @cuir-end qk_scale
+        // Scores stay raw (the scale folds into the softmax's exponent) unless a score_mod reads
+        // them: its visitors scale the tile once first. `scaled` is known at compile time.
+        bool scaled = false;
+        auto scale_once = [&] {
+          if (scaled) return;
+#pragma unroll
+          for (int i = 0; i < TILE_N / 2; ++i) s[i] *= qk_scale;
+          scaled = true;
+        };
+        auto visit = [&](auto&& f) {
+          for_each_element<TILE_N>(s, [&](int j, int e, int r, float& x) {
+            const int q_idx = row0 + 8 * r, kv_idx = col0 + 8 * j + e;
+            if (q_idx < q_hi && kv_idx < tile_hi) f(0, r, j, e, q_idx, kv_idx, x);
+          });
+        };
+        // f(mt, r, q_idx) per row slot, f(j, k, kv_idx) per column slot; a slot past q_hi /
+        // tile_hi gets the last in-bounds index instead: no element reads that slot, and every
+        // expression of a program is defined at every in-bounds index.
+        auto for_each_score_row = [&](auto&& f) {
+#pragma unroll
+          for (int r = 0; r < 2; ++r) f(0, r, min(row0 + 8 * r, q_hi - 1));
+        };
+        auto for_each_score_col = [&](auto&& f) {
+#pragma unroll
+          for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int k = 0; k < 2; ++k) f(j, k, min(col0 + 8 * j + k, tile_hi - 1));
+        };
+        (void)for_each_score_row, (void)for_each_score_col, (void)scale_once, (void)visit;
+        {
+          auto for_each_score = [&](auto&& f) {
+            scale_once();
+            visit([&](int, int, int, int, int q_idx, int kv_idx, float& x) { f(q_idx, kv_idx, x); });
+          };
+          auto for_each_score_at = [&](auto&& f) {
+            scale_once();
+            visit(f);
+          };
+          (void)for_each_score, (void)for_each_score_at;
+          // @cuir-region score_mod
+          // @cuir-end score_mod
+        }
+        {
+          // Masks only write -inf, which is -inf in any unit: no scaling.
+          auto for_each_score = [&](auto&& f) {
+            visit([&](int, int, int, int, int q_idx, int kv_idx, float& x) { f(q_idx, kv_idx, x); });
+          };
+          auto for_each_score_at = [&](auto&& f) { visit(f); };
+          (void)for_each_score, (void)for_each_score_at;
+          // @cuir-region mask
+          // @cuir-end mask
+        }
+        return scaled ? kLog2e : qk_scale * kLog2e;
+      };
+      body(n_block, kv_lo, kv_hi, apply_variant);
+    }
+  };
+
+  const int wg = threadIdx.x / 128;
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int i = 0; i < 3; ++i) tma_prefetch_desc(maps.map[i]);
+    init_barriers<NSTAGE>(bars, G::kConsumerWGs * 4);
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    // Producer: one thread issues every copy; the walk's KV tiles go round the ring.
+    setmaxnreg_dec<G::kProducerRegs>();
+    if (threadIdx.x != 0) return;
+    const void* const map_q = maps.map[0];
+    const void* const map_k = maps.map[1];
+    const void* const map_v = maps.map[2];
+    // load Q = q[b, h, q_lo:q_hi]
+    mbar_arrive_expect_tx(&bars->q_full, G::kQBytes);
+#pragma unroll
+    for (int c = 0; c < G::kPanels; ++c)
+      tma_load_4d(sp.q() + c * G::kQPanelBytes, map_q, &bars->q_full, c * 64, q_lo, h, b);
+    int i = 0;
+    for_each_kv_block([&](int, int kv_lo, int kv_hi, auto&&) {
+      for (int lo = kv_lo; lo < kv_hi; lo += TILE_N, ++i) {
+        const RingPos<NSTAGE> at(i);
+        // load K = k[b, kv_h, kv_lo:kv_hi], then V: K first, so Q K^T can start under V's copy.
+        if (at.reused()) mbar_wait(&bars->k_empty[at.slot], at.empty_parity());
+        mbar_arrive_expect_tx(&bars->k_full[at.slot], G::kKVBytes);
+#pragma unroll
+        for (int c = 0; c < G::kPanels; ++c)
+          tma_load_4d(sp.k(at.slot) + c * G::kKVPanelBytes, map_k, &bars->k_full[at.slot], c * 64,
+                      lo, kv_h, b);
+        if (at.reused()) mbar_wait(&bars->v_empty[at.slot], at.empty_parity());
+        mbar_arrive_expect_tx(&bars->v_full[at.slot], G::kKVBytes);
+#pragma unroll
+        for (int c = 0; c < G::kPanels; ++c)
+          tma_load_4d(sp.v(at.slot) + c * G::kKVPanelBytes, map_v, &bars->v_full[at.slot], c * 64,
+                      lo, kv_h, b);
+      }
+    });
+    return;
+  }
+
+  // Consumers.
+  setmaxnreg_inc<G::kConsumerRegs>();
+  const int cw = wg - 1;
+  const int lane = threadIdx.x & 31;
+  const int warp = (threadIdx.x >> 5) & 3;
+  const int row0 = q_lo + cw * 64 + warp * 16 + (lane >> 2);  // this thread's rows: row0, row0 + 8
+  const int t = lane & 3;
+  const Operands<G, TILE_N> ops(sp.q(), sp.k(0), sp.v(0), cw);
+
+  // softmax.init
+  float acc[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) acc[i] = 0.f;
+  OnlineSoftmax<TILE_N, D> softmax;
+  float s[TILE_N / 2];
+  uint32_t pa[TILE_N / 16][4];
+  float corr[2];
+  int i = 0;               // KV tiles of the walk consumed so far
+  int pv_slot = -1;        // the ring slot of the tile whose P V is still to issue (-1: none)
+  uint32_t pv_parity = 0;
+
+  // Ping-pong: WG 1 arrives once so that WG 0 issues first; both run one issue section per tile
+  // plus the last P V, so WG 0's extra wait after the loop balances the barriers.
+  if (kPingPong && cw == 1) named_bar_arrive<kBarIssueWG0, kPingPongThreads>();
+  mbar_wait(&bars->q_full, 0);
+
+  for_each_kv_block([&](int, int kv_lo, int kv_hi, auto&& apply_variant) {
+    for (int lo = kv_lo; lo < kv_hi; lo += TILE_N, ++i) {
+      const RingPos<NSTAGE> at(i);
+      const int tile_hi = min(lo + TILE_N, kv_hi);
+      mbar_wait(&bars->k_full[at.slot], at.full_parity());
+      // S = qk Q, K, issued with the previous tile's P V behind it (none before the first);
+      // wait for S only.
+      if (pv_slot < 0) {
+        if (kPingPong) pingpong_wait_turn(cw);
+        issue_qk<T, G, D, TILE_N>(s, ops.q, ops.k(at.slot));
+        if (kPingPong) pingpong_pass_turn(cw);
+        wgmma_wait<0>();
+      } else {
+        mbar_wait(&bars->v_full[pv_slot], pv_parity);
+        if (kPingPong) pingpong_wait_turn(cw);
+        issue_qk<T, G, D, TILE_N>(s, ops.q, ops.k(at.slot));
+        issue_pv<T, D, TILE_N>(acc, pa, ops.v(pv_slot));
+        if (kPingPong) pingpong_pass_turn(cw);
+        wgmma_wait<1>();
+      }
+      reg_fence(s);
+      if (lane == 0) mbar_arrive(&bars->k_empty[at.slot]);
+      if (tile_hi - lo < TILE_N) mask_columns_from<TILE_N>(s, lo + 2 * t, tile_hi);
+      const float unit = apply_variant(s, lo + 2 * t, row0, tile_hi);
+      // P = softmax.online S, under the previous P V; then that P V retires (a no-op wait on the
+      // first tile, kept unconditional so that no wgmma wait sits on a branch).
+      softmax.update(s, corr, unit);
+      wgmma_wait<0>();
+      reg_fence(acc);
+      // Ties the packing of P below the wait: the previous P fragments are read by that P V
+      // until then, and the packed values may land in the same registers.
+      reg_fence(s);
+      if (pv_slot >= 0 && lane == 0) mbar_arrive(&bars->v_empty[pv_slot]);
+      OnlineSoftmax<TILE_N, D>::rescale(acc, corr);
+      p_to_a<T, TILE_N>(s, pa);
+      pv_slot = at.slot;
+      pv_parity = at.full_parity();
+    }
+  });
+  // pv P, V of the last tile.
+  if (pv_slot >= 0) {
+    mbar_wait(&bars->v_full[pv_slot], pv_parity);
+    if (kPingPong) pingpong_wait_turn(cw);
+    issue_pv<T, D, TILE_N>(acc, pa, ops.v(pv_slot));
+    if (kPingPong) pingpong_pass_turn(cw);
+    wgmma_wait<0>();
+    reg_fence(acc);
+    if (lane == 0) mbar_arrive(&bars->v_empty[pv_slot]);
+  }
+  if (kPingPong && cw == 0) named_bar_sync<kBarIssueWG0, kPingPongThreads>();
+
+  // @cuir-region epilogue_sink
+  // @cuir-end epilogue_sink
+  // epilogue: O = acc / l (0 where l = 0), LSE = m + log(l) (-inf where l = 0)
+  T* const o_row0 = static_cast<T*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride +
+                    static_cast<int64_t>(row0) * p.o_row_stride;
+  float* const lse_row0 = p.lse + b * p.lse_batch_stride + h * p.lse_head_stride + row0;
+  store_output<T, TILE_N, D>(acc, softmax, o_row0, p.o_row_stride, lse_row0, row0, q_hi, t);
+}
+
+// TMA reads rows at 16-byte-aligned addresses with strides that are multiples of 16 bytes (and
+// below 2^40); the epilogue's 4-byte stores need O 4-byte aligned with even strides.
+__host__ __device__ __forceinline__ bool tma_ok(const void* ptr, int64_t row_stride,
+                                                int64_t head_stride, int64_t batch_stride) {
+  const auto ok = [](int64_t s) { return s > 0 && s % 8 == 0 && s < (int64_t(1) << 39); };
+  return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && ok(row_stride) && ok(head_stride) &&
+         ok(batch_stride);
+}
+
+template <int D>
+__host__ __device__ __forceinline__ void main_launch(cubridge_attn_fwd_launch_plan* plan) {
+  using G = Geo<__nv_bfloat16, D>;
+  plan->threads = kThreads;
+  plan->smem_bytes = G::kSmemBytes;
+  // Q, K and V as 64-column (128-byte) swizzled panels of BLOCK_M / kTileN rows.
+  const cubridge_tma_request q{0, 64, BLOCK_M, 3}, k{1, 64, kTileN<D>, 3}, v{2, 64, kTileN<D>, 3};
+  plan->tma_count = 3;
+  plan->tma[0] = q;
+  plan->tma[1] = k;
+  plan->tma[2] = v;
+}
+
+}  // namespace cubridge_fa3
+
+
+
+__host__ __device__ __forceinline__ void cubridge_attn_fwd_make_plan(
+    const cubridge_attn_fwd_params& p, cubridge_attn_fwd_launch_plan* plan) {
+  using namespace cubridge_fa3;
+  *plan = cubridge_attn_fwd_launch_plan{};
+  plan->version = CUBRIDGE_PLAN_VERSION;
+  plan->status = 1;
+  if (p.q == nullptr || p.k == nullptr || p.v == nullptr || p.o == nullptr || p.lse == nullptr ||
+      p.batch <= 0 || p.heads_q <= 0 || p.heads_kv <= 0 || p.seqlen_q <= 0 || p.seqlen_kv <= 0 ||
+      p.batch > 65535 || p.heads_q > 65535 || (p.dtype != 0 && p.dtype != 1) ||
+      !tma_ok(p.q, p.q_row_stride, p.q_head_stride, p.q_batch_stride) ||
+      !tma_ok(p.k, p.k_row_stride, p.k_head_stride, p.k_batch_stride) ||
+      !tma_ok(p.v, p.v_row_stride, p.v_head_stride, p.v_batch_stride) ||
+      reinterpret_cast<uintptr_t>(p.o) % 4 != 0 || p.o_row_stride % 2 != 0 ||
+      !variant_heads_ok(p) || !variant_buffers_ok(p)) {
+    return;
+  }
+  switch (p.head_dim) {
+    case 64: main_launch<64>(plan); break;
+    case 128: main_launch<128>(plan); break;
+    case 256: main_launch<256>(plan); break;
+    default: return;
+  }
+  plan->workspace_bytes = variant_workspace(p, nullptr);
+  // Enough CTAs to fill any GPU; the grid-stride loops cover the rest.
+  const long long tiles = variant_table_tiles(p);
+  const long long rows = variant_table_rows(p);
+  plan->classify_grid = static_cast<uint32_t>(cuir_min<long long>(tiles, 16384));
+  plan->compact_grid =
+      static_cast<uint32_t>(cuir_min<long long>(cuir_cdiv<long long>(rows, kTableThreads), 16384));
+  plan->table_threads = kTableThreads;
+  // schedule longest_first (scheduler.cuh): query tiles fastest, last first; then heads, batch.
+  plan->grid[0] = static_cast<uint32_t>(cuir_cdiv(p.seqlen_q, BLOCK_M));
+  plan->grid[1] = static_cast<uint32_t>(p.heads_q);
+  plan->grid[2] = static_cast<uint32_t>(p.batch);
+  plan->status = 0;
+}
+
+extern "C" __global__ void cubridge_attn_fwd_plan(const cubridge_attn_fwd_params p,
+                                                  cubridge_attn_fwd_launch_plan* plan) {
+  cubridge_attn_fwd_make_plan(p, plan);
+}
+
+#ifndef __CUDACC_RTC__
+namespace cubridge_fa3 {
+
+// The driver's tensor-map encoder, through the runtime (no -lcuda needed).
+typedef CUresult (*EncodeTiledFn)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                  const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                  const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                  CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+static EncodeTiledFn encode_tiled() {
+  static EncodeTiledFn fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      f = nullptr;
+    }
+    return reinterpret_cast<EncodeTiledFn>(f);
+  }();
+  return fn;
+}
+
+// The request's map over the call's tensor (launch_abi.cuh: 4-D, innermost first).
+static int encode_map(const cubridge_attn_fwd_params& p, const cubridge_tma_request& r,
+                      void* out) {
+  const EncodeTiledFn encode = encode_tiled();
+  if (encode == nullptr) return cudaErrorNotSupported;
+  const void* ptr = r.tensor == 0 ? p.q : r.tensor == 1 ? p.k : r.tensor == 2 ? p.v : p.o;
+  const bool is_q = r.tensor == 0 || r.tensor == 3;
+  const int64_t* strides = r.tensor == 0   ? &p.q_batch_stride
+                           : r.tensor == 1 ? &p.k_batch_stride
+                           : r.tensor == 2 ? &p.v_batch_stride
+                                           : &p.o_batch_stride;  // batch, head, row
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(p.head_dim),
+                              static_cast<cuuint64_t>(is_q ? p.seqlen_q : p.seqlen_kv),
+                              static_cast<cuuint64_t>(is_q ? p.heads_q : p.heads_kv),
+                              static_cast<cuuint64_t>(p.batch)};
+  const cuuint64_t bytes[3] = {static_cast<cuuint64_t>(strides[2]) * 2,
+                               static_cast<cuuint64_t>(strides[1]) * 2,
+                               static_cast<cuuint64_t>(strides[0]) * 2};
+  const cuuint32_t box[4] = {r.box_cols, r.box_rows, 1, 1};
+  const cuuint32_t unit[4] = {1, 1, 1, 1};
+  const CUresult e = encode(
+      static_cast<CUtensorMap*>(out),
+      p.dtype == 1 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4,
+      const_cast<void*>(ptr), dims, bytes, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      static_cast<CUtensorMapSwizzle>(r.swizzle), CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return e == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+template <typename T, int D>
+static int launch(const cubridge_attn_fwd_params* p, const cubridge_attn_fwd_launch_plan& plan,
+                  cudaStream_t stream) {
+  cubridge_tma_maps maps{};
+  for (int i = 0; i < plan.tma_count; ++i) {
+    if (const int e = encode_map(*p, plan.tma[i], maps.map[i]); e != cudaSuccess) return e;
+  }
+  cudaError_t err = cudaFuncSetAttribute(
+      attn_fwd_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes);
+  if (err != cudaSuccess) return err;
+  const dim3 grid(plan.grid[0], plan.grid[1], plan.grid[2]);
+  attn_fwd_kernel<T, D><<<grid, plan.threads, plan.smem_bytes, stream>>>(
+      *p, static_cast<char*>(p->workspace), maps);
+  return cudaGetLastError();
+}
+
+template <typename T>
+static int launch_head_dim(const cubridge_attn_fwd_params* p,
+                           const cubridge_attn_fwd_launch_plan& plan, cudaStream_t stream) {
+  switch (p->head_dim) {
+    case 64: return launch<T, 64>(p, plan, stream);
+    case 128: return launch<T, 128>(p, plan, stream);
+    case 256: return launch<T, 256>(p, plan, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace cubridge_fa3
+
+extern "C" size_t cubridge_attn_fwd_workspace_size(const cubridge_attn_fwd_params* p) {
+  return p == nullptr ? 0 : cubridge_fa3::variant_workspace(*p, nullptr);
+}
+
+extern "C" int cubridge_attn_fwd(const cubridge_attn_fwd_params* p, cudaStream_t stream) {
+  if (p == nullptr) return cudaErrorInvalidValue;
+  cubridge_attn_fwd_launch_plan plan;
+  cubridge_attn_fwd_make_plan(*p, &plan);
+  if (plan.status != 0) return cudaErrorInvalidValue;
+  if (plan.workspace_bytes > 0 &&
+      (p->workspace == nullptr || p->workspace_size < plan.workspace_bytes)) {
+    return cudaErrorInvalidValue;
+  }
+  char* const workspace = static_cast<char*>(p->workspace);
+  if (plan.classify_grid > 0) {
+    cubridge_fa3::cubridge_attn_fwd_classify<<<plan.classify_grid, plan.table_threads, 0, stream>>>(*p, workspace);
+    cubridge_fa3::cubridge_attn_fwd_compact<<<plan.compact_grid, plan.table_threads, 0, stream>>>(*p, workspace);
+  }
+  switch (p->dtype) {
+    case 0: return cubridge_fa3::launch_head_dim<__nv_bfloat16>(p, plan, stream);
+    case 1: return cubridge_fa3::launch_head_dim<__half>(p, plan, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+#endif  // __CUDACC_RTC__
