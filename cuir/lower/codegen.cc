@@ -84,6 +84,24 @@ Level LevelOf(const ExprPtr& e) {
   return q ? Level::kRow : kv ? Level::kColumn : Level::kBlock;
 }
 
+// Rewrite "divide by invariant": a / b, with b the same for the whole block (score / cap in
+// softcapping), becomes a * (1 / b), whose reciprocal the hoisting then computes once per block.
+// An IEEE division per element costs a reciprocal, a Newton step and a slow-path check; the
+// product differs from it by at most an ulp or so, far inside the verified tolerance.
+ExprPtr ReciprocalOfInvariantDivisors(const ExprPtr& e) {
+  if (e->args.empty()) return e;
+  auto copy = std::make_shared<cuir::Expr>(*e);
+  for (ExprPtr& arg : copy->args) arg = ReciprocalOfInvariantDivisors(arg);
+  if (copy->kind == cuir::ExprKind::kBinary && copy->binary_op == cuir::BinaryOp::kDiv &&
+      LevelOf(copy->args[0]) != Level::kBlock && LevelOf(copy->args[1]) == Level::kBlock) {
+    return cuir::Binary(cuir::BinaryOp::kMul, copy->args[0],
+                        cuir::Binary(cuir::BinaryOp::kDiv, cuir::FloatLit(1.0, e->loc),
+                                     copy->args[1], e->loc),
+                        e->loc);
+  }
+  return ExprPtr(copy);
+}
+
 // A subexpression evaluated before the element loop, as variable `name` (also its CuIR name in
 // the rewritten expression).
 struct Hoisted {
@@ -718,7 +736,7 @@ class RegionWriter {
   absl::StatusOr<std::string> ScoreMod(const Stmt& s) {
     EmitScope scope = ElementScope(true);
     std::vector<Hoisted> hoisted;
-    LOWER_ASSIGN_OR_RETURN(hoisted_expr, HoistInvariants(s.value, nullptr, scope, &hoisted));
+    LOWER_ASSIGN_OR_RETURN(hoisted_expr, HoistInvariants(ReciprocalOfInvariantDivisors(s.value), nullptr, scope, &hoisted));
     ExprPtr expr = hoisted_expr;
     ShareHoisted(&hoisted, &expr);
     NameHoisted(&hoisted, &expr);
@@ -733,7 +751,7 @@ class RegionWriter {
   absl::StatusOr<std::string> Mask(const Stmt& s) {
     EmitScope scope = ElementScope(false);
     std::vector<Hoisted> hoisted;
-    LOWER_ASSIGN_OR_RETURN(hoisted_expr, HoistInvariants(s.value, nullptr, scope, &hoisted));
+    LOWER_ASSIGN_OR_RETURN(hoisted_expr, HoistInvariants(ReciprocalOfInvariantDivisors(s.value), nullptr, scope, &hoisted));
     ExprPtr expr = hoisted_expr;
     ShareHoisted(&hoisted, &expr);
     NameHoisted(&hoisted, &expr);

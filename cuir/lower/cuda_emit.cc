@@ -144,7 +144,7 @@ class Emitter {
       case UnaryOp::kLog: fn = "logf"; break;
       case UnaryOp::kLog2: fn = "log2f"; break;
       case UnaryOp::kSqrt: fn = "sqrtf"; break;
-      case UnaryOp::kTanh: fn = "tanhf"; break;
+      case UnaryOp::kTanh: fn = "cuir_tanh"; break;
       case UnaryOp::kSigmoid: fn = "cuir_sigmoid"; break;
       case UnaryOp::kFloor: fn = "floorf"; break;
       default: return Error(e, loc, "unknown unary operator");

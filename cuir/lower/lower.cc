@@ -187,10 +187,14 @@ absl::StatusOr<LoweredKernel> Lower(const cuir::Program& program,
         "expert \"", expert->name, "\": ", expert->source.filename,
         " names no `// @cuir-entry ROLE NAME` lines (plan, classify, compact, attention)"));
   }
+  // The abi region includes the shared ABI header (common/launch_abi.cuh): inlined, so kernel.h
+  // stands alone too.
+  auto abi_text = InlineLocalIncludes(expert->source.Body(*abi), expert->dir);
+  if (!abi_text.ok()) return abi_text.status();
   out.launcher_header = absl::StrCat(
       "// Launcher of the CuBridge kernel `", program.kernel, "` (expert \"", expert->name,
-      "\", ", ArchName(arch), "); link the object compiled from its kernel.cu.\n",
-      RenamePrefix(expert->source.Body(*abi), from, to));
+      "\", ", ArchName(arch), ", target ", out.target,
+      "); link the object compiled from its kernel.cu.\n", RenamePrefix(*abi_text, from, to));
   return out;
 }
 

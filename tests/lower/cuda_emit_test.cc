@@ -95,7 +95,7 @@ INSTANTIATE_TEST_SUITE_P(
     FloatMathAndLogic, EmitText,
     ::testing::Values(
         EmitCase{"exp(q_idx)", "expf(static_cast<float>(q_idx))", CType::kFloat},
-        EmitCase{"exp2(x) + tanh(x)", "(exp2f(x) + tanhf(x))", CType::kFloat},
+        EmitCase{"exp2(x) + tanh(x)", "(exp2f(x) + cuir_tanh(x))", CType::kFloat},
         EmitCase{"sigmoid(x) * log2(x)", "(cuir_sigmoid(x) * log2f(x))", CType::kFloat},
         EmitCase{"min(x, q_idx)", "cuir_min_f(x, static_cast<float>(q_idx))", CType::kFloat},
         EmitCase{"q_idx < x", "(static_cast<float>(q_idx) < x)", CType::kBool},

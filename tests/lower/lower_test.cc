@@ -124,7 +124,7 @@ TEST(Lower, UnionRangeListsEveryInterval) {
 TEST(Lower, ScoreModsRunInProgramOrderWithFloatConsts) {
   const LoweredKernel k = LowerOrDie("softcap_alibi");
   const std::string mods = RegionText(k, "score_mod");
-  const size_t softcap = mods.find("score = (cap * tanhf((score / cap)));");
+  const size_t softcap = mods.find("score = (cap * cuir_tanh((score * invariant)));");
   const size_t alibi = mods.find("exp2f(");
   ASSERT_NE(softcap, std::string::npos) << mods;
   ASSERT_NE(alibi, std::string::npos) << mods;
@@ -137,14 +137,16 @@ TEST(Lower, ScoreModsRunInProgramOrderWithFloatConsts) {
 TEST(Lower, ScoreModInvariantsAreEvaluatedOncePerBlock) {
   const LoweredKernel k = LowerOrDie("softcap_alibi");
   const std::string mods = RegionText(k, "score_mod");
-  const size_t slope = mods.find("const float invariant = exp2f(");
+  const size_t slope = mods.find("const float invariant_2 = exp2f(");
   const size_t alibi_loop = mods.find("for_each_score([&](const int q_idx");
   ASSERT_NE(slope, std::string::npos) << mods;
   ASSERT_NE(alibi_loop, std::string::npos) << mods;
   EXPECT_LT(slope, alibi_loop);
-  EXPECT_THAT(mods, HasSubstr("score = (score + (static_cast<float>((kv_idx - q_idx)) * invariant));"));
-  // The softcap reads the score: nothing of it can move out of the element loop.
-  EXPECT_THAT(mods, HasSubstr("score = (cap * tanhf((score / cap)));"));
+  EXPECT_THAT(mods, HasSubstr("score = (score + (static_cast<float>((kv_idx - q_idx)) * invariant_2));"));
+  // The softcap reads the score: only its divisor moves out of the element loop, as a reciprocal
+  // (ReciprocalOfInvariantDivisors), so each element multiplies instead of dividing.
+  EXPECT_THAT(mods, HasSubstr("const float invariant = (1.0f / cap);"));
+  EXPECT_THAT(mods, HasSubstr("score = (cap * cuir_tanh((score * invariant)));"));
 }
 
 // The region's text without the indentation of its first line, on every line.
@@ -527,7 +529,7 @@ TEST(LowerArch, TheHopperBaseLowersToItsOwnSource) {
   ASSERT_TRUE(k.ok()) << k.status();
   EXPECT_TRUE(k->generated_regions.empty());
   EXPECT_THAT(k->cuda_source, HasSubstr("plan->tma_count = 3;"));
-  EXPECT_THAT(k->cuda_source, HasSubstr("const __grid_constant__ cubridge_tma_maps maps"));
+  EXPECT_THAT(k->cuda_source, HasSubstr("const __grid_constant__ cubridge_attn_fwd_tma_maps maps"));
   EXPECT_EQ(k->device_entries.at("attention"), "cubridge_fa3::attn_fwd_kernel<{T}, {D}>");
 }
 

@@ -1,8 +1,8 @@
 // The launcher ABI of lowered and lifted kernels, as the worker sees it: the params struct and the
-// launch plan, declared once in cuir/experts/common/launch_abi.cuh (which user kernels are compiled
-// with). The expert's own `abi` region (fa2_sm80/kernel.cu, copied into every lowered kernel.h)
-// must stay standalone, so it repeats them; tests/worker/abi_test.cc compiles a lowered kernel.h
-// beside this header and checks every field offset, so the two cannot drift apart silently.
+// launch plan, declared once in cuir/experts/common/launch_abi.cuh, which every expert's `abi`
+// region includes (the lowering inlines it into each kernel.cu and kernel.h) and user kernels are
+// compiled with. tests/worker/abi_test.cc compiles a lowered kernel.h beside this header and checks
+// every field offset, so the inlined, renamed copy cannot drift from what the loader reads.
 #pragma once
 
 #include "cuir/experts/common/launch_abi.cuh"
@@ -18,7 +18,7 @@ inline constexpr int kMaxTma = CUBRIDGE_MAX_TMA;
 
 using AttnParams = ::cubridge_attn_fwd_params;
 using LaunchPlan = ::cubridge_attn_fwd_launch_plan;
-using TmaRequest = ::cubridge_tma_request;
-using TmaMaps = ::cubridge_tma_maps;
+using TmaRequest = ::cubridge_attn_fwd_tma_request;
+using TmaMaps = ::cubridge_attn_fwd_tma_maps;
 
 }  // namespace cubridge::gpu

@@ -1,11 +1,12 @@
-// The launcher ABI a user's own attention kernel follows to be lifted (`cubridge-cli lift`,
-// docs/llm.md). CuBridge puts this file in front of the kernel's source before compiling it, so
-// the kernel uses these types without including anything. They are the expert kernels' own ABI
-// (the `abi` region of fa2_sm80/kernel.cu and its launch plan), and what the worker's loader reads
-// kernels through (worker/gpu/abi.h); tests/worker/abi_test.cc checks every field offset of the
-// expert's copy against this one.
-// cuda_bf16.h, cuda_fp16.h and the C library pieces of common/cuir_platform.cuh come with it.
-//
+// The launcher ABI of every CuBridge kernel, declared once: the params struct of one call, the
+// launch plan a kernel computes for it, and the TMA map requests of plan version 2.
+//  - The experts' `abi` regions include this file; the lowering inlines it into every lowered
+//    kernel.cu and kernel.h (plain C: a C11 compiler accepts it).
+//  - The worker's loader reads kernels through it (worker/gpu/abi.h).
+//  - A user's own kernel lifted by a model (`cubridge-cli lift`, docs/llm.md) follows it: CuBridge
+//    puts this file in front of the kernel's source, so the kernel uses these types without
+//    including anything (cuda_bf16.h, cuda_fp16.h and the C library pieces of
+//    common/cuir_platform.cuh come with it).//
 // A kernel names two device entry points in comment lines, each `// @cuir-entry ROLE NAME`:
 //   plan:      extern "C" __global__ void NAME(cubridge_attn_fwd_params p,
 //                                              cubridge_attn_fwd_launch_plan* plan)
@@ -15,9 +16,11 @@
 //              void* workspace), named with {T} and {D} (e.g. `my_attention<{T}, {D}>`):
 //              T is __nv_bfloat16 or __half, D the head dim. A kernel whose plan asks for TMA
 //              tensor maps (plan version 2, tma_count > 0) takes them as a third parameter,
-//              `const __grid_constant__ cubridge_tma_maps maps`.
-#ifndef CUBRIDGE_LAUNCH_ABI_CUH_
-#define CUBRIDGE_LAUNCH_ABI_CUH_
+//              `const __grid_constant__ cubridge_attn_fwd_tma_maps maps`.
+// The guard and every type carry the kernel's name (the lowering renames `cubridge_attn_fwd...`
+// after the program's kernel), so the headers of several lowered kernels go in one file.
+#ifndef cubridge_attn_fwd_LAUNCH_ABI_CUH_
+#define cubridge_attn_fwd_LAUNCH_ABI_CUH_
 
 #ifdef __CUDACC_RTC__
 #include <cuda/std/cstddef>
@@ -62,24 +65,23 @@ typedef struct cubridge_attn_fwd_params {
 // promotion and zero fill out of bounds; then it passes the maps, in request order, as the
 // attention kernel's third parameter. Hopper's bulk tensor copies need the map built on the host,
 // which is why the kernel asks and the loader (or the nvcc-built launcher) builds.
-typedef struct cubridge_tma_request {
+typedef struct cubridge_attn_fwd_tma_request {
   int32_t tensor;     // 0 = q, 1 = k, 2 = v, 3 = o
   uint32_t box_cols;  // head-dim elements per box
   uint32_t box_rows;  // sequence rows per box (at most 256)
   int32_t swizzle;    // CUtensorMapSwizzle: 0 none, 1 = 32B, 2 = 64B, 3 = 128B
-} cubridge_tma_request;
+} cubridge_attn_fwd_tma_request;
 
 // The attention kernel's third parameter: CUtensorMap images (128 bytes each, 64-byte aligned as
 // TMA requires of a map's address).
-typedef struct
 #ifdef __cplusplus
-    alignas(64)
+#define CUBRIDGE_ALIGNAS(n) alignas(n)
 #else
-    _Alignas(64)
+#define CUBRIDGE_ALIGNAS(n) _Alignas(n)
 #endif
-        cubridge_tma_maps {
-  uint64_t map[CUBRIDGE_MAX_TMA][16];
-} cubridge_tma_maps;
+typedef struct cubridge_attn_fwd_tma_maps {
+  CUBRIDGE_ALIGNAS(64) uint64_t map[CUBRIDGE_MAX_TMA][16];
+} cubridge_attn_fwd_tma_maps;
 
 typedef struct cubridge_attn_fwd_launch_plan {
   int32_t version;           // CUBRIDGE_PLAN_VERSION
@@ -94,7 +96,7 @@ typedef struct cubridge_attn_fwd_launch_plan {
   // Version 2: the tensor maps the attention kernel takes (0: none, and no third parameter). A
   // loader zero-fills the plan before the plan kernel runs, so a version-1 kernel reads as none.
   int32_t tma_count;
-  cubridge_tma_request tma[CUBRIDGE_MAX_TMA];
+  cubridge_attn_fwd_tma_request tma[CUBRIDGE_MAX_TMA];
 } cubridge_attn_fwd_launch_plan;
 
-#endif  // CUBRIDGE_LAUNCH_ABI_CUH_
+#endif  // cubridge_attn_fwd_LAUNCH_ABI_CUH_

@@ -33,45 +33,15 @@
 // @cuir-region abi
 #ifndef cubridge_attn_fwd_ABI_H_
 #define cubridge_attn_fwd_ABI_H_
-#ifdef __CUDACC_RTC__
-#include <cuda/std/cstddef>
-#include <cuda/std/cstdint>
-#else
-#include <stddef.h>
-#include <stdint.h>
-#endif
+// The params struct of one call (one forward attention: tensors [batch, heads, seqlen, head_dim]
+// with unit stride along head_dim, strides in elements, lse fp32 [batch, heads_q, seqlen_q]) and
+// the launch plan, shared by every expert; the lowering inlines it here.
+#include "../common/launch_abi.cuh"
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define CUBRIDGE_MAX_BUFFERS 8
-
 struct CUstream_st;  // cudaStream_t without the CUDA headers
-
-// One forward attention call. Tensors are [batch, heads, seqlen, head_dim] with unit stride along
-// head_dim; strides are in elements. lse is fp32 [batch, heads_q, seqlen_q] (row stride 1).
-typedef struct cubridge_attn_fwd_params {
-  const void* q;  // bf16 or fp16 (dtype)
-  const void* k;
-  const void* v;
-  void* o;        // same dtype as q
-  float* lse;
-  int64_t q_batch_stride, q_head_stride, q_row_stride;
-  int64_t k_batch_stride, k_head_stride, k_row_stride;
-  int64_t v_batch_stride, v_head_stride, v_row_stride;
-  int64_t o_batch_stride, o_head_stride, o_row_stride;
-  int64_t lse_batch_stride, lse_head_stride;
-  int32_t batch, heads_q, heads_kv, head_dim, seqlen_q, seqlen_kv;
-  int32_t dtype;        // 0 = bf16, 1 = fp16
-  float softmax_scale;  // used as given (resolve a default of 1/sqrt(head_dim) before the call)
-  // The program's `buffer` declarations in declaration order: int32 device arrays and their
-  // lengths in elements (checked against the declared length before the launch).
-  const int32_t* buffers[CUBRIDGE_MAX_BUFFERS];
-  int64_t buffer_lengths[CUBRIDGE_MAX_BUFFERS];
-  // Device scratch for block tables: at least cubridge_attn_fwd_workspace_size() bytes.
-  void* workspace;
-  size_t workspace_size;
-} cubridge_attn_fwd_params;
 
 // Bytes of device workspace the call needs (0 when the program has no block table).
 size_t cubridge_attn_fwd_workspace_size(const cubridge_attn_fwd_params* p);
@@ -103,39 +73,6 @@ int cubridge_attn_fwd(const cubridge_attn_fwd_params* p, struct CUstream_st* str
 #include "softmax.cuh"
 #include "tma.cuh"
 #include "wgmma.cuh"
-
-
-// What one call enqueues, computed from the parameters alone by one function that runs on the
-// host (the launcher below, built by nvcc) and on the device (cubridge_attn_fwd_plan, which a
-// loader of an NVRTC-compiled module runs first; worker/gpu/abi.h reads this struct through
-// cuir/experts/common/launch_abi.cuh, and tests/worker/abi_test.cc checks they agree).
-#define CUBRIDGE_PLAN_VERSION 2
-#define CUBRIDGE_MAX_TMA 4
-// A TMA tensor map the attention kernel asks the loader to build (launch_abi.cuh says how).
-typedef struct cubridge_tma_request {
-  int32_t tensor;     // 0 = q, 1 = k, 2 = v, 3 = o
-  uint32_t box_cols;  // head-dim elements per box
-  uint32_t box_rows;  // sequence rows per box
-  int32_t swizzle;    // CUtensorMapSwizzle
-} cubridge_tma_request;
-typedef struct cubridge_attn_fwd_launch_plan {
-  int32_t version;
-  int32_t status;            // 0, or cudaErrorInvalidValue (1) for unusable parameters
-  uint64_t workspace_bytes;  // device scratch the call needs (block tables)
-  uint32_t classify_grid;    // CTAs of cubridge_attn_fwd_classify (0: no tables)
-  uint32_t compact_grid;     // CTAs of cubridge_attn_fwd_compact
-  uint32_t table_threads;    // threads of both
-  uint32_t grid[3];          // the attention kernel's grid, threads and dynamic shared memory
-  int32_t threads;
-  int32_t smem_bytes;
-  int32_t tma_count;         // tensor maps the attention kernel takes (0: none)
-  cubridge_tma_request tma[CUBRIDGE_MAX_TMA];
-} cubridge_attn_fwd_launch_plan;
-// The attention kernel's third parameter: the CUtensorMap images the plan asked for, built on the
-// host in request order (64-byte aligned, as TMA requires of a map's address).
-typedef struct alignas(64) cubridge_tma_maps {
-  uint64_t map[CUBRIDGE_MAX_TMA][16];
-} cubridge_tma_maps;
 
 
 namespace cubridge_fa3 {
@@ -241,7 +178,7 @@ extern "C" __global__ void __launch_bounds__(kTableThreads)
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads, 1)
     attn_fwd_kernel(const __grid_constant__ cubridge_attn_fwd_params p, char* __restrict__ workspace,
-                    const __grid_constant__ cubridge_tma_maps maps) {
+                    const __grid_constant__ cubridge_attn_fwd_tma_maps maps) {
   using namespace cubridge::fa3;
   using G = Geo<T, D>;
   constexpr int TILE_N = kTileN<D>;
@@ -501,7 +438,7 @@ __host__ __device__ __forceinline__ void main_launch(cubridge_attn_fwd_launch_pl
   plan->threads = kThreads;
   plan->smem_bytes = G::kSmemBytes;
   // Q, K and V as 64-column (128-byte) swizzled panels of BLOCK_M / kTileN rows.
-  const cubridge_tma_request q{0, 64, BLOCK_M, 3}, k{1, 64, kTileN<D>, 3}, v{2, 64, kTileN<D>, 3};
+  const cubridge_attn_fwd_tma_request q{0, 64, BLOCK_M, 3}, k{1, 64, kTileN<D>, 3}, v{2, 64, kTileN<D>, 3};
   plan->tma_count = 3;
   plan->tma[0] = q;
   plan->tma[1] = k;
@@ -512,6 +449,10 @@ __host__ __device__ __forceinline__ void main_launch(cubridge_attn_fwd_launch_pl
 
 
 
+// What one call enqueues (cubridge_attn_fwd_launch_plan, common/launch_abi.cuh), computed from
+// the parameters alone by one function that runs on the host (the launcher below, built by nvcc)
+// and on the device (cubridge_attn_fwd_plan, which a loader of an NVRTC-compiled module runs
+// first), TMA map requests included.
 __host__ __device__ __forceinline__ void cubridge_attn_fwd_make_plan(
     const cubridge_attn_fwd_params& p, cubridge_attn_fwd_launch_plan* plan) {
   using namespace cubridge_fa3;
@@ -578,7 +519,7 @@ static EncodeTiledFn encode_tiled() {
 }
 
 // The request's map over the call's tensor (launch_abi.cuh: 4-D, innermost first).
-static int encode_map(const cubridge_attn_fwd_params& p, const cubridge_tma_request& r,
+static int encode_map(const cubridge_attn_fwd_params& p, const cubridge_attn_fwd_tma_request& r,
                       void* out) {
   const EncodeTiledFn encode = encode_tiled();
   if (encode == nullptr) return cudaErrorNotSupported;
@@ -609,7 +550,7 @@ static int encode_map(const cubridge_attn_fwd_params& p, const cubridge_tma_requ
 template <typename T, int D>
 static int launch(const cubridge_attn_fwd_params* p, const cubridge_attn_fwd_launch_plan& plan,
                   cudaStream_t stream) {
-  cubridge_tma_maps maps{};
+  cubridge_attn_fwd_tma_maps maps{};
   for (int i = 0; i < plan.tma_count; ++i) {
     if (const int e = encode_map(*p, plan.tma[i], maps.map[i]); e != cudaSuccess) return e;
   }
