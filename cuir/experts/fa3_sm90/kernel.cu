@@ -155,24 +155,8 @@ __host__ __device__ __forceinline__ bool variant_buffers_ok(const cubridge_attn_
 }
 // @cuir-end buffer_check
 
-// The tables are built before the attention kernel by two grid-stride kernels, so any table size
-// launches on a bounded grid: every tile is classified, then every row compacted.
-extern "C" __global__ void __launch_bounds__(kTableThreads)
-    cubridge_attn_fwd_classify(const cubridge_attn_fwd_params p, char* workspace) {
-  const long long tiles = variant_table_tiles(p);
-  for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    variant_classify_tile(p, workspace, tile);
-  }
-}
-extern "C" __global__ void __launch_bounds__(kTableThreads)
-    cubridge_attn_fwd_compact(const cubridge_attn_fwd_params p, char* workspace) {
-  const long long rows = variant_table_rows(p);
-  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
-  for (long long row = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; row < rows;
-       row += stride) {
-    variant_compact_row(p, workspace, row);
-  }
-}
+// The block-table kernels (classify, then compact), on the regions above.
+#include "../common/table_kernels.cuh"
 
 
 template <typename T, int D>
