@@ -154,4 +154,63 @@ std::string KernelNameFromPath(const std::string& path) {
   return out;
 }
 
+namespace {
+
+bool SameStmt(const cuir::Stmt& a, const cuir::Stmt& b) {
+  cuir::Program pa, pb;
+  pa.stmts.push_back(a);
+  pb.stmts.push_back(b);
+  return cuir::Equal(pa, pb);
+}
+
+bool ExpertDeclaration(const cuir::Stmt& s) {
+  return s.kind == cuir::StmtKind::kExpert || s.kind == cuir::StmtKind::kParam ||
+         s.kind == cuir::StmtKind::kRole || s.kind == cuir::StmtKind::kGrid;
+}
+
+std::vector<const cuir::Stmt*> Declarations(const cuir::Program& p, bool expert_ones) {
+  std::vector<const cuir::Stmt*> out;
+  for (const cuir::Stmt& s : p.stmts) {
+    if (ExpertDeclaration(s) == expert_ones) out.push_back(&s);
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<cuir::Program> Rebase(const cuir::Program& program, const cuir::Program& from,
+                                     const cuir::Program& to) {
+  const auto from_body = Declarations(from, false), to_body = Declarations(to, false);
+  bool same_body = from_body.size() == to_body.size();
+  for (size_t i = 0; same_body && i < from_body.size(); ++i) {
+    same_body = SameStmt(*from_body[i], *to_body[i]);
+  }
+  if (!same_body) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "kernel `", program.kernel, "` cannot move from base `", from.kernel, "` to base `",
+        to.kernel, "`: the two base programs differ beyond their declarations (transfer from the "
+        "target expert's base instead)"));
+  }
+  // The program's expert declarations must be the source base's (a param may carry another
+  // value: tiles are chosen per candidate anyway).
+  const auto mine = Declarations(program, true), theirs = Declarations(from, true);
+  for (const cuir::Stmt* d : mine) {
+    const bool known = std::any_of(theirs.begin(), theirs.end(), [&](const cuir::Stmt* b) {
+      return b->kind == d->kind && b->name == d->name &&
+             (d->kind == cuir::StmtKind::kParam || SameStmt(*b, *d));
+    });
+    if (!known) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          d->loc.ToString(), ": kernel `", program.kernel,
+          "` changed a declaration of its base (", cuir::StmtKindName(d->kind), " `", d->name,
+          "`), so it cannot move to another expert's base"));
+    }
+  }
+  cuir::Program out = program;
+  out.stmts.clear();
+  for (const cuir::Stmt* d : Declarations(to, true)) out.stmts.push_back(*d);
+  for (const cuir::Stmt* s : Declarations(program, false)) out.stmts.push_back(*s);
+  return out;
+}
+
 }  // namespace cubridge::lower

@@ -168,25 +168,17 @@ TEST_F(Gpu, TheSinkProgramVerifiesAgainstItsReference) {
   ASSERT_TRUE(proposed.ok()) << proposed.status();
   auto lifted = lower::LiftExpert(pipeline::ExpertFor(arch_));
   ASSERT_TRUE(lifted.ok()) << lifted.status();
-  // The program as proposed (on the sm_80 expert's base) and the same program on this arch's
-  // expert: its declarations (expert, params, roles, grid) swapped for that base's.
-  const auto expert_decl = [](const cuir::Stmt& st) {
-    return st.kind == cuir::StmtKind::kExpert || st.kind == cuir::StmtKind::kParam ||
-           st.kind == cuir::StmtKind::kRole || st.kind == cuir::StmtKind::kGrid;
-  };
-  cuir::Program rebased = *proposed;
-  rebased.stmts.clear();
-  for (const cuir::Stmt& st : lifted->base.stmts) {
-    if (expert_decl(st)) rebased.stmts.push_back(st);
-  }
-  for (const cuir::Stmt& st : proposed->stmts) {
-    if (!expert_decl(st)) rebased.stmts.push_back(st);
-  }
+  // The program as proposed (on the sm_80 expert's base) and the same program moved onto this
+  // arch's expert (its declarations swapped for that base's, lower::Rebase).
+  auto sm80 = lower::LiftExpert("fa2_sm80");
+  ASSERT_TRUE(sm80.ok()) << sm80.status();
+  auto rebased = lower::Rebase(*proposed, sm80->base, lifted->base);
+  ASSERT_TRUE(rebased.ok()) << rebased.status();
   GpuAutotuner tuner(Options({}, false));
   ASSERT_TRUE(tuner.Probe(arch_).ok());
   for (const auto& [program, base, tile] :
        {std::tuple{*proposed, *lower::testing::LoadTestProgram("base"), TileConfig{128, 64, 4}},
-        std::tuple{rebased, lifted->base, Tile()}}) {
+        std::tuple{*rebased, lifted->base, Tile()}}) {
     for (int64_t d : {64, 128, 256}) {
       auto c = Config(2, 4, 2, 200);
       c.head_dim = d;

@@ -533,5 +533,48 @@ TEST(LowerArch, TheHopperBaseLowersToItsOwnSource) {
   EXPECT_EQ(k->device_entries.at("attention"), "cubridge_fa3::attn_fwd_kernel<{T}, {D}>");
 }
 
+// The service transfers once per spec from the sm_80 expert's base; each arch then lowers the
+// program on its own expert: the Hopper base differs only in declarations, so the body moves.
+TEST(Rebase, ATransferredProgramMovesOntoTheHopperExpert) {
+  auto sm80 = LiftExpert("fa2_sm80");
+  auto hopper = LiftExpert("fa3_sm90");
+  ASSERT_TRUE(sm80.ok() && hopper.ok());
+  auto program = LoadTestProgram("document");
+  ASSERT_TRUE(program.ok()) << program.status();
+  auto moved = Rebase(*program, sm80->base, hopper->base);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  ASSERT_TRUE(cuir::Validate(*moved).ok());
+  const std::string text = cuir::PrintProgram(*moved);
+  EXPECT_THAT(text, HasSubstr("expert \"fa3_sm90\""));
+  EXPECT_THAT(text, HasSubstr("schedule longest_first"));
+  EXPECT_THAT(text, HasSubstr("table T = blocks("));  // the transferred body is kept
+  auto k = Lower(*moved, cuir::AttentionConfig{}, Arch::kSm90);
+  ASSERT_TRUE(k.ok()) << k.status();
+  EXPECT_EQ(k->expert, "fa3_sm90");
+  // And back: the same statements as the program (declarations first).
+  auto back = Rebase(*moved, hopper->base, sm80->base);
+  ASSERT_TRUE(back.ok()) << back.status();
+  auto again = Rebase(*program, sm80->base, sm80->base);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(cuir::Equal(*back, *again));
+  EXPECT_EQ(back->stmts.size(), program->stmts.size());
+}
+
+TEST(Rebase, AProgramThatChangedItsBasesDeclarationsStays) {
+  auto sm80 = LiftExpert("fa2_sm80");
+  auto hopper = LiftExpert("fa3_sm90");
+  ASSERT_TRUE(sm80.ok() && hopper.ok());
+  auto program = cuir::ParseProgram(
+      absl::StrReplaceAll(cuir::PrintProgram(sm80->base),
+                          {{"role compute warps WARPS", "role compute warps 8"}}),
+      "changed.cuir");
+  ASSERT_TRUE(program.ok()) << program.status();
+  auto moved = Rebase(*program, sm80->base, hopper->base);
+  ASSERT_FALSE(moved.ok());
+  EXPECT_EQ(moved.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(moved.status().message(), HasSubstr("changed.cuir:"));
+  EXPECT_THAT(moved.status().message(), HasSubstr("role `compute`"));
+}
+
 }  // namespace
 }  // namespace cubridge::lower::testing

@@ -4,6 +4,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
 #include "tests/service/cluster.h"
 
 namespace cubridge::testing {
@@ -43,6 +46,33 @@ TEST_F(Jobs, AJobRunsEveryStageAndItsKernelIsServedFromTheCache) {
   EXPECT_NE(again->job_id(), job->job_id());
   EXPECT_TRUE(again->cache_hit());
   EXPECT_EQ(again->state(), v1::JOB_STATE_SUCCEEDED);
+}
+
+// One transfer serves both archs; each arch's kernel comes from its own expert (sm_90: the Hopper
+// expert, the transferred program moved onto its base), lowered and compiled for its target.
+TEST_F(Jobs, EachArchGetsTheKernelOfItsExpert) {
+  StartCoordinator();
+  StartWorker();
+  v1::SubmitJobRequest request = Request("causal");
+  request.clear_archs();
+  request.add_archs("sm_80");
+  request.add_archs("sm_90");
+  auto job = Submit(request);
+  ASSERT_TRUE(job.ok()) << job.status();
+  const v1::Job done = WaitEnded(job->job_id(), 300s);
+  ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << Describe(done) << Logs();
+  for (const auto& [arch, expert, target] :
+       {std::tuple{"sm_80", "fa2_sm80", "sm_80"}, std::tuple{"sm_90", "fa3_sm90", "sm_90a"}}) {
+    v1::GetKernelRequest req;
+    req.set_spec_hash(done.spec_hash());
+    req.set_arch(arch);
+    v1::Kernel kernel;
+    auto ctx = Context(kClientToken);
+    ASSERT_TRUE(ClientStub()->GetKernel(ctx.get(), req, &kernel).ok()) << arch;
+    EXPECT_THAT(kernel.cuda_source(), HasSubstr(absl::StrCat("(expert \"", expert, "\")"))) << arch;
+    EXPECT_THAT(kernel.report_json(), HasSubstr(absl::StrCat("\"target\": \"", target, "\"")))
+        << arch;
+  }
 }
 
 TEST_F(Jobs, AnIdempotencyKeyReturnsTheSameJob) {

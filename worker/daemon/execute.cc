@@ -240,12 +240,29 @@ json CompileCheck(const lower::LoweredKernel& k, const cuir::AttentionConfig& co
           {"entries", compiled->symbols.size()}};
 }
 
+// The transferred program on the arch's expert (pipeline::ExpertFor): the service transfers once
+// per spec, from the sm_80 expert's base, and the Hopper expert's base differs from it only in
+// its declarations (lower::Rebase).
+absl::StatusOr<cuir::Program> OnExpertOf(const cuir::Program& program, lower::Arch arch) {
+  const cuir::Stmt* decl = cuir::FindDecl(program, cuir::StmtKind::kExpert);
+  const std::string target = pipeline::ExpertFor(arch);
+  if (decl == nullptr || decl->name == target) return program;
+  auto from = lower::LiftExpert(decl->name);
+  if (!from.ok()) return from.status();
+  auto to = lower::LiftExpert(target);
+  if (!to.ok()) return to.status();
+  return lower::Rebase(program, from->base, to->base);
+}
+
 absl::StatusOr<json> RunCandidate(const json& payload, const ExecuteOptions& o,
                                   const std::function<void(const std::string&)>& progress) {
   Clock clock;
   auto g = PrepareGpu(payload, o);
   if (!g.ok()) return g.status();
-  auto program = cuir::ParseProgram(payload.value("program", ""), "transferred.cuir");
+  auto transferred = cuir::ParseProgram(payload.value("program", ""), "transferred.cuir");
+  if (!transferred.ok()) return In("candidate", transferred.status());
+  // The transfer is shared by every arch of a spec; each arch lowers from its own expert.
+  auto program = OnExpertOf(*transferred, g->arch);
   if (!program.ok()) return In("candidate", program.status());
   auto tile = gpu::ParseTile(payload.value("tile", ""));
   if (!tile.ok()) return tile.status();
