@@ -6,9 +6,9 @@
 // whose one thread issues TMA bulk tensor copies of the Q tile and of K/V tiles into a STAGES-deep
 // shared-memory ring completing on mbarriers; two consumer warpgroups (setmaxnreg 240) of 64
 // query rows each, running S = Q K^T and O += P V on wgmma (P from registers). Each consumer
-// overlaps the softmax of tile n with the P V product of tile n-1 (intra-warpgroup overlap), and
-// the two consumers take turns at the tensor cores through named barriers (ping-pong), so one's
-// softmax runs under the other's matrix products. The tile pieces are in pipeline.cuh (smem plan,
+// overlaps the softmax of tile n with the P V product of tile n-1 (intra-warpgroup overlap); the
+// two consumers can also take turns at the tensor cores through named barriers (ping-pong,
+// kPingPong, off: measured no faster here). The tile pieces are in pipeline.cuh (smem plan,
 // ring), tma.cuh, wgmma.cuh, mainloop.cuh (the two products), softmax.cuh, mask.cuh, epilogue.cuh
 // and scheduler.cuh, inlined into every lowered kernel.
 //
