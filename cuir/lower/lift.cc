@@ -13,6 +13,7 @@
 #include "absl/strings/strip.h"
 #include "cuir/lower/expert.h"
 #include "cuir/lower/lower.h"
+#include "cuir/lower/plan.h"
 
 namespace cubridge::lower {
 namespace {
@@ -155,13 +156,6 @@ std::string KernelNameFromPath(const std::string& path) {
 }
 
 namespace {
-
-bool SameStmt(const cuir::Stmt& a, const cuir::Stmt& b) {
-  cuir::Program pa, pb;
-  pa.stmts.push_back(a);
-  pb.stmts.push_back(b);
-  return cuir::Equal(pa, pb);
-}
 
 bool ExpertDeclaration(const cuir::Stmt& s) {
   return s.kind == cuir::StmtKind::kExpert || s.kind == cuir::StmtKind::kParam ||

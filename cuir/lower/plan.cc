@@ -5,14 +5,10 @@
 #include "absl/strings/strip.h"
 
 namespace cubridge::lower {
-namespace {
-
-using cuir::Stmt;
-using cuir::StmtKind;
 
 // Statement equality through cuir::Equal (locations ignored); loops compare their headers only
 // when `header_only`.
-bool SameStmt(const Stmt& a, const Stmt& b, bool header_only = false) {
+bool SameStmt(const cuir::Stmt& a, const cuir::Stmt& b, bool header_only) {
   cuir::Program pa, pb;
   pa.stmts.push_back(a);
   pb.stmts.push_back(b);
@@ -22,6 +18,12 @@ bool SameStmt(const Stmt& a, const Stmt& b, bool header_only = false) {
   }
   return cuir::Equal(pa, pb);
 }
+
+namespace {
+
+using cuir::Stmt;
+using cuir::StmtKind;
+
 
 absl::Status Unimplemented(const Stmt& s, absl::string_view what, absl::string_view why) {
   return absl::UnimplementedError(absl::StrCat(

@@ -45,4 +45,8 @@ absl::StatusOr<LoweringPlan> MatchToBase(const cuir::Program& program, const cui
 // The first line of a statement's text form, e.g. "mask S = q_idx >= kv_idx when !full".
 std::string StmtHeader(const cuir::Stmt& s);
 
+// Statement equality through cuir::Equal (locations ignored); loops compare their headers only
+// when `header_only`.
+bool SameStmt(const cuir::Stmt& a, const cuir::Stmt& b, bool header_only = false);
+
 }  // namespace cubridge::lower
