@@ -2,6 +2,10 @@
 
 #include <hiredis/hiredis.h>
 
+#include <algorithm>
+#include <string_view>
+#include <thread>
+
 #include "absl/strings/str_cat.h"
 
 namespace cubridge::store {
@@ -83,6 +87,25 @@ absl::Status RedisClient::EnsureConnected() {
 
 absl::StatusOr<RedisReply> RedisClient::Command(const std::vector<std::string>& args) {
   if (args.empty()) return absl::InvalidArgumentError("an empty Redis command");
+  const auto deadline = std::chrono::steady_clock::now() + options_.loading_wait;
+  auto pause = std::chrono::milliseconds(10);
+  while (true) {
+    bool loading = false;
+    auto reply = CommandOnce(args, &loading);
+    if (!loading) return reply;
+    if (std::chrono::steady_clock::now() + pause > deadline) {
+      return absl::UnavailableError(absl::StrCat(
+          "Redis at ", options_.host, ":", options_.port, " is still loading its dataset after ",
+          options_.loading_wait.count(), " ms (", args[0],
+          " not run); retry later or raise the loading wait"));
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(250));
+  }
+}
+
+absl::StatusOr<RedisReply> RedisClient::CommandOnce(const std::vector<std::string>& args,
+                                                    bool* loading) {
   if (auto s = EnsureConnected(); !s.ok()) return s;
   std::vector<const char*> argv;
   std::vector<size_t> lens;
@@ -100,6 +123,8 @@ absl::StatusOr<RedisReply> RedisClient::Command(const std::vector<std::string>& 
   }
   std::unique_ptr<redisReply, decltype(&freeReplyObject)> owned(r, freeReplyObject);
   if (r->type == REDIS_REPLY_ERROR) {
+    const std::string_view error(r->str, r->len);
+    *loading = error.starts_with("LOADING");
     return absl::FailedPreconditionError(
         absl::StrCat("Redis ", args[0], ": ", std::string(r->str, r->len)));
   }

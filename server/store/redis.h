@@ -31,6 +31,9 @@ struct RedisOptions {
   std::string password;  // AUTH when set
   std::chrono::milliseconds connect_timeout{2000};
   std::chrono::milliseconds command_timeout{10000};
+  // A restarted Redis answers "LOADING" until its dataset is back in memory; such a command was
+  // not run, so it is sent again until this long has passed, then UNAVAILABLE.
+  std::chrono::milliseconds loading_wait{30000};
 };
 
 // Wall-clock milliseconds since the epoch: the time stamps every record in Redis carries (job
@@ -47,6 +50,7 @@ class RedisClient {
 
   // Runs one command. A Redis error reply is FAILED_PRECONDITION with Redis's message (e.g.
   // "WRONGTYPE ..."); a broken connection is UNAVAILABLE, and the next call reconnects first.
+  // While Redis loads its dataset the command waits (up to `loading_wait`), then UNAVAILABLE.
   absl::StatusOr<RedisReply> Command(const std::vector<std::string>& args);
 
   const RedisOptions& options() const { return options_; }
@@ -54,6 +58,7 @@ class RedisClient {
  private:
   explicit RedisClient(RedisOptions options) : options_(std::move(options)) {}
   absl::Status EnsureConnected();
+  absl::StatusOr<RedisReply> CommandOnce(const std::vector<std::string>& args, bool* loading);
 
   RedisOptions options_;
   redisContext* ctx_ = nullptr;

@@ -66,15 +66,20 @@ RedisServer::~RedisServer() {
   if (!dir_.empty()) std::system(("rm -rf '" + dir_ + "'").c_str());
 }
 
-bool RedisServer::Start() {
+bool RedisServer::Start(const std::vector<std::string>& extra) {
   const std::string port = std::to_string(port_);
+  std::vector<std::string> args = {"redis-server", "--port", port, "--bind", "127.0.0.1",
+                                   "--dir", dir_, "--save", "", "--appendonly",
+                                   appendonly_ ? "yes" : "no", "--appendfsync", "always",
+                                   "--daemonize", "no", "--loglevel", "warning"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
   const pid_t pid = fork();
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);  // a test that aborts leaves no server behind
-    execlp("redis-server", "redis-server", "--port", port.c_str(), "--bind", "127.0.0.1",
-           "--dir", dir_.c_str(), "--save", "", "--appendonly", appendonly_ ? "yes" : "no",
-           "--appendfsync", "always", "--daemonize", "no", "--loglevel", "warning",
-           static_cast<char*>(nullptr));
+    execvp("redis-server", argv.data());
     _exit(127);
   }
   for (int i = 0; i < 200; ++i) {  // up to 10 s
@@ -116,9 +121,9 @@ std::unique_ptr<store::RedisClient> RedisTest::Connect() {
   return c.ok() ? std::move(*c) : nullptr;
 }
 
-bool RedisServer::Restart() {
+bool RedisServer::Restart(const std::vector<std::string>& extra) {
   Stop();
-  return Start();
+  return Start(extra);
 }
 
 }  // namespace cubridge::testing

@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -26,10 +27,11 @@ class RedisServer {
   const std::string& error() const { return error_; }  // why it did not start
 
   void Stop();     // SIGTERM and wait (Redis writes its AOF buffer first)
-  bool Restart();  // the same port and folder
+  // The same port and folder; `extra` are more redis-server flags for this run only.
+  bool Restart(const std::vector<std::string>& extra = {});
 
  private:
-  bool Start();
+  bool Start(const std::vector<std::string>& extra = {});
   pid_t pid_ = -1;
   int port_ = 0;
   bool appendonly_;

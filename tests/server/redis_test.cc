@@ -62,6 +62,43 @@ TEST_F(Redis, AfterARestartTheClientReconnectsAndAcknowledgedWritesSurvive) {
   EXPECT_EQ(Run({"GET", "job:1"}).str, "queued");
 }
 
+// A restarted Redis answers LOADING until its dataset is in memory (made slow here with Redis's
+// own key-load-delay); commands wait it out instead of failing, or say so when the wait is over.
+TEST(RedisLoading, CommandsWaitWhileARestartedRedisLoadsItsDataset) {
+  testing::RedisServer server(/*appendonly=*/false);
+  ASSERT_TRUE(server.running()) << server.error();
+  store::RedisOptions o;
+  o.port = server.port();
+  auto patient = RedisClient::Connect(o);
+  ASSERT_TRUE(patient.ok()) << patient.status();
+  constexpr int kKeys = 4000;  // x 0.5 ms a key: about 2 s of loading
+  for (int i = 0; i < kKeys; ++i) {
+    ASSERT_TRUE((*patient)->Command({"SET", "k" + std::to_string(i), "v"}).ok());
+  }
+  ASSERT_TRUE((*patient)->Command({"SAVE"}).ok());
+  ASSERT_TRUE(server.Restart({"--key-load-delay", "500", "--loading-process-events-interval-bytes",
+                              "1024"}))
+      << server.error();
+
+  o.loading_wait = std::chrono::milliseconds(0);
+  auto impatient = RedisClient::Connect(o);
+  ASSERT_TRUE(impatient.ok()) << impatient.status();
+  auto refused = (*impatient)->Command({"GET", "k1"});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(refused.status().message(), HasSubstr("still loading its dataset"));
+
+  // The first client's socket died with the old server; it reconnects, then waits for the load.
+  auto got = (*patient)->Command({"GET", "k1"});
+  if (!got.ok()) {
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kUnavailable) << got.status();
+    got = (*patient)->Command({"GET", "k1"});
+  }
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->str, "v");
+  EXPECT_EQ((*patient)->Command({"DBSIZE"})->integer, kKeys);
+}
+
 TEST(RedisConnect, NoServerIsUnavailableAndSaysWhere) {
   RedisOptions o;
   o.port = testing::FreeLoopbackPort();
