@@ -77,9 +77,15 @@ struct TableInfo {
 // (only kv_idx: NT x 2 key columns).
 enum class Level { kBlock, kRow, kColumn, kElement };
 
+// The element's indices as floats, which the experts' score visitors pass beside the ints when
+// the element function takes them ("." keeps the names apart from CuIR's).
+constexpr char kQFloat[] = "q_idx.f";
+constexpr char kKvFloat[] = "kv_idx.f";
+
 Level LevelOf(const ExprPtr& e) {
   if (cuir::Mentions(e, "score")) return Level::kElement;
-  const bool q = cuir::Mentions(e, "q_idx"), kv = cuir::Mentions(e, "kv_idx");
+  const bool q = cuir::Mentions(e, "q_idx") || cuir::Mentions(e, kQFloat);
+  const bool kv = cuir::Mentions(e, "kv_idx") || cuir::Mentions(e, kKvFloat);
   if (q && kv) return Level::kElement;
   return q ? Level::kRow : kv ? Level::kColumn : Level::kBlock;
 }
@@ -98,6 +104,91 @@ ExprPtr ReciprocalOfInvariantDivisors(const ExprPtr& e) {
                         cuir::Binary(cuir::BinaryOp::kDiv, cuir::FloatLit(1.0, e->loc),
                                      copy->args[1], e->loc),
                         e->loc);
+  }
+  return ExprPtr(copy);
+}
+
+// Rewrite "float indices": an integer sum of indices that meets a float (ALiBi's
+// (kv_idx - q_idx) * slope) is converted per element, and an int-to-float conversion issues at a
+// quarter of the FP32 rate, on the pipe the softmax's exp2 needs. float(a ± b) is
+// float(a) ± float(b) exactly while a, b and the result are below 2^24 (each conversion is exact
+// and so is the float sum of two exact integers): so the sum is taken in floats from the
+// visitors' float indices (q_idx.f, kv_idx.f), which they derive from one conversion per tile and
+// constant offsets, and block-level terms convert once per block. (Past 2^24 both forms round.)
+bool IsIndexSum(const ExprPtr& e) {
+  if (e->kind == cuir::ExprKind::kVar && (e->name == "q_idx" || e->name == "kv_idx")) return true;
+  if (e->kind == cuir::ExprKind::kUnary && e->unary_op == cuir::UnaryOp::kNeg) {
+    return IsIndexSum(e->args[0]);
+  }
+  if (e->kind != cuir::ExprKind::kBinary ||
+      (e->binary_op != cuir::BinaryOp::kAdd && e->binary_op != cuir::BinaryOp::kSub)) {
+    return false;
+  }
+  const bool a = IsIndexSum(e->args[0]), b = IsIndexSum(e->args[1]);
+  return (a || LevelOf(e->args[0]) == Level::kBlock) &&
+         (b || LevelOf(e->args[1]) == Level::kBlock) && (a || b);
+}
+
+// The signed terms of an index sum: indices (as their float names) and block values.
+void SumTerms(const ExprPtr& e, bool negative, std::vector<std::pair<bool, ExprPtr>>* indices,
+              std::vector<std::pair<bool, ExprPtr>>* block) {
+  if (e->kind == cuir::ExprKind::kVar && (e->name == "q_idx" || e->name == "kv_idx")) {
+    indices->emplace_back(negative, cuir::Var(e->name == "q_idx" ? kQFloat : kKvFloat, e->loc));
+  } else if (LevelOf(e) == Level::kBlock) {
+    block->emplace_back(negative, e);
+  } else if (e->kind == cuir::ExprKind::kUnary) {  // -x
+    SumTerms(e->args[0], !negative, indices, block);
+  } else {
+    SumTerms(e->args[0], negative, indices, block);
+    SumTerms(e->args[1], negative != (e->binary_op == cuir::BinaryOp::kSub), indices, block);
+  }
+}
+
+// The sum with its indices added in floats and its block values summed as ints and converted
+// once (a hoisted invariant): kv_idx - q_idx + seqlen_q - seqlen_kv becomes
+// (kv_idx.f - q_idx.f) + float(seqlen_q - seqlen_kv).
+ExprPtr SumInFloats(const ExprPtr& e) {
+  std::vector<std::pair<bool, ExprPtr>> indices, block;
+  SumTerms(e, false, &indices, &block);
+  auto add = [&](ExprPtr sum, bool negative, ExprPtr term) {
+    if (sum == nullptr) return negative ? cuir::Unary(cuir::UnaryOp::kNeg, term, e->loc) : term;
+    return cuir::Binary(negative ? cuir::BinaryOp::kSub : cuir::BinaryOp::kAdd, sum, term, e->loc);
+  };
+  ExprPtr sum, rest;
+  for (const auto& [negative, term] : indices) sum = add(sum, negative, term);
+  for (const auto& [negative, term] : block) rest = add(rest, negative, term);
+  if (rest == nullptr) return sum;
+  if (rest->kind == cuir::ExprKind::kIntLit) {
+    return cuir::Binary(cuir::BinaryOp::kAdd, sum,
+                        cuir::FloatLit(static_cast<double>(rest->int_value), e->loc), e->loc);
+  }
+  return cuir::Binary(cuir::BinaryOp::kAdd, sum, cuir::Unary(cuir::UnaryOp::kToFloat, rest, e->loc),
+                      e->loc);
+}
+
+absl::StatusOr<ExprPtr> FloatIndices(const ExprPtr& e, const EmitScope& types) {
+  if (e->args.empty()) return e;
+  auto copy = std::make_shared<cuir::Expr>(*e);
+  for (ExprPtr& arg : copy->args) {
+    LOWER_ASSIGN_OR_RETURN(rewritten, FloatIndices(arg, types));
+    arg = rewritten;
+  }
+  auto is_float = [&](const ExprPtr& x) -> absl::StatusOr<bool> {
+    LOWER_ASSIGN_OR_RETURN(typed, EmitExpr(x, types));
+    return typed.type == CType::kFloat;
+  };
+  using cuir::BinaryOp;
+  if (copy->kind == cuir::ExprKind::kUnary && copy->unary_op == cuir::UnaryOp::kToFloat &&
+      IsIndexSum(copy->args[0])) {
+    return SumInFloats(copy->args[0]);
+  }
+  if (copy->kind == cuir::ExprKind::kBinary &&
+      (copy->binary_op == BinaryOp::kAdd || copy->binary_op == BinaryOp::kSub ||
+       copy->binary_op == BinaryOp::kMul || copy->binary_op == BinaryOp::kDiv)) {
+    for (int i = 0; i < 2; ++i) {
+      LOWER_ASSIGN_OR_RETURN(other_float, is_float(copy->args[1 - i]));
+      if (other_float && IsIndexSum(copy->args[i])) copy->args[i] = SumInFloats(copy->args[i]);
+    }
   }
   return ExprPtr(copy);
 }
@@ -603,6 +694,7 @@ class RegionWriter {
                                   [](const Hoisted& h) { return h.level == Level::kRow; });
     const bool cols = std::any_of(hoisted.begin(), hoisted.end(),
                                   [](const Hoisted& h) { return h.level == Level::kColumn; });
+    const bool floats = cuir::Mentions(e, kQFloat) || cuir::Mentions(e, kKvFloat);
     std::string slots;
     if (rows || cols) {
       slots = absl::StrCat(param(rows, "const int ", "mt"), ", ", param(rows, "const int ", "r"),
@@ -612,6 +704,9 @@ class RegionWriter {
     return absl::StrCat(rows || cols ? "for_each_score_at" : "for_each_score", "([&](", slots,
                         param(cuir::Mentions(e, "q_idx"), "const int ", "q_idx"), ", ",
                         param(cuir::Mentions(e, "kv_idx"), "const int ", "kv_idx"),
+                        floats ? absl::StrCat(", ", param(cuir::Mentions(e, kQFloat), "const float ", "q_f"),
+                                              ", ", param(cuir::Mentions(e, kKvFloat), "const float ", "kv_f"))
+                               : "",
                         ", float& score) {\n  ", body, "\n});\n");
   }
 
@@ -619,6 +714,8 @@ class RegionWriter {
     EmitScope scope = loop_;
     scope.Bind("q_idx", "q_idx", CType::kInt);
     scope.Bind("kv_idx", "kv_idx", CType::kInt);
+    scope.Bind(kQFloat, "q_f", CType::kFloat);
+    scope.Bind(kKvFloat, "kv_f", CType::kFloat);
     if (with_score) scope.Bind("score", "score", CType::kFloat);
     return scope;
   }
@@ -690,6 +787,8 @@ class RegionWriter {
     EmitScope block = loop_, row = loop_, col = loop_;
     row.Bind("q_idx", "q_idx", CType::kInt);
     col.Bind("kv_idx", "kv_idx", CType::kInt);
+    row.Bind(kQFloat, "static_cast<float>(q_idx)", CType::kFloat);
+    col.Bind(kKvFloat, "static_cast<float>(kv_idx)", CType::kFloat);
     std::string consts, row_arrays, row_values, col_arrays, col_values;
     for (const Hoisted& h : hoisted) {
       switch (h.level) {
@@ -736,7 +835,8 @@ class RegionWriter {
   absl::StatusOr<std::string> ScoreMod(const Stmt& s) {
     EmitScope scope = ElementScope(true);
     std::vector<Hoisted> hoisted;
-    LOWER_ASSIGN_OR_RETURN(hoisted_expr, HoistInvariants(ReciprocalOfInvariantDivisors(s.value), nullptr, scope, &hoisted));
+    LOWER_ASSIGN_OR_RETURN(rewritten, FloatIndices(ReciprocalOfInvariantDivisors(s.value), scope));
+    LOWER_ASSIGN_OR_RETURN(hoisted_expr, HoistInvariants(rewritten, nullptr, scope, &hoisted));
     ExprPtr expr = hoisted_expr;
     ShareHoisted(&hoisted, &expr);
     NameHoisted(&hoisted, &expr);
@@ -751,7 +851,8 @@ class RegionWriter {
   absl::StatusOr<std::string> Mask(const Stmt& s) {
     EmitScope scope = ElementScope(false);
     std::vector<Hoisted> hoisted;
-    LOWER_ASSIGN_OR_RETURN(hoisted_expr, HoistInvariants(ReciprocalOfInvariantDivisors(s.value), nullptr, scope, &hoisted));
+    LOWER_ASSIGN_OR_RETURN(rewritten, FloatIndices(ReciprocalOfInvariantDivisors(s.value), scope));
+    LOWER_ASSIGN_OR_RETURN(hoisted_expr, HoistInvariants(rewritten, nullptr, scope, &hoisted));
     ExprPtr expr = hoisted_expr;
     ShareHoisted(&hoisted, &expr);
     NameHoisted(&hoisted, &expr);

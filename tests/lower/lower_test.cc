@@ -138,11 +138,14 @@ TEST(Lower, ScoreModInvariantsAreEvaluatedOncePerBlock) {
   const LoweredKernel k = LowerOrDie("softcap_alibi");
   const std::string mods = RegionText(k, "score_mod");
   const size_t slope = mods.find("const float invariant_2 = exp2f(");
-  const size_t alibi_loop = mods.find("for_each_score([&](const int q_idx");
+  const size_t alibi_loop = mods.find("const float q_f, const float kv_f, float& score)");
   ASSERT_NE(slope, std::string::npos) << mods;
   ASSERT_NE(alibi_loop, std::string::npos) << mods;
   EXPECT_LT(slope, alibi_loop);
-  EXPECT_THAT(mods, HasSubstr("score = (score + (static_cast<float>((kv_idx - q_idx)) * invariant_2));"));
+  // The index distance is taken in floats from the visitor's float indices (FloatIndices): no
+  // int-to-float conversion per element.
+  EXPECT_THAT(mods, HasSubstr("score = (score + ((kv_f - q_f) * invariant_2));"));
+  EXPECT_THAT(mods, Not(HasSubstr("static_cast<float>((kv_idx - q_idx))")));
   // The softcap reads the score: only its divisor moves out of the element loop, as a reciprocal
   // (ReciprocalOfInvariantDivisors), so each element multiplies instead of dividing.
   EXPECT_THAT(mods, HasSubstr("const float invariant = (1.0f / cap);"));
@@ -276,6 +279,25 @@ TEST(Lower, BlockCausalDivisionsRunOncePerRowAndColumn) {
                         "    if (!(q_invariant[mt][r] >= kv_invariant[j][k])) score = -INFINITY;"));
 }
 
+// FloatIndices: an int sum of indices and block values that meets a float is summed in floats
+// from the visitors' float indices (each block value converted once); a product of indices is
+// not a sum and keeps its per-element conversion.
+TEST(Lower, IndexDistancesAreSummedInFloats) {
+  for (Arch arch : {Arch::kSm80, Arch::kSm90}) {
+    const LoweredKernel k = LowerOrDie("index_distance", arch);
+    const std::string mods = Unindented(RegionText(k, "score_mod"));
+    EXPECT_THAT(mods, HasSubstr("const float invariant = static_cast<float>((seqlen_q - "
+                                "seqlen_kv));\n"));
+    EXPECT_THAT(mods, HasSubstr("for_each_score([&](const int /*q_idx*/, const int /*kv_idx*/, "
+                                "const float q_f, const float kv_f, float& score) {\n"
+                                "  score = (score + (((kv_f - q_f) + invariant) * 0.25f));\n"));
+    EXPECT_THAT(mods, HasSubstr("for_each_score([&](const int q_idx, const int kv_idx, "
+                                "float& score) {\n"
+                                "  score = (score - (static_cast<float>((static_cast<long long>(q_idx) * "
+                                "kv_idx)) * 0.001f));\n"));
+  }
+}
+
 TEST(Lower, ScoreModRowAndColumnPartsAreHoisted) {
   const LoweredKernel k = LowerOrDie("position_scale");
   const std::string mods = Unindented(RegionText(k, "score_mod"));
@@ -283,7 +305,7 @@ TEST(Lower, ScoreModRowAndColumnPartsAreHoisted) {
   EXPECT_THAT(mods, HasSubstr("float q_invariant[MT][2];\n"
                               "for_each_score_row([&](const int mt, const int r, "
                               "const int q_idx) {\n"
-                              "  q_invariant[mt][r] = log2f(static_cast<float>((q_idx + 2)));\n"
+                              "  q_invariant[mt][r] = log2f((static_cast<float>(q_idx) + 2.0f));\n"
                               "});\n"));
   EXPECT_THAT(mods, HasSubstr("for_each_score_at([&](const int mt, const int r, const int /*j*/, "
                               "const int /*k*/, const int /*q_idx*/, const int /*kv_idx*/, "

@@ -58,6 +58,7 @@ int cubridge_attn_fwd(const cubridge_attn_fwd_params* p, struct CUstream_st* str
 #include "../common/cuir_platform.cuh"
 #include "../common/cuir_scalar.cuh"
 #include "../common/kv_blocks.cuh"
+#include "../common/score_visit.cuh"
 #include "epilogue.cuh"
 #include "mainloop.cuh"
 #include "softmax.cuh"
@@ -242,11 +243,17 @@ __global__ void __launch_bounds__(kThreadsFor<D>)
       x *= qk_scale;
       if (ragged && at.kv(j, c) >= kv_hi) x = -INFINITY;
     });
-    // Visits the in-bounds score elements this thread owns as f(q_idx, kv_idx, score&).
+    // Visits the in-bounds score elements this thread owns as f(q_idx, kv_idx, score&), or with
+    // the indices as floats too (score_visit.cuh): one conversion per tile plus constants.
+    const float q0_f = static_cast<float>(at.q0), kv0_f = static_cast<float>(at.kv0);
+    auto q_float = [&](int mt, int c) { return q0_f + static_cast<float>(at.q(mt, c) - at.q0); };
+    auto kv_float = [&](int j, int c) { return kv0_f + static_cast<float>(at.kv(j, c) - at.kv0); };
     auto for_each_score = [&](auto&& f) {
       for_each_fragment(s, [&](int mt, int j, int c, float& x) {
         const int q_idx = at.q(mt, c), kv_idx = at.kv(j, c);
-        if (q_idx < q_hi && kv_idx < kv_hi) f(q_idx, kv_idx, x);
+        if (q_idx < q_hi && kv_idx < kv_hi) {
+          cuir_call_element(f, q_idx, kv_idx, q_float(mt, c), kv_float(j, c), x, 0);
+        }
       });
     };
     // The same as f(mt, r, j, k, q_idx, kv_idx, score&), n-tile by n-tile: (mt, r) and (j, k)
@@ -256,7 +263,8 @@ __global__ void __launch_bounds__(kThreadsFor<D>)
       for_each_fragment_by_col(s, [&](int mt, int j, int c, float& x) {
         const int q_idx = at.q(mt, c), kv_idx = at.kv(j, c);
         if (q_idx < q_hi && kv_idx < kv_hi) {
-          f(mt, FragCoord::row_slot(c), j, FragCoord::col_slot(c), q_idx, kv_idx, x);
+          cuir_call_element_at(f, mt, FragCoord::row_slot(c), j, FragCoord::col_slot(c), q_idx,
+                               kv_idx, q_float(mt, c), kv_float(j, c), x, 0);
         }
       });
     };

@@ -65,6 +65,7 @@ int cubridge_attn_fwd(const cubridge_attn_fwd_params* p, struct CUstream_st* str
 #include "../common/cuir_platform.cuh"
 #include "../common/cuir_scalar.cuh"
 #include "../common/kv_blocks.cuh"
+#include "../common/score_visit.cuh"
 #include "epilogue.cuh"
 #include "mainloop.cuh"
 #include "mask.cuh"
@@ -230,11 +231,26 @@ __global__ void __launch_bounds__(kThreads, 1)
           for (int i = 0; i < TILE_N / 2; ++i) s[i] *= qk_scale;
           scaled = true;
         };
+        // f(mt, r, j, e, q_idx, kv_idx, q_f, kv_f, x) on the in-bounds elements; the float
+        // indices are one conversion per tile plus constants (score_visit.cuh).
         auto visit = [&](auto&& f) {
+          const float row0_f = static_cast<float>(row0), col0_f = static_cast<float>(col0);
           for_each_element<TILE_N>(s, [&](int j, int e, int r, float& x) {
             const int q_idx = row0 + 8 * r, kv_idx = col0 + 8 * j + e;
-            if (q_idx < q_hi && kv_idx < tile_hi) f(0, r, j, e, q_idx, kv_idx, x);
+            if (q_idx < q_hi && kv_idx < tile_hi) {
+              f(0, r, j, e, q_idx, kv_idx, row0_f + static_cast<float>(8 * r),
+                col0_f + static_cast<float>(8 * j + e), x);
+            }
           });
+        };
+        auto element = [&](auto&& f) {
+          return [&](int, int, int, int, int q_idx, int kv_idx, float q_f, float kv_f, float& x) {
+            cuir_call_element(f, q_idx, kv_idx, q_f, kv_f, x, 0);
+          };
+        };
+        auto element_at = [&](auto&& f) {
+          return [&](int mt, int r, int j, int k, int q_idx, int kv_idx, float q_f, float kv_f,
+                     float& x) { cuir_call_element_at(f, mt, r, j, k, q_idx, kv_idx, q_f, kv_f, x, 0); };
         };
         // f(mt, r, q_idx) per row slot, f(j, k, kv_idx) per column slot; a slot past q_hi /
         // tile_hi gets the last in-bounds index instead: no element reads that slot, and every
@@ -250,14 +266,15 @@ __global__ void __launch_bounds__(kThreads, 1)
             for (int k = 0; k < 2; ++k) f(j, k, min(col0 + 8 * j + k, tile_hi - 1));
         };
         (void)for_each_score_row, (void)for_each_score_col, (void)scale_once, (void)visit;
+        (void)element, (void)element_at;
         {
           auto for_each_score = [&](auto&& f) {
             scale_once();
-            visit([&](int, int, int, int, int q_idx, int kv_idx, float& x) { f(q_idx, kv_idx, x); });
+            visit(element(f));
           };
           auto for_each_score_at = [&](auto&& f) {
             scale_once();
-            visit(f);
+            visit(element_at(f));
           };
           (void)for_each_score, (void)for_each_score_at;
           // @cuir-region score_mod
@@ -265,10 +282,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         {
           // Masks only write -inf, which is -inf in any unit: no scaling.
-          auto for_each_score = [&](auto&& f) {
-            visit([&](int, int, int, int, int q_idx, int kv_idx, float& x) { f(q_idx, kv_idx, x); });
-          };
-          auto for_each_score_at = [&](auto&& f) { visit(f); };
+          auto for_each_score = [&](auto&& f) { visit(element(f)); };
+          auto for_each_score_at = [&](auto&& f) { visit(element_at(f)); };
           (void)for_each_score, (void)for_each_score_at;
           // @cuir-region mask
           // @cuir-end mask
