@@ -4,11 +4,14 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <fstream>
 #include <mutex>
+#include <sstream>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "cuir/ir/eval.h"
 #include "cuir/lower/cuda_emit.h"
@@ -199,6 +202,51 @@ TEST(Nvcc, EmittedExpressionsComputeWhatTheEvaluatorComputes) {
       EXPECT_NEAR(got, w, 1e-5 * std::max(1.0, std::fabs(w))) << kNumericCases[i];
     }
   }
+  CleanUpTempDir(dir, HasFailure());
+}
+
+// FloatIndices (docs/lowering.md): ALiBi's index distance is summed in floats, so the Hopper
+// kernel's element loop holds no int-to-float conversion; a product of indices (which the rewrite
+// leaves alone) keeps one per element. Counted in the PTX of the bf16, head-dim-128 attention
+// entry, where a thread's 64 score elements per tile are unrolled.
+int ConversionsInAttentionEntry(const std::string& ptx) {
+  int count = 0;
+  bool inside = false;
+  for (absl::string_view line : absl::StrSplit(ptx, '\n')) {
+    if (absl::StartsWith(line, ".visible .entry ")) {
+      inside = absl::StrContains(line, "attn_fwd_kernel") &&
+               absl::StrContains(line, "bfloat16Li128E");
+    }
+    if (inside && absl::StrContains(line, "cvt.rn.f32.s")) ++count;
+  }
+  return count;
+}
+
+TEST(Nvcc, IndexDistancesAreNotConvertedPerElement) {
+  const std::string nvcc = FindNvcc();
+  if (nvcc.empty()) GTEST_SKIP() << "no nvcc (CUBRIDGE_NVCC unset, /usr/local/cuda/bin/nvcc absent)";
+  const std::string dir = MakeTempDir("cubridge_cvt_");
+  ASSERT_FALSE(dir.empty());
+  int conversions[2] = {0, 0};
+  const char* names[2] = {"softcap_alibi", "index_distance"};
+  for (int i = 0; i < 2; ++i) {
+    auto program = LoadTestProgram(names[i]);
+    ASSERT_TRUE(program.ok()) << program.status();
+    auto k = Lower(*program, cuir::AttentionConfig{}, Arch::kSm90);
+    ASSERT_TRUE(k.ok()) << k.status();
+    const std::string stem = absl::StrCat(dir, "/", names[i]);
+    WriteFile(stem + ".cu", k->cuda_source);
+    const CommandResult r = RunCommand(absl::StrCat(nvcc, " -ptx -std=c++17 -arch=compute_90a -o ",
+                                                    stem, ".ptx ", stem, ".cu"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::ifstream in(stem + ".ptx");
+    std::stringstream ptx;
+    ptx << in.rdbuf();
+    conversions[i] = ConversionsInAttentionEntry(ptx.str());
+  }
+  // A handful per tile (the tile's first row and column), not one per element.
+  EXPECT_LE(conversions[0], 8) << "softcap_alibi";
+  EXPECT_GE(conversions[1], 64) << "index_distance: the product keeps its per-element conversion";
   CleanUpTempDir(dir, HasFailure());
 }
 
