@@ -832,36 +832,44 @@ class RegionWriter {
     return text;
   }
 
-  absl::StatusOr<std::string> ScoreMod(const Stmt& s) {
-    EmitScope scope = ElementScope(true);
+  // An element expression (a score_mod's value or a mask's predicate) as the element loop runs
+  // it: the named rewrites, then its invariants hoisted and declared before the loop.
+  struct ElementCode {
+    std::string decls;            // the hoisted values, before the loop
+    ExprPtr expr;                 // what each element evaluates
     std::vector<Hoisted> hoisted;
+    CExpr value;                  // `expr` emitted
+  };
+  absl::StatusOr<ElementCode> Element(const Stmt& s, bool with_score) {
+    EmitScope scope = ElementScope(with_score);
+    ElementCode code;
     LOWER_ASSIGN_OR_RETURN(rewritten, FloatIndices(ReciprocalOfInvariantDivisors(s.value), scope));
-    LOWER_ASSIGN_OR_RETURN(hoisted_expr, HoistInvariants(rewritten, nullptr, scope, &hoisted));
-    ExprPtr expr = hoisted_expr;
-    ShareHoisted(&hoisted, &expr);
-    NameHoisted(&hoisted, &expr);
-    LOWER_ASSIGN_OR_RETURN(decls, DeclareHoisted(hoisted, &scope));
-    LOWER_ASSIGN_OR_RETURN(value, EmitExpr(expr, scope));
-    if (value.type == CType::kBool) return InvalidAt(s, "score_mod must give a number");
-    return absl::StrCat(Origin(s), decls,
-                        ForEachScore(expr, hoisted, absl::StrCat("score = ", AsFloat(value), ";")));
+    LOWER_ASSIGN_OR_RETURN(hoisted_expr, HoistInvariants(rewritten, nullptr, scope, &code.hoisted));
+    code.expr = hoisted_expr;
+    ShareHoisted(&code.hoisted, &code.expr);
+    NameHoisted(&code.hoisted, &code.expr);
+    LOWER_ASSIGN_OR_RETURN(decls, DeclareHoisted(code.hoisted, &scope));
+    code.decls = decls;
+    LOWER_ASSIGN_OR_RETURN(value, EmitExpr(code.expr, scope));
+    code.value = value;
+    return code;
+  }
+
+  absl::StatusOr<std::string> ScoreMod(const Stmt& s) {
+    LOWER_ASSIGN_OR_RETURN(code, Element(s, /*with_score=*/true));
+    if (code.value.type == CType::kBool) return InvalidAt(s, "score_mod must give a number");
+    return absl::StrCat(Origin(s), code.decls,
+                        ForEachScore(code.expr, code.hoisted,
+                                     absl::StrCat("score = ", AsFloat(code.value), ";")));
   }
 
   // The predicate runs only on blocks where `when` holds (the partial ones).
   absl::StatusOr<std::string> Mask(const Stmt& s) {
-    EmitScope scope = ElementScope(false);
-    std::vector<Hoisted> hoisted;
-    LOWER_ASSIGN_OR_RETURN(rewritten, FloatIndices(ReciprocalOfInvariantDivisors(s.value), scope));
-    LOWER_ASSIGN_OR_RETURN(hoisted_expr, HoistInvariants(rewritten, nullptr, scope, &hoisted));
-    ExprPtr expr = hoisted_expr;
-    ShareHoisted(&hoisted, &expr);
-    NameHoisted(&hoisted, &expr);
-    LOWER_ASSIGN_OR_RETURN(decls, DeclareHoisted(hoisted, &scope));
-    LOWER_ASSIGN_OR_RETURN(pred, EmitExpr(expr, scope));
-    if (pred.type != CType::kBool) return InvalidAt(s, "a mask predicate must be a bool");
-    const std::string apply =
-        absl::StrCat(decls, ForEachScore(expr, hoisted,
-                                         absl::StrCat("if (!", pred.text, ") score = -INFINITY;")));
+    LOWER_ASSIGN_OR_RETURN(code, Element(s, /*with_score=*/false));
+    if (code.value.type != CType::kBool) return InvalidAt(s, "a mask predicate must be a bool");
+    const std::string apply = absl::StrCat(
+        code.decls, ForEachScore(code.expr, code.hoisted,
+                                 absl::StrCat("if (!", code.value.text, ") score = -INFINITY;")));
     if (s.aux == nullptr) return absl::StrCat(Origin(s), apply);
     LOWER_ASSIGN_OR_RETURN(when, EmitExpr(s.aux, loop_));
     if (when.type != CType::kBool) return InvalidAt(s, "a mask's `when` must be a bool");
