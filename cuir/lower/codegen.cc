@@ -115,8 +115,12 @@ ExprPtr ReciprocalOfInvariantDivisors(const ExprPtr& e) {
 // and so is the float sum of two exact integers): so the sum is taken in floats from the
 // visitors' float indices (q_idx.f, kv_idx.f), which they derive from one conversion per tile and
 // constant offsets, and block-level terms convert once per block. (Past 2^24 both forms round.)
+bool IsIndex(const ExprPtr& e) {
+  return e->kind == cuir::ExprKind::kVar && (e->name == "q_idx" || e->name == "kv_idx");
+}
+
 bool IsIndexSum(const ExprPtr& e) {
-  if (e->kind == cuir::ExprKind::kVar && (e->name == "q_idx" || e->name == "kv_idx")) return true;
+  if (IsIndex(e)) return true;
   if (e->kind == cuir::ExprKind::kUnary && e->unary_op == cuir::UnaryOp::kNeg) {
     return IsIndexSum(e->args[0]);
   }
@@ -132,7 +136,7 @@ bool IsIndexSum(const ExprPtr& e) {
 // The signed terms of an index sum: indices (as their float names) and block values.
 void SumTerms(const ExprPtr& e, bool negative, std::vector<std::pair<bool, ExprPtr>>* indices,
               std::vector<std::pair<bool, ExprPtr>>* block) {
-  if (e->kind == cuir::ExprKind::kVar && (e->name == "q_idx" || e->name == "kv_idx")) {
+  if (IsIndex(e)) {
     indices->emplace_back(negative, cuir::Var(e->name == "q_idx" ? kQFloat : kKvFloat, e->loc));
   } else if (LevelOf(e) == Level::kBlock) {
     block->emplace_back(negative, e);
