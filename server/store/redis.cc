@@ -3,9 +3,9 @@
 #include <hiredis/hiredis.h>
 
 #include <algorithm>
-#include <string_view>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace cubridge::store {
@@ -123,10 +123,9 @@ absl::StatusOr<RedisReply> RedisClient::CommandOnce(const std::vector<std::strin
   }
   std::unique_ptr<redisReply, decltype(&freeReplyObject)> owned(r, freeReplyObject);
   if (r->type == REDIS_REPLY_ERROR) {
-    const std::string_view error(r->str, r->len);
-    *loading = error.starts_with("LOADING");
-    return absl::FailedPreconditionError(
-        absl::StrCat("Redis ", args[0], ": ", std::string(r->str, r->len)));
+    const absl::string_view error(r->str, r->len);
+    *loading = absl::StartsWith(error, "LOADING");
+    return absl::FailedPreconditionError(absl::StrCat("Redis ", args[0], ": ", error));
   }
   return Convert(r);
 }
