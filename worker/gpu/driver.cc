@@ -34,6 +34,7 @@ absl::StatusOr<Driver> Load() {
   CUBRIDGE_LOAD(DevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain)
   CUBRIDGE_LOAD(CtxSetCurrent, cuCtxSetCurrent)
   CUBRIDGE_LOAD(CtxSynchronize, cuCtxSynchronize)
+  CUBRIDGE_LOAD(CtxGetDevice, cuCtxGetDevice)
   CUBRIDGE_LOAD(ModuleLoadDataEx, cuModuleLoadDataEx)
   CUBRIDGE_LOAD(ModuleUnload, cuModuleUnload)
   CUBRIDGE_LOAD(ModuleGetFunction, cuModuleGetFunction)

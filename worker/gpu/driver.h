@@ -23,6 +23,7 @@ struct Driver {
   decltype(&::cuDevicePrimaryCtxRetain) DevicePrimaryCtxRetain;
   decltype(&::cuCtxSetCurrent) CtxSetCurrent;
   decltype(&::cuCtxSynchronize) CtxSynchronize;
+  decltype(&::cuCtxGetDevice) CtxGetDevice;
   decltype(&::cuModuleLoadDataEx) ModuleLoadDataEx;
   decltype(&::cuModuleUnload) ModuleUnload;
   decltype(&::cuModuleGetFunction) ModuleGetFunction;

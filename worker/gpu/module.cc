@@ -1,5 +1,6 @@
 #include "worker/gpu/module.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -207,6 +208,12 @@ absl::StatusOr<KernelModule> KernelModule::Load(const CompiledModule& compiled,
   m.dtype_ = dtype;
   m.head_dim_ = head_dim;
   const Driver& cu = *m.cu_;
+  CUdevice device = 0;
+  if (cu.CtxGetDevice(&device) != CUDA_SUCCESS ||
+      cu.DeviceGetAttribute(&m.sm_count_, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device) !=
+          CUDA_SUCCESS) {
+    m.sm_count_ = 0;  // unknown: a persistent kernel then gets one CTA per work tile
+  }
   if (auto s = cu.Check(cu.ModuleLoadDataEx(&m.module_, compiled.image.data(), 0, nullptr, nullptr),
                         "cuModuleLoadDataEx");
       !s.ok()) {
@@ -249,6 +256,7 @@ KernelModule::KernelModule(KernelModule&& o) noexcept
       attention_(o.attention_),
       head_dim_(o.head_dim_),
       dtype_(o.dtype_),
+      sm_count_(o.sm_count_),
       registers_(o.registers_),
       local_bytes_(o.local_bytes_) {
   o.module_ = nullptr;
@@ -329,7 +337,11 @@ absl::Status KernelModule::Enqueue(const AttnParams& p, const LaunchPlan& plan,
       !s.ok()) {
     return s;
   }
-  return cu_->Check(cu_->LaunchKernel(attention_, plan.grid[0], plan.grid[1], plan.grid[2],
+  unsigned grid_x = plan.grid[0];
+  if (plan.resident_ctas_per_sm > 0 && sm_count_ > 0) {
+    grid_x = std::min<unsigned>(grid_x, static_cast<unsigned>(sm_count_) * plan.resident_ctas_per_sm);
+  }
+  return cu_->Check(cu_->LaunchKernel(attention_, grid_x, plan.grid[1], plan.grid[2],
                                       plan.threads, 1, 1, plan.smem_bytes, stream,
                                       plan.tma_count > 0 ? attention_args : args, nullptr),
                     "launch attention");

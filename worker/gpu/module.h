@@ -69,6 +69,7 @@ class KernelModule {
   // Enqueues one call (tables, then attention) on `stream`. Does not wait. A plan with TMA
   // requests has their maps encoded over `p`'s tensors and passed as the attention kernel's third
   // parameter (INVALID_ARGUMENT naming the tensor and its geometry when the driver refuses one).
+  // A persistent kernel's grid (plan.resident_ctas_per_sm > 0) is bounded by what fits at once.
   absl::Status Enqueue(const AttnParams& p, const LaunchPlan& plan, CUstream stream) const;
 
   int registers() const { return registers_; }
@@ -80,6 +81,7 @@ class KernelModule {
   CUmodule module_ = nullptr;
   CUfunction plan_ = nullptr, classify_ = nullptr, compact_ = nullptr, attention_ = nullptr;
   int head_dim_ = 0, dtype_ = 0;
+  int sm_count_ = 0;  // of the current context's device: bounds a persistent kernel's grid
   int registers_ = 0, local_bytes_ = 0;
 };
 

@@ -97,6 +97,10 @@ typedef struct cubridge_attn_fwd_launch_plan {
   // loader zero-fills the plan before the plan kernel runs, so a version-1 kernel reads as none.
   int32_t tma_count;
   cubridge_attn_fwd_tma_request tma[CUBRIDGE_MAX_TMA];
+  // Persistent kernels (0: not one): the attention kernel strides over its grid's work (grid[0]
+  // CTAs' worth, grid[1] = grid[2] = 1), so a launcher may start only
+  // min(grid[0], SMs x resident_ctas_per_sm) CTAs; starting all of them is correct too.
+  uint32_t resident_ctas_per_sm;
 } cubridge_attn_fwd_launch_plan;
 
 #endif  // cubridge_attn_fwd_LAUNCH_ABI_CUH_

@@ -187,113 +187,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   // @cuir-region variant_bind
   // @cuir-end variant_bind
 
-  // grid m_block < cdiv(seqlen_q, BLOCK_M), h < heads_q, b < batch schedule longest_first
-  const Tile tile = LongestFirst::tile();
-  const int m_block = tile.m_block;
-  const int h = tile.head;
-  const int b = tile.batch;
-  const int q_lo = m_block * BLOCK_M;
-  const int q_hi = min(q_lo + BLOCK_M, seqlen_q);
-  // @cuir-region head_map
-  const int kv_h = h;
-  // @cuir-end head_map
-  // @cuir-region program_lets
-  // @cuir-end program_lets
-
-  // The walk over the visited KV blocks: body(n_block, kv_lo, kv_hi, apply_variant) per block,
-  // ascending. apply_variant(s, col0, row0, tile_hi) runs the program's score_mods and masks on
-  // one score tile of the block (this thread's rows row0, row0 + 8 and columns col0 + 8j + e,
-  // keys below tile_hi) and returns the tile's unit: log2(e) per score unit.
-  auto for_each_kv_block = [&](auto&& body) {
-    // @cuir-region kv_range
-    const KvUnion<1> kv_blocks = {{0}, {cuir_cdiv(seqlen_kv, BLOCK_N)}};
-    // @cuir-end kv_range
-    // @cuir-region kv_loop
-    for (int n_block = kv_blocks.first(), n_next; n_block != kv_blocks.kEnd; n_block = n_next) {
-      n_next = kv_blocks.next(n_block + 1);
-    // @cuir-end kv_loop
-      (void)n_next;  // the TMA producer runs ahead on its own; no prefetch hint needed
-      const int kv_lo = n_block * BLOCK_N;
-      const int kv_hi = min(kv_lo + BLOCK_N, seqlen_kv);
-      // @cuir-region block_class
-      // @cuir-end block_class
-      auto apply_variant = [&](float (&s)[TILE_N / 2], const int col0, const int row0,
-                               const int tile_hi) -> float {
-        // @cuir-region qk_scale
-        const float qk_scale = softmax_scale;
-        // @cuir-end qk_scale
-        // Scores stay raw (the scale folds into the softmax's exponent) unless a score_mod reads
-        // them: its visitors scale the tile once first. `scaled` is known at compile time.
-        bool scaled = false;
-        auto scale_once = [&] {
-          if (scaled) return;
-#pragma unroll
-          for (int i = 0; i < TILE_N / 2; ++i) s[i] *= qk_scale;
-          scaled = true;
-        };
-        // f(mt, r, j, e, q_idx, kv_idx, q_f, kv_f, x) on the in-bounds elements; the float
-        // indices are one conversion per tile plus constants (score_visit.cuh).
-        auto visit = [&](auto&& f) {
-          const float row0_f = static_cast<float>(row0), col0_f = static_cast<float>(col0);
-          for_each_element<TILE_N>(s, [&](int j, int e, int r, float& x) {
-            const int q_idx = row0 + 8 * r, kv_idx = col0 + 8 * j + e;
-            if (q_idx < q_hi && kv_idx < tile_hi) {
-              f(0, r, j, e, q_idx, kv_idx, row0_f + static_cast<float>(8 * r),
-                col0_f + static_cast<float>(8 * j + e), x);
-            }
-          });
-        };
-        auto element = [&](auto&& f) {
-          return [&](int, int, int, int, int q_idx, int kv_idx, float q_f, float kv_f, float& x) {
-            cuir_call_element(f, q_idx, kv_idx, q_f, kv_f, x, 0);
-          };
-        };
-        auto element_at = [&](auto&& f) {
-          return [&](int mt, int r, int j, int k, int q_idx, int kv_idx, float q_f, float kv_f,
-                     float& x) { cuir_call_element_at(f, mt, r, j, k, q_idx, kv_idx, q_f, kv_f, x, 0); };
-        };
-        // f(mt, r, q_idx) per row slot, f(j, k, kv_idx) per column slot; a slot past q_hi /
-        // tile_hi gets the last in-bounds index instead: no element reads that slot, and every
-        // expression of a program is defined at every in-bounds index.
-        auto for_each_score_row = [&](auto&& f) {
-#pragma unroll
-          for (int r = 0; r < 2; ++r) f(0, r, min(row0 + 8 * r, q_hi - 1));
-        };
-        auto for_each_score_col = [&](auto&& f) {
-#pragma unroll
-          for (int j = 0; j < NT; ++j)
-#pragma unroll
-            for (int k = 0; k < 2; ++k) f(j, k, min(col0 + 8 * j + k, tile_hi - 1));
-        };
-        (void)for_each_score_row, (void)for_each_score_col, (void)scale_once, (void)visit;
-        (void)element, (void)element_at;
-        {
-          auto for_each_score = [&](auto&& f) {
-            scale_once();
-            visit(element(f));
-          };
-          auto for_each_score_at = [&](auto&& f) {
-            scale_once();
-            visit(element_at(f));
-          };
-          (void)for_each_score, (void)for_each_score_at;
-          // @cuir-region score_mod
-          // @cuir-end score_mod
-        }
-        {
-          // Masks only write -inf, which is -inf in any unit: no scaling.
-          auto for_each_score = [&](auto&& f) { visit(element(f)); };
-          auto for_each_score_at = [&](auto&& f) { visit(element_at(f)); };
-          (void)for_each_score, (void)for_each_score_at;
-          // @cuir-region mask
-          // @cuir-end mask
-        }
-        return scaled ? kLog2e : qk_scale * kLog2e;
-      };
-      body(n_block, kv_lo, kv_hi, apply_variant);
-    }
-  };
-
   const int wg = threadIdx.x / 128;
   if (threadIdx.x == 0) {
 #pragma unroll
@@ -301,125 +194,251 @@ __global__ void __launch_bounds__(kThreads, 1)
     init_barriers<NSTAGE>(bars, G::kConsumerWGs * 4);
   }
   __syncthreads();
+  // The ring position (KV tiles so far) and the work tiles so far run on across work tiles, so
+  // the next tile's Q and K/V loads overlap this tile's last products and epilogue.
+  int ring = 0;
+  int work_round = 0;
+  // grid m_block < cdiv(seqlen_q, BLOCK_M), h < heads_q, b < batch schedule longest_first
+  const LongestFirst work(cuir_cdiv(seqlen_q, BLOCK_M), heads_q, batch);
+  // One work tile in one role. Each role runs its own loop over it (below), so the code of each
+  // lies after that role's setmaxnreg, and ptxas gives it that role's register budget.
+  auto work_tile = [&](const int w, auto role) {
+    const Tile tile = work.tile(w);
+    const int m_block = tile.m_block;
+    const int h = tile.head;
+    const int b = tile.batch;
+    const int q_lo = m_block * BLOCK_M;
+    const int q_hi = min(q_lo + BLOCK_M, seqlen_q);
+    // @cuir-region head_map
+    const int kv_h = h;
+    // @cuir-end head_map
+    // @cuir-region program_lets
+    // @cuir-end program_lets
 
-  if (wg == 0) {
-    // Producer: one thread issues every copy; the walk's KV tiles go round the ring.
-    setmaxnreg_dec<G::kProducerRegs>();
-    if (threadIdx.x != 0) return;
-    const void* const map_q = maps.map[0];
-    const void* const map_k = maps.map[1];
-    const void* const map_v = maps.map[2];
-    // load Q = q[b, h, q_lo:q_hi]
-    mbar_arrive_expect_tx(&bars->q_full, G::kQBytes);
+    // The walk over the visited KV blocks: body(n_block, kv_lo, kv_hi, apply_variant) per block,
+    // ascending. apply_variant(s, col0, row0, tile_hi) runs the program's score_mods and masks on
+    // one score tile of the block (this thread's rows row0, row0 + 8 and columns col0 + 8j + e,
+    // keys below tile_hi) and returns the tile's unit: log2(e) per score unit.
+    auto for_each_kv_block = [&](auto&& body) {
+      // @cuir-region kv_range
+      const KvUnion<1> kv_blocks = {{0}, {cuir_cdiv(seqlen_kv, BLOCK_N)}};
+      // @cuir-end kv_range
+      // @cuir-region kv_loop
+      for (int n_block = kv_blocks.first(), n_next; n_block != kv_blocks.kEnd; n_block = n_next) {
+        n_next = kv_blocks.next(n_block + 1);
+      // @cuir-end kv_loop
+        (void)n_next;  // the TMA producer runs ahead on its own; no prefetch hint needed
+        const int kv_lo = n_block * BLOCK_N;
+        const int kv_hi = min(kv_lo + BLOCK_N, seqlen_kv);
+        // @cuir-region block_class
+        // @cuir-end block_class
+        auto apply_variant = [&](float (&s)[TILE_N / 2], const int col0, const int row0,
+                                 const int tile_hi) -> float {
+          // @cuir-region qk_scale
+          const float qk_scale = softmax_scale;
+          // @cuir-end qk_scale
+          // Scores stay raw (the scale folds into the softmax's exponent) unless a score_mod reads
+          // them: its visitors scale the tile once first. `scaled` is known at compile time.
+          bool scaled = false;
+          auto scale_once = [&] {
+            if (scaled) return;
 #pragma unroll
-    for (int c = 0; c < G::kPanels; ++c)
-      tma_load_4d(sp.q() + c * G::kQPanelBytes, map_q, &bars->q_full, c * 64, q_lo, h, b);
-    int i = 0;
-    for_each_kv_block([&](int, int kv_lo, int kv_hi, auto&&) {
-      for (int lo = kv_lo; lo < kv_hi; lo += TILE_N, ++i) {
-        const RingPos<NSTAGE> at(i);
-        // load K = k[b, kv_h, kv_lo:kv_hi], then V: K first, so Q K^T can start under V's copy.
-        if (at.reused()) mbar_wait(&bars->k_empty[at.slot], at.empty_parity());
-        mbar_arrive_expect_tx(&bars->k_full[at.slot], G::kKVBytes);
+            for (int i = 0; i < TILE_N / 2; ++i) s[i] *= qk_scale;
+            scaled = true;
+          };
+          // f(mt, r, j, e, q_idx, kv_idx, q_f, kv_f, x) on the in-bounds elements; the float
+          // indices are one conversion per tile plus constants (score_visit.cuh).
+          auto visit = [&](auto&& f) {
+            const float row0_f = static_cast<float>(row0), col0_f = static_cast<float>(col0);
+            for_each_element<TILE_N>(s, [&](int j, int e, int r, float& x) {
+              const int q_idx = row0 + 8 * r, kv_idx = col0 + 8 * j + e;
+              if (q_idx < q_hi && kv_idx < tile_hi) {
+                f(0, r, j, e, q_idx, kv_idx, row0_f + static_cast<float>(8 * r),
+                  col0_f + static_cast<float>(8 * j + e), x);
+              }
+            });
+          };
+          auto element = [&](auto&& f) {
+            return [&](int, int, int, int, int q_idx, int kv_idx, float q_f, float kv_f, float& x) {
+              cuir_call_element(f, q_idx, kv_idx, q_f, kv_f, x, 0);
+            };
+          };
+          auto element_at = [&](auto&& f) {
+            return [&](int mt, int r, int j, int k, int q_idx, int kv_idx, float q_f, float kv_f,
+                       float& x) { cuir_call_element_at(f, mt, r, j, k, q_idx, kv_idx, q_f, kv_f, x, 0); };
+          };
+          // f(mt, r, q_idx) per row slot, f(j, k, kv_idx) per column slot; a slot past q_hi /
+          // tile_hi gets the last in-bounds index instead: no element reads that slot, and every
+          // expression of a program is defined at every in-bounds index.
+          auto for_each_score_row = [&](auto&& f) {
 #pragma unroll
-        for (int c = 0; c < G::kPanels; ++c)
-          tma_load_4d(sp.k(at.slot) + c * G::kKVPanelBytes, map_k, &bars->k_full[at.slot], c * 64,
-                      lo, kv_h, b);
-        if (at.reused()) mbar_wait(&bars->v_empty[at.slot], at.empty_parity());
-        mbar_arrive_expect_tx(&bars->v_full[at.slot], G::kKVBytes);
+            for (int r = 0; r < 2; ++r) f(0, r, min(row0 + 8 * r, q_hi - 1));
+          };
+          auto for_each_score_col = [&](auto&& f) {
 #pragma unroll
-        for (int c = 0; c < G::kPanels; ++c)
-          tma_load_4d(sp.v(at.slot) + c * G::kKVPanelBytes, map_v, &bars->v_full[at.slot], c * 64,
-                      lo, kv_h, b);
+            for (int j = 0; j < NT; ++j)
+#pragma unroll
+              for (int k = 0; k < 2; ++k) f(j, k, min(col0 + 8 * j + k, tile_hi - 1));
+          };
+          (void)for_each_score_row, (void)for_each_score_col, (void)scale_once, (void)visit;
+          (void)element, (void)element_at;
+          {
+            auto for_each_score = [&](auto&& f) {
+              scale_once();
+              visit(element(f));
+            };
+            auto for_each_score_at = [&](auto&& f) {
+              scale_once();
+              visit(element_at(f));
+            };
+            (void)for_each_score, (void)for_each_score_at;
+            // @cuir-region score_mod
+            // @cuir-end score_mod
+          }
+          {
+            // Masks only write -inf, which is -inf in any unit: no scaling.
+            auto for_each_score = [&](auto&& f) { visit(element(f)); };
+            auto for_each_score_at = [&](auto&& f) { visit(element_at(f)); };
+            (void)for_each_score, (void)for_each_score_at;
+            // @cuir-region mask
+            // @cuir-end mask
+          }
+          return scaled ? kLog2e : qk_scale * kLog2e;
+        };
+        body(n_block, kv_lo, kv_hi, apply_variant);
       }
-    });
-    return;
-  }
+    };
 
-  // Consumers.
-  setmaxnreg_inc<G::kConsumerRegs>();
-  const int cw = wg - 1;
-  const int lane = threadIdx.x & 31;
-  const int warp = (threadIdx.x >> 5) & 3;
-  const int row0 = q_lo + cw * 64 + warp * 16 + (lane >> 2);  // this thread's rows: row0, row0 + 8
-  const int t = lane & 3;
-  const Operands<G, TILE_N> ops(sp.q(), sp.k(0), sp.v(0), cw);
-
-  // softmax.init
-  float acc[D / 2];
+    if constexpr (decltype(role)::kProducer) {
+      // Producer: one thread issues every copy; the walk's KV tiles go round the ring. Q waits
+      // until the consumers are done reading the previous tile's.
+      const void* const map_q = maps.map[0];
+      const void* const map_k = maps.map[1];
+      const void* const map_v = maps.map[2];
+      if (work_round > 0) mbar_wait(&bars->q_empty, (work_round - 1) & 1);
+      // load Q = q[b, h, q_lo:q_hi]
+      mbar_arrive_expect_tx(&bars->q_full, G::kQBytes);
 #pragma unroll
-  for (int i = 0; i < D / 2; ++i) acc[i] = 0.f;
-  OnlineSoftmax<TILE_N, D> softmax;
-  float s[TILE_N / 2];
-  uint32_t pa[TILE_N / 16][4];
-  float corr[2];
-  int i = 0;               // KV tiles of the walk consumed so far
-  int pv_slot = -1;        // the ring slot of the tile whose P V is still to issue (-1: none)
-  uint32_t pv_parity = 0;
+      for (int c = 0; c < G::kPanels; ++c)
+        tma_load_4d(sp.q() + c * G::kQPanelBytes, map_q, &bars->q_full, c * 64, q_lo, h, b);
+      for_each_kv_block([&](int, int kv_lo, int kv_hi, auto&&) {
+        for (int lo = kv_lo; lo < kv_hi; lo += TILE_N, ++ring) {
+          const RingPos<NSTAGE> at(ring);
+          // load K = k[b, kv_h, kv_lo:kv_hi], then V: K first, so Q K^T can start under V's copy.
+          if (at.reused()) mbar_wait(&bars->k_empty[at.slot], at.empty_parity());
+          mbar_arrive_expect_tx(&bars->k_full[at.slot], G::kKVBytes);
+#pragma unroll
+          for (int c = 0; c < G::kPanels; ++c)
+            tma_load_4d(sp.k(at.slot) + c * G::kKVPanelBytes, map_k, &bars->k_full[at.slot], c * 64,
+                        lo, kv_h, b);
+          if (at.reused()) mbar_wait(&bars->v_empty[at.slot], at.empty_parity());
+          mbar_arrive_expect_tx(&bars->v_full[at.slot], G::kKVBytes);
+#pragma unroll
+          for (int c = 0; c < G::kPanels; ++c)
+            tma_load_4d(sp.v(at.slot) + c * G::kKVPanelBytes, map_v, &bars->v_full[at.slot], c * 64,
+                        lo, kv_h, b);
+        }
+      });
+    } else {
+      const int cw = wg - 1;
+      const int lane = threadIdx.x & 31;
+      const int warp = (threadIdx.x >> 5) & 3;
+      // This thread's rows: row0, row0 + 8.
+      const int row0 = q_lo + cw * 64 + warp * 16 + (lane >> 2);
+      const int t = lane & 3;
+      const Operands<G, TILE_N> ops(sp.q(), sp.k(0), sp.v(0), cw);
 
-  // Ping-pong: WG 1 arrives once so that WG 0 issues first; both run one issue section per tile
-  // plus the last P V, so WG 0's extra wait after the loop balances the barriers.
-  if (kPingPong && cw == 1) named_bar_arrive<kBarIssueWG0, kPingPongThreads>();
-  mbar_wait(&bars->q_full, 0);
+      // softmax.init
+      float acc[D / 2];
+#pragma unroll
+      for (int i = 0; i < D / 2; ++i) acc[i] = 0.f;
+      OnlineSoftmax<TILE_N, D> softmax;
+      float s[TILE_N / 2];
+      uint32_t pa[TILE_N / 16][4];
+      float corr[2];
+      int pv_slot = -1;        // the ring slot of the tile whose P V is still to issue (-1: none)
+      uint32_t pv_parity = 0;
 
-  for_each_kv_block([&](int, int kv_lo, int kv_hi, auto&& apply_variant) {
-    for (int lo = kv_lo; lo < kv_hi; lo += TILE_N, ++i) {
-      const RingPos<NSTAGE> at(i);
-      const int tile_hi = min(lo + TILE_N, kv_hi);
-      mbar_wait(&bars->k_full[at.slot], at.full_parity());
-      // S = qk Q, K, issued with the previous tile's P V behind it (none before the first);
-      // wait for S only.
-      if (pv_slot < 0) {
-        if (kPingPong) pingpong_wait_turn(cw);
-        issue_qk<T, G, D, TILE_N>(s, ops.q, ops.k(at.slot));
-        if (kPingPong) pingpong_pass_turn(cw);
-        wgmma_wait<0>();
-      } else {
+      // Ping-pong: WG 1 arrives once so that WG 0 issues first; both run one issue section per tile
+      // plus the last P V, so WG 0's extra wait after the loop balances the barriers.
+      if (kPingPong && cw == 1) named_bar_arrive<kBarIssueWG0, kPingPongThreads>();
+      mbar_wait(&bars->q_full, work_round & 1);
+
+      for_each_kv_block([&](int, int kv_lo, int kv_hi, auto&& apply_variant) {
+        for (int lo = kv_lo; lo < kv_hi; lo += TILE_N, ++ring) {
+          const RingPos<NSTAGE> at(ring);
+          const int tile_hi = min(lo + TILE_N, kv_hi);
+          mbar_wait(&bars->k_full[at.slot], at.full_parity());
+          // S = qk Q, K, issued with the previous tile's P V behind it (none before the first);
+          // wait for S only.
+          if (pv_slot < 0) {
+            if (kPingPong) pingpong_wait_turn(cw);
+            issue_qk<T, G, D, TILE_N>(s, ops.q, ops.k(at.slot));
+            if (kPingPong) pingpong_pass_turn(cw);
+            wgmma_wait<0>();
+          } else {
+            mbar_wait(&bars->v_full[pv_slot], pv_parity);
+            if (kPingPong) pingpong_wait_turn(cw);
+            issue_qk<T, G, D, TILE_N>(s, ops.q, ops.k(at.slot));
+            issue_pv<T, D, TILE_N>(acc, pa, ops.v(pv_slot));
+            if (kPingPong) pingpong_pass_turn(cw);
+            wgmma_wait<1>();
+          }
+          reg_fence(s);
+          if (lane == 0) mbar_arrive(&bars->k_empty[at.slot]);
+          if (tile_hi - lo < TILE_N) mask_columns_from<TILE_N>(s, lo + 2 * t, tile_hi);
+          const float unit = apply_variant(s, lo + 2 * t, row0, tile_hi);
+          // P = softmax.online S, under the previous P V; then that P V retires (a no-op wait on the
+          // first tile, kept unconditional so that no wgmma wait sits on a branch).
+          softmax.update(s, corr, unit);
+          wgmma_wait<0>();
+          reg_fence(acc);
+          // Ties the packing of P below the wait: the previous P fragments are read by that P V
+          // until then, and the packed values may land in the same registers.
+          reg_fence(s);
+          if (pv_slot >= 0 && lane == 0) mbar_arrive(&bars->v_empty[pv_slot]);
+          OnlineSoftmax<TILE_N, D>::rescale(acc, corr);
+          p_to_a<T, TILE_N>(s, pa);
+          pv_slot = at.slot;
+          pv_parity = at.full_parity();
+        }
+      });
+      // Every Q K^T of this work tile has retired: the producer may load the next tile's Q.
+      if (lane == 0) mbar_arrive(&bars->q_empty);
+      // pv P, V of the last tile.
+      if (pv_slot >= 0) {
         mbar_wait(&bars->v_full[pv_slot], pv_parity);
         if (kPingPong) pingpong_wait_turn(cw);
-        issue_qk<T, G, D, TILE_N>(s, ops.q, ops.k(at.slot));
         issue_pv<T, D, TILE_N>(acc, pa, ops.v(pv_slot));
         if (kPingPong) pingpong_pass_turn(cw);
-        wgmma_wait<1>();
+        wgmma_wait<0>();
+        reg_fence(acc);
+        if (lane == 0) mbar_arrive(&bars->v_empty[pv_slot]);
       }
-      reg_fence(s);
-      if (lane == 0) mbar_arrive(&bars->k_empty[at.slot]);
-      if (tile_hi - lo < TILE_N) mask_columns_from<TILE_N>(s, lo + 2 * t, tile_hi);
-      const float unit = apply_variant(s, lo + 2 * t, row0, tile_hi);
-      // P = softmax.online S, under the previous P V; then that P V retires (a no-op wait on the
-      // first tile, kept unconditional so that no wgmma wait sits on a branch).
-      softmax.update(s, corr, unit);
-      wgmma_wait<0>();
-      reg_fence(acc);
-      // Ties the packing of P below the wait: the previous P fragments are read by that P V
-      // until then, and the packed values may land in the same registers.
-      reg_fence(s);
-      if (pv_slot >= 0 && lane == 0) mbar_arrive(&bars->v_empty[pv_slot]);
-      OnlineSoftmax<TILE_N, D>::rescale(acc, corr);
-      p_to_a<T, TILE_N>(s, pa);
-      pv_slot = at.slot;
-      pv_parity = at.full_parity();
-    }
-  });
-  // pv P, V of the last tile.
-  if (pv_slot >= 0) {
-    mbar_wait(&bars->v_full[pv_slot], pv_parity);
-    if (kPingPong) pingpong_wait_turn(cw);
-    issue_pv<T, D, TILE_N>(acc, pa, ops.v(pv_slot));
-    if (kPingPong) pingpong_pass_turn(cw);
-    wgmma_wait<0>();
-    reg_fence(acc);
-    if (lane == 0) mbar_arrive(&bars->v_empty[pv_slot]);
-  }
-  if (kPingPong && cw == 0) named_bar_sync<kBarIssueWG0, kPingPongThreads>();
+      if (kPingPong && cw == 0) named_bar_sync<kBarIssueWG0, kPingPongThreads>();
 
-  // @cuir-region epilogue_sink
-  // @cuir-end epilogue_sink
-  // epilogue: O = acc / l (0 where l = 0), LSE = m + log(l) (-inf where l = 0)
-  T* const o_row0 = static_cast<T*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride +
-                    static_cast<int64_t>(row0) * p.o_row_stride;
-  float* const lse_row0 = p.lse + b * p.lse_batch_stride + h * p.lse_head_stride + row0;
-  store_output<T, TILE_N, D>(acc, softmax, o_row0, p.o_row_stride, lse_row0, row0, q_hi, t);
+      // @cuir-region epilogue_sink
+      // @cuir-end epilogue_sink
+      // epilogue: O = acc / l (0 where l = 0), LSE = m + log(l) (-inf where l = 0)
+      T* const o_row0 = static_cast<T*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride +
+                        static_cast<int64_t>(row0) * p.o_row_stride;
+      float* const lse_row0 = p.lse + b * p.lse_batch_stride + h * p.lse_head_stride + row0;
+      store_output<T, TILE_N, D>(acc, softmax, o_row0, p.o_row_stride, lse_row0, row0, q_hi, t);
+    }
+  };
+  // The producer keeps one thread with few registers; the consumers take the freed ones.
+  if (wg == 0) {
+    setmaxnreg_dec<G::kProducerRegs>();
+    if (threadIdx.x != 0) return;
+    for (int w = work.first(); w < work.count; w = work.next(w), ++work_round) {
+      work_tile(w, ProducerRole{});
+    }
+  } else {
+    setmaxnreg_inc<G::kConsumerRegs>();
+    for (int w = work.first(); w < work.count; w = work.next(w), ++work_round) {
+      work_tile(w, ConsumerRole{});
+    }
+  }
 }
 
 // TMA reads rows at 16-byte-aligned addresses with strides that are multiples of 16 bytes (and
@@ -482,10 +501,13 @@ __host__ __device__ __forceinline__ void cubridge_attn_fwd_make_plan(
   plan->compact_grid =
       static_cast<uint32_t>(cuir_min<long long>(cuir_cdiv<long long>(rows, kTableThreads), 16384));
   plan->table_threads = kTableThreads;
-  // schedule longest_first (scheduler.cuh): query tiles fastest, last first; then heads, batch.
-  plan->grid[0] = static_cast<uint32_t>(cuir_cdiv(p.seqlen_q, BLOCK_M));
-  plan->grid[1] = static_cast<uint32_t>(p.heads_q);
-  plan->grid[2] = static_cast<uint32_t>(p.batch);
+  // schedule longest_first (scheduler.cuh): one work tile per CTA at most; the kernel strides
+  // over them, so a launcher may start fewer CTAs (one per SM: resident_ctas_per_sm).
+  const long long work = static_cast<long long>(cuir_cdiv(p.seqlen_q, BLOCK_M)) * p.heads_q * p.batch;
+  if (work > INT_MAX) return;
+  plan->grid[0] = static_cast<uint32_t>(work);
+  plan->grid[1] = plan->grid[2] = 1;
+  plan->resident_ctas_per_sm = 1;
   plan->status = 0;
 }
 
@@ -556,7 +578,12 @@ static int launch(const cubridge_attn_fwd_params* p, const cubridge_attn_fwd_lau
   cudaError_t err = cudaFuncSetAttribute(
       attn_fwd_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes);
   if (err != cudaSuccess) return err;
-  const dim3 grid(plan.grid[0], plan.grid[1], plan.grid[2]);
+  dim3 grid(plan.grid[0], plan.grid[1], plan.grid[2]);
+  int device = 0, sms = 0;
+  if (plan.resident_ctas_per_sm > 0 && cudaGetDevice(&device) == cudaSuccess &&
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess) {
+    grid.x = cuir_min<unsigned>(grid.x, static_cast<unsigned>(sms) * plan.resident_ctas_per_sm);
+  }
   attn_fwd_kernel<T, D><<<grid, plan.threads, plan.smem_bytes, stream>>>(
       *p, static_cast<char*>(p->workspace), maps);
   return cudaGetLastError();

@@ -22,6 +22,7 @@ namespace fa3 {
 template <int STAGES>
 struct Barriers {
   uint64_t q_full;
+  uint64_t q_empty;  // the consumers' Q K^T of a work tile retired: the next Q may land
   uint64_t k_full[STAGES];
   uint64_t v_full[STAGES];
   uint64_t k_empty[STAGES];
@@ -73,6 +74,7 @@ struct SmemPlan {
 template <int STAGES>
 __device__ __forceinline__ void init_barriers(Barriers<STAGES>* b, int consumer_warps) {
   mbar_init(&b->q_full, 1);
+  mbar_init(&b->q_empty, consumer_warps);
 #pragma unroll
   for (int s = 0; s < STAGES; ++s) {
     mbar_init(&b->k_full[s], 1);
