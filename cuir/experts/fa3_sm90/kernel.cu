@@ -248,15 +248,24 @@ __global__ void __launch_bounds__(kThreads, 1)
           };
           // f(mt, r, j, e, q_idx, kv_idx, q_f, kv_f, x) on the in-bounds elements; the float
           // indices are one conversion per tile plus constants (score_visit.cuh).
+          // Where this thread's last row and column of the tile are in bounds, so is every
+          // element, and the per-element test (a select per element) is left out.
           auto visit = [&](auto&& f) {
             const float row0_f = static_cast<float>(row0), col0_f = static_cast<float>(col0);
-            for_each_element<TILE_N>(s, [&](int j, int e, int r, float& x) {
-              const int q_idx = row0 + 8 * r, kv_idx = col0 + 8 * j + e;
-              if (q_idx < q_hi && kv_idx < tile_hi) {
-                f(0, r, j, e, q_idx, kv_idx, row0_f + static_cast<float>(8 * r),
-                  col0_f + static_cast<float>(8 * j + e), x);
-              }
-            });
+            auto each = [&](auto bounds) {
+              for_each_element<TILE_N>(s, [&](int j, int e, int r, float& x) {
+                const int q_idx = row0 + 8 * r, kv_idx = col0 + 8 * j + e;
+                if (!decltype(bounds)::kChecked || (q_idx < q_hi && kv_idx < tile_hi)) {
+                  f(0, r, j, e, q_idx, kv_idx, row0_f + static_cast<float>(8 * r),
+                    col0_f + static_cast<float>(8 * j + e), x);
+                }
+              });
+            };
+            if (row0 + 8 < q_hi && col0 + 8 * (NT - 1) + 1 < tile_hi) {
+              each(Bounds<false>{});
+            } else {
+              each(Bounds<true>{});
+            }
           };
           auto element = [&](auto&& f) {
             return [&](int, int, int, int, int q_idx, int kv_idx, float q_f, float kv_f, float& x) {

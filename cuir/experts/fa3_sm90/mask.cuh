@@ -37,5 +37,13 @@ __device__ __forceinline__ void for_each_element(float (&s)[TILE_N / 2], F&& f) 
   }
 }
 
+// Whether a score visitor tests each element against the tile's bounds (kChecked: a ragged
+// tile) or not (every element the thread holds is in bounds): a tag, so that each case is its own
+// unrolled loop.
+template <bool kCheck>
+struct Bounds {
+  static constexpr bool kChecked = kCheck;
+};
+
 }  // namespace fa3
 }  // namespace cubridge
