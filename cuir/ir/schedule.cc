@@ -9,11 +9,24 @@ namespace {
 // Points in grid order: the launch coordinate is the point.
 void LinearPoint(const std::vector<int64_t>&, std::vector<int64_t>*) {}
 
-// The first axis (the query tile) from its last value to its first, the others as linear: under
-// causal-like masks the last query tiles visit the most KV blocks, so they start first and the
-// short ones fill the tail of the wave (fa3_sm90/scheduler.cuh, LongestFirst).
+// The first axis (the query tile) slowest, from its last value to its first; the other axes
+// linear within each of its values: under causal-like masks the last query tiles visit the most
+// KV blocks, so every wave holds tiles of about one length, the long ones first and the short
+// ones in the tail. The kernel (fa3_sm90/scheduler.cuh, LongestFirst) runs this order within
+// L2-sized groups of the other axes, a choice that changes what runs together, not what is
+// computed; here it is one group.
 void LongestFirstPoint(const std::vector<int64_t>& extents, std::vector<int64_t>* coord) {
-  if (!coord->empty()) (*coord)[0] = extents[0] - 1 - (*coord)[0];
+  if (coord->empty()) return;
+  int64_t w = 0;  // the launch index, the first axis fastest
+  for (size_t i = coord->size(); i-- > 0;) w = w * extents[i] + (*coord)[i];
+  int64_t rest = 1;  // points per value of the first axis
+  for (size_t i = 1; i < extents.size(); ++i) rest *= extents[i];
+  (*coord)[0] = extents[0] - 1 - w / rest;
+  int64_t r = w % rest;
+  for (size_t i = 1; i < coord->size(); ++i) {
+    (*coord)[i] = r % extents[i];
+    r /= extents[i];
+  }
 }
 
 }  // namespace
@@ -23,7 +36,8 @@ const std::vector<GridSchedule>& GridSchedules() {
       {kDefaultSchedule, "the default: every axis ascending, the first axis fastest",
        LinearPoint},
       {"longest_first",
-       "as linear, but the first axis, the query tile, descending from its last value",
+       "the first axis, the query tile, slowest and descending from its last value; the others "
+       "linear within it",
        LongestFirstPoint},
   };
   return kSchedules;

@@ -31,11 +31,11 @@ TEST(Schedule, LinearIsGridOrderFirstAxisFastest) {
   EXPECT_EQ(*GridOrder("linear", {3, 2, 1}), *order);
 }
 
-TEST(Schedule, LongestFirstRunsTheFirstAxisDescending) {
+TEST(Schedule, LongestFirstRunsTheFirstAxisSlowestAndDescending) {
   auto order = GridOrder("longest_first", {3, 2, 2});
   ASSERT_TRUE(order.ok()) << order.status();
-  EXPECT_EQ(*order, (Points{{2, 0, 0}, {1, 0, 0}, {0, 0, 0}, {2, 1, 0}, {1, 1, 0}, {0, 1, 0},
-                            {2, 0, 1}, {1, 0, 1}, {0, 0, 1}, {2, 1, 1}, {1, 1, 1}, {0, 1, 1}}));
+  EXPECT_EQ(*order, (Points{{2, 0, 0}, {2, 1, 0}, {2, 0, 1}, {2, 1, 1}, {1, 0, 0}, {1, 1, 0},
+                            {1, 0, 1}, {1, 1, 1}, {0, 0, 0}, {0, 1, 0}, {0, 0, 1}, {0, 1, 1}}));
 }
 
 TEST(Schedule, EveryScheduleVisitsEveryPointOnce) {

@@ -199,7 +199,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   int ring = 0;
   int work_round = 0;
   // grid m_block < cdiv(seqlen_q, BLOCK_M), h < heads_q, b < batch schedule longest_first
-  const LongestFirst work(cuir_cdiv(seqlen_q, BLOCK_M), heads_q, batch);
+  const LongestFirst work(cuir_cdiv(seqlen_q, BLOCK_M), heads_q, batch,
+                          2ll * seqlen_kv * D * static_cast<long long>(sizeof(T)),
+                          heads_q / max(1, heads_kv));
   // One work tile in one role. Each role runs its own loop over it (below), so the code of each
   // lies after that role's setmaxnreg, and ptxas gives it that role's register budget.
   auto work_tile = [&](const int w, auto role) {

@@ -3,13 +3,18 @@
 // so a launcher may start only as many CTAs as fit on the GPU at once (one per SM) and each
 // CTA's next Q and K/V loads run under its current tile's last products and epilogue. With one
 // CTA per work tile (gridDim.x = count) it is the plain grid. The order:
-//  - the query tile is fastest: the CTAs working at one time then share a few heads, whose K/V
-//    (4 MB per head at 8k x 128) stay in L2 while every query tile of the head streams them.
-//    With heads fastest a wave touched 64 heads at once and read K/V from DRAM again and again
-//    (measured: 87% of DRAM bandwidth, 40% L2 hits, half the tensor rate);
-//  - within a head the query tiles run from the last to the first: under causal-like masks the
-//    last tiles visit the most KV blocks, so the short ones fill the tail instead of a few long
-//    ones running alone at the end; without such a mask the order changes nothing.
+//  - the (head, batch) pairs are cut into groups whose K/V fit in a share of L2 (kL2GroupBytes;
+//    the query heads of a GQA group count once), and one group's tiles all come before the
+//    next's: the CTAs working at one time read the K/V of a few heads, which stay in L2 while
+//    every query tile of those heads streams them. With all heads at once a wave read K/V from
+//    DRAM again and again (measured: 87% of DRAM bandwidth, 40% L2 hits, half the tensor rate);
+//  - within a group the query tile is the slowest axis, from the last to the first: under
+//    causal-like masks the last tiles visit the most KV blocks, so every wave holds tiles of about
+//    one length, the long ones first and the short ones in the tail. A static stride over tiles
+//    of one length is balanced; with the query tile fastest a CTA striding by gridDim.x met
+//    only two query tiles (132 = 4 mod 8 at S = 1k): one CTA got the longest, another the
+//    shortest, and the last CTA finished 31% after the mean (measured: causal 1k 18% slower);
+//  - without such a mask the order changes nothing but the L2 reuse.
 #pragma once
 
 #include "../common/cuir_platform.cuh"
@@ -29,19 +34,35 @@ struct Tile {
   int m_block, head, batch;
 };
 
+// K/V bytes one group of (head, batch) pairs may bring to L2: under half of an H100's 50 MB, so
+// the next group's first tiles and the O stores find room.
+constexpr long long kL2GroupBytes = 24ll << 20;
+
 struct LongestFirst {
   int m_blocks, heads, count;
+  int pairs, group;  // (head, batch) pairs; pairs per group
 
-  __device__ __forceinline__ LongestFirst(int m_blocks_, int heads_, int batch)
-      : m_blocks(m_blocks_), heads(heads_), count(m_blocks_ * heads_ * batch) {}
+  // kv_head_bytes: K and V of one kv head; heads_per_kv: query heads sharing it (GQA).
+  __device__ __forceinline__ LongestFirst(int m_blocks_, int heads_, int batch,
+                                          long long kv_head_bytes, int heads_per_kv)
+      : m_blocks(m_blocks_), heads(heads_), count(m_blocks_ * heads_ * batch),
+        pairs(heads_ * batch) {
+    const long long kv_heads = kv_head_bytes > 0 ? kL2GroupBytes / kv_head_bytes : pairs;
+    group = static_cast<int>(min(static_cast<long long>(pairs),
+                                 max(1ll, kv_heads) * max(1, heads_per_kv)));
+  }
   __device__ __forceinline__ static int first() { return static_cast<int>(blockIdx.x); }
   __device__ __forceinline__ static int next(int w) { return w + static_cast<int>(gridDim.x); }
   __device__ __forceinline__ Tile tile(int w) const {
+    const int g = w / (group * m_blocks);
+    const int first_pair = g * group;
+    const int size = min(group, pairs - first_pair);  // the last group may be short
+    const int in = w - first_pair * m_blocks;
+    const int pair = first_pair + in % size;
     Tile t;
-    const int rest = w / m_blocks;
-    t.m_block = m_blocks - 1 - (w - rest * m_blocks);
-    t.head = rest % heads;
-    t.batch = rest / heads;
+    t.m_block = m_blocks - 1 - in / size;
+    t.head = pair % heads;
+    t.batch = pair / heads;
     return t;
   }
 };
