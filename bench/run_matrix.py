@@ -6,6 +6,7 @@ On the GPU:     python3 bench/run_matrix.py DIR [--out docs/benchmarks.md] [--on
                     [--seqlens 1024,8192] [--heads llama2-7b,qwen2.5-72b,llama3.1-405b]
                     [--extra-hdims 64,256] [--budget-s SECONDS]
 Merge parts:    python3 bench/run_matrix.py --merge A.json B.json [--out docs/benchmarks.md]
+A/B:            python3 bench/run_matrix.py DIR --against DIR2 [--rounds 5] ...
 
 Cases: every variant of examples/specs x S in --seqlens (batch = 16384 // S) x head configs
 Llama2-7B (32/32), Qwen2.5-72B (64/8), Llama3.1-405B (128/8), bf16, head dim 128; plus causal at
@@ -23,6 +24,12 @@ workspace prepared once outside the timing; block tables are rebuilt inside ever
 attn_mask for masked variants, is_causal for causal, nothing for score mods) and eager PyTorch
 (materialised scores, bf16, fp32 after a score_mod; per-head chunks so an fp32 score chunk stays
 <= 4 GiB; chunk loop and GQA K/V repeat inside the timing; not timed when one call takes > 0.5 s).
+
+A/B mode (--against DIR2, two sets of kernels, e.g. HEAD's and a patch's): both are checked
+against Flex, then timed in alternation, A B A B ... (--rounds pairs of do_bench, rep 20 ms; the
+median of each), so that clock and temperature drift between runs falls on both alike (two
+sequential runs of one kernel set differed by up to 10% per row on an H100). Eager is not run;
+the row gets b_ms / b_tflops / b_status and b_over_a, and a summary table closes the log.
 
 Progress goes to stdout (flushed) with elapsed times; with $OUT set, $OUT/matrix_rows.json and
 $OUT/benchmarks_section.md are rewritten after every case, so a run cut short still leaves its rows.
@@ -58,6 +65,7 @@ ATOL, RTOL = 2e-2, 1e-2  # bf16 O: two bf16 roundings of |O| ~ 4 already differ 
 EAGER_SCORE_BYTES = 4 << 30
 EAGER_MAX_CALL_S = 0.5
 WARMUP_MS, REP_MS, EAGER_REP_MS = 10, 60, 30
+AB_REP_MS = 20
 
 
 def kernel_and_params(name, s):
@@ -329,32 +337,34 @@ def run(args):
                 kernels.append(kernel_and_params(n, s)[0])
     pool = ThreadPoolExecutor(max(1, min(8, len(kernels))))
 
-    def build(kname):
-        src = os.path.join(args.dir, f"{kname}_sm_90.cu")
-        so = os.path.join(args.dir, f"{kname}.so")
+    def build(kname, folder=args.dir):
+        src = os.path.join(folder, f"{kname}_sm_90.cu")
+        so = os.path.join(folder, f"{kname}.so")
         if not os.path.exists(src):
             raise RuntimeError(f"no {src} (bench/make_kernels.sh writes it)")
         if not args.rebuild and os.path.exists(so) and os.path.getmtime(so) > os.path.getmtime(src):
             return so
         t0 = time.time()
         try:
-            so = check.build_from(args.dir, kname, "sm_90")
+            so = check.build_from(folder, kname, "sm_90")
         except Exception as e:  # noqa: BLE001  print nvcc's whole message once
             print(f"  [{time.time() - t_start:6.1f}s] nvcc {kname} FAILED:\n{e}", flush=True)
             raise
         print(f"  [{time.time() - t_start:6.1f}s] nvcc {kname}: {time.time() - t0:.1f}s", flush=True)
         return so
 
-    builds = {k: pool.submit(build, k) for k in kernels}
+    builds = {(k, args.dir): pool.submit(build, k) for k in kernels}
+    if args.against:
+        builds.update({(k, args.against): pool.submit(build, k, args.against) for k in kernels})
     libs = {}
 
-    def get_lib(kname):
-        if kname not in libs:
-            lib = ctypes.CDLL(builds[kname].result())
+    def get_lib(kname, folder=args.dir):
+        if (kname, folder) not in libs:
+            lib = ctypes.CDLL(builds[(kname, folder)].result())
             lib.cubridge_attn_fwd.restype = ctypes.c_int
             lib.cubridge_attn_fwd_workspace_size.restype = ctypes.c_size_t
-            libs[kname] = lib
-        return libs[kname]
+            libs[(kname, folder)] = lib
+        return libs[(kname, folder)]
 
     def bench(fn, rep=REP_MS):
         return do_bench(fn, warmup=WARMUP_MS, rep=rep, return_mode="median")
@@ -526,6 +536,8 @@ def run(args):
 
         # Eager PyTorch.
         try:
+            if args.against:
+                raise SkipEager
             fn, hc = make_eager(q, k, v, scale, st["neg"], st["eager_score"])
             row["eager_head_chunk"] = hc
             torch.cuda.synchronize()
@@ -543,13 +555,16 @@ def run(args):
                 row["eager_ms"] = time_calls(fn) if first > 0.05 else bench(fn, rep=EAGER_REP_MS)
                 row["eager_tflops"] = tflops(flops, row["eager_ms"])
             del fn
+        except SkipEager:
+            pass
         except Exception as e:  # noqa: BLE001  (OOM included)
             row["eager_note"] = "failed: " + short(e)
             torch.cuda.empty_cache()
         # CuBridge last (its lowered kernel may still be building): check against Flex, then time
         # the launcher call alone.
-        try:
-            lib = get_lib(st["kname"])
+        def prepare(folder, prefix):
+            """Runs the kernel of `folder` once and checks O; returns its timed call, or None."""
+            lib = get_lib(st["kname"], folder)
             o = torch.full_like(q, float("nan"))
             lse = torch.full((b_, hq, s), float("nan"), device=dev, dtype=torch.float32)
             p, ws = make_params(lib, q, k, v, o, lse, scale, st["bufs"])
@@ -558,26 +573,42 @@ def run(args):
             err = lib.cubridge_attn_fwd(pref, stream)
             torch.cuda.synchronize()
             if err != 0:
-                row["status"] = f"FAIL: launcher returned {err}"
+                row[prefix + "status"] = f"FAIL: launcher returned {err}"
+                return None
+            if ref is None:
+                row[prefix + "status"] = "unchecked: no FlexAttention output"
             else:
-                if ref is None:
-                    row["status"] = "unchecked: no FlexAttention output"
+                dif = (o.float() - ref.float()).abs()
+                has_nan = bool(torch.isnan(o).any())
+                row[prefix + "max_abs_diff"] = dif.max().item()
+                excess = (dif - RTOL * ref.float().abs()).max().item()
+                del dif
+                if has_nan:
+                    row[prefix + "status"] = "FAIL: NaN in O"
+                elif excess > ATOL:
+                    row[prefix + "status"] = (f"FAIL: |O - O_flex| max "
+                                              f"{row[prefix + 'max_abs_diff']:.3e} over tolerance")
                 else:
-                    dif = (o.float() - ref.float()).abs()
-                    has_nan = bool(torch.isnan(o).any())
-                    row["max_abs_diff"] = dif.max().item()
-                    excess = (dif - RTOL * ref.float().abs()).max().item()
-                    del dif
-                    if has_nan:
-                        row["status"] = "FAIL: NaN in O"
-                    elif excess > ATOL:
-                        row["status"] = f"FAIL: |O - O_flex| max {row['max_abs_diff']:.3e} over tolerance"
-                    else:
-                        row["status"] = "ok"
-                row["cubridge_ms"] = bench(lambda: lib.cubridge_attn_fwd(pref, stream))
-                torch.cuda.synchronize()
+                    row[prefix + "status"] = "ok"
+            keep = (p, ws, o, lse)  # alive while the call is timed
+            return lambda: (keep, lib.cubridge_attn_fwd(pref, stream))
+
+        try:
+            call_a = prepare(args.dir, "")
+            call_b = prepare(args.against, "b_") if args.against else None
+            if call_a and not call_b:
+                row["cubridge_ms"] = bench(call_a)
+            elif call_a and call_b:
+                ta, tb = [], []
+                for _ in range(args.rounds):
+                    ta.append(bench(call_a, rep=AB_REP_MS))
+                    tb.append(bench(call_b, rep=AB_REP_MS))
+                row["cubridge_ms"], row["b_ms"] = statistics.median(ta), statistics.median(tb)
+                row["b_tflops"] = tflops(flops, row["b_ms"])
+                row["b_over_a"] = row["cubridge_ms"] / row["b_ms"]
+            torch.cuda.synchronize()
+            if row.get("cubridge_ms"):
                 row["cubridge_tflops"] = tflops(flops, row["cubridge_ms"])
-            del o, lse, ws
         except Exception as e:  # noqa: BLE001
             row["status"] = "FAIL: " + short(e)
 
@@ -620,6 +651,9 @@ def run(args):
                   f"{'' if mad is None else f', |dO| {mad:.1e}'}]  flex {fmt_tf(row.get('flex_tflops'))}"
                   f" (first call {row.get('flex_first_call_s', '?')} s)  sdpa {sd}  "
                   f"eager {fmt_tf(row.get('eager_tflops'))}  [case {row['case_s']} s]", flush=True)
+            if args.against:
+                print(f"    B {fmt_tf(row.get('b_tflops'))} [{row.get('b_status', 'not run')}]  "
+                      f"B/A {row.get('b_over_a', 0):.3f}", flush=True)
             for key in ("flex_error", "sdpa_error", "eager_note"):
                 if row.get(key):
                     print(f"    {key}: {row[key]}", flush=True)
@@ -629,7 +663,31 @@ def run(args):
     meta["elapsed_s"] = round(time.time() - t_start, 1)
     write_outputs(meta, rows)
     print(f"[{time.time() - t_start:6.1f}s] done: {len(rows)} of {planned} cases", flush=True)
+    if args.against:
+        print_ab(rows, args.dir, args.against)
     emit(render_section([meta], rows), args.out)
+
+
+class SkipEager(Exception):
+    """A/B mode times the two kernel sets, Flex and SDPA, not eager."""
+
+
+def print_ab(rows, a, b):
+    print(f"\nA/B: A = {a}, B = {b} (TFLOP/s on kept elements; B/A = time A / time B)")
+    print("| heads | variant | S | A | B | B/A | Flex | SDPA | A/Flex | B/Flex |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    ratios = []
+    for r in rows:
+        fl = r.get("flex_tflops")
+        ta, tb = r.get("cubridge_tflops"), r.get("b_tflops")
+        if ta and tb:
+            ratios.append(r["b_over_a"])
+        print(f"| {r['heads_q']}/{r['heads_kv']} | {r['variant']} | {fmt_s(r['S'])} | {fmt_tf(ta)} | "
+              f"{fmt_tf(tb)} | {r.get('b_over_a', 0):.3f} | {fmt_tf(fl)} | {fmt_tf(r.get('sdpa_tflops'))} | "
+              f"{(ta / fl) if ta and fl else 0:.2f} | {(tb / fl) if tb and fl else 0:.2f} |")
+    if ratios:
+        print(f"geomean B/A over {len(ratios)} rows: "
+              f"{math.exp(sum(math.log(x) for x in ratios) / len(ratios)):.3f}")
 
 
 def main():
@@ -643,6 +701,9 @@ def main():
                     help="causal at these head dims with Llama2-7B heads ('' for none)")
     ap.add_argument("--budget-s", type=float, default=0,
                     help="start no new (head config, variant) group after this many seconds (0: no limit)")
+    ap.add_argument("--against", metavar="DIR2",
+                    help="A/B mode: a second kernel folder, timed in alternation with DIR")
+    ap.add_argument("--rounds", type=int, default=5, help="A/B mode: A B pairs of timings per case")
     ap.add_argument("--rebuild", action="store_true", help="rebuild every .so even if up to date")
     ap.add_argument("--merge", nargs="+", metavar="JSON",
                     help="render one section from matrix_rows.json files of earlier runs (no GPU)")
@@ -653,6 +714,8 @@ def main():
     if not args.dir:
         ap.error("DIR is required (or --merge)")
     args.dir = os.path.abspath(args.dir)
+    if args.against:
+        args.against = os.path.abspath(args.against)
     run(args)
 
 

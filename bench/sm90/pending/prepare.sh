@@ -5,6 +5,7 @@
 #   run(carry=[".debs", ".lowered", ".pending"], command="bash bench/sm90/pending/check.sh")
 # .pending and .lowered are git-ignored: carry them.
 set -euo pipefail
+shopt -s nullglob
 root="$(git rev-parse --show-toplevel)"
 cd "$root"
 grep -qx '.pending/' .git/info/exclude 2>/dev/null || echo '.pending/' >> .git/info/exclude
