@@ -197,6 +197,82 @@ absl::StatusOr<ExprPtr> FloatIndices(const ExprPtr& e, const EmitScope& types) {
   return ExprPtr(copy);
 }
 
+// Rewrite "row terms to the LSE": the terms of a score_mod's sum that read no key index (ALiBi's
+// -q_idx * slope, relative position's q_idx * scale, a constant) add one amount to every score
+// of a query row, and the softmax of a row does not see such an amount: O stays the same, and
+// LSE = log sum exp(S) moves by exactly that amount. So those terms leave the element loop and
+// the epilogue adds them to their row's LSE (the expert's `shift_lse_rows`, region
+// `epilogue_rows`). ALiBi's element work drops from score + (kv - q) * slope (a subtraction and
+// an fma after the scale) to score + kv * slope (one fma). Products by block values are
+// distributed over sums to find the terms; rounding differs from the undistributed form by an
+// ulp of kv * slope, far inside the verified tolerance.
+struct SignedTerm {
+  bool negative;
+  std::vector<ExprPtr> factors;  // block values multiplying the leaf
+  ExprPtr leaf;
+};
+
+void AdditiveTerms(const ExprPtr& e, bool negative, std::vector<ExprPtr> factors,
+                   std::vector<SignedTerm>* out) {
+  using cuir::BinaryOp;
+  if (e->kind == cuir::ExprKind::kBinary &&
+      (e->binary_op == BinaryOp::kAdd || e->binary_op == BinaryOp::kSub)) {
+    AdditiveTerms(e->args[0], negative, factors, out);
+    AdditiveTerms(e->args[1], negative != (e->binary_op == BinaryOp::kSub), factors, out);
+    return;
+  }
+  if (e->kind == cuir::ExprKind::kUnary && e->unary_op == cuir::UnaryOp::kNeg) {
+    AdditiveTerms(e->args[0], !negative, factors, out);
+    return;
+  }
+  if (e->kind == cuir::ExprKind::kBinary && e->binary_op == BinaryOp::kMul) {
+    for (int i = 0; i < 2; ++i) {
+      if (LevelOf(e->args[i]) == Level::kBlock && LevelOf(e->args[1 - i]) != Level::kBlock) {
+        factors.push_back(e->args[i]);
+        AdditiveTerms(e->args[1 - i], negative, factors, out);
+        return;
+      }
+    }
+  }
+  out->push_back({negative, std::move(factors), e});
+}
+
+ExprPtr SumOfTerms(const std::vector<SignedTerm>& terms, cuir::SourceLoc loc) {
+  ExprPtr sum;
+  for (const SignedTerm& t : terms) {
+    ExprPtr term = t.leaf;
+    for (const ExprPtr& f : t.factors) term = cuir::Binary(cuir::BinaryOp::kMul, term, f, loc);
+    if (sum == nullptr) {
+      sum = t.negative ? cuir::Unary(cuir::UnaryOp::kNeg, term, loc) : term;
+    } else {
+      sum = cuir::Binary(t.negative ? cuir::BinaryOp::kSub : cuir::BinaryOp::kAdd, sum, term, loc);
+    }
+  }
+  return sum;
+}
+
+struct RowSplit {
+  ExprPtr element;  // what each element still adds
+  ExprPtr row;      // per query row, to its LSE
+};
+
+// `row_scope` holds what the epilogue sees (the kernel's names, q_idx and its float): a term
+// that reads a name of the KV loop (a block let) stays, since it may change from block to block.
+std::optional<RowSplit> SplitRowTerms(const ExprPtr& e, const EmitScope& row_scope) {
+  std::vector<SignedTerm> terms, element, row;
+  AdditiveTerms(e, false, {}, &terms);
+  for (SignedTerm& t : terms) {
+    const Level level = LevelOf(t.leaf);
+    const bool lifts = (level == Level::kRow || level == Level::kBlock) &&
+                       EmitExpr(SumOfTerms({t}, e->loc), row_scope).ok();
+    (lifts ? row : element).push_back(std::move(t));
+  }
+  if (row.empty() || element.empty()) return std::nullopt;
+  RowSplit split{SumOfTerms(element, e->loc), SumOfTerms(row, e->loc)};
+  if (!cuir::Mentions(split.element, "score")) return std::nullopt;  // S = R(q): nothing to gain
+  return split;
+}
+
 // A subexpression evaluated before the element loop, as variable `name` (also its CuIR name in
 // the rewritten expression).
 struct Hoisted {
@@ -314,7 +390,9 @@ class RegionWriter {
       : plan_(plan),
         base_(base),
         namer_(expert.code_identifiers),
-        params_type_(absl::StrCat("cubridge_", base.kernel, "_params")) {}
+        params_type_(absl::StrCat("cubridge_", base.kernel, "_params")),
+        lse_rows_(std::any_of(expert.source.regions.begin(), expert.source.regions.end(),
+                              [](const Region& r) { return r.name == "epilogue_rows"; })) {}
 
   absl::StatusOr<std::map<std::string, std::string>> Run() {
     LOWER_RETURN_IF_ERROR(Params());
@@ -673,7 +751,10 @@ class RegionWriter {
     }
     std::string mods;
     for (const Stmt* s : plan_.score_mods) {
-      LOWER_ASSIGN_OR_RETURN(text, ScoreMod(*s));
+      // A later score_mod would read the shifted score, and a sink is compared with it.
+      // An expert without `epilogue_rows` keeps them in the element.
+      const bool rows_to_lse = lse_rows_ && s == plan_.score_mods.back() && plan_.sink == nullptr;
+      LOWER_ASSIGN_OR_RETURN(text, ScoreMod(*s, rows_to_lse));
       mods += text;
     }
     if (!plan_.score_mods.empty()) out_["score_mod"] = mods;
@@ -843,11 +924,19 @@ class RegionWriter {
     ExprPtr expr;                 // what each element evaluates
     std::vector<Hoisted> hoisted;
     CExpr value;                  // `expr` emitted
+    ExprPtr row_terms;            // moved to the LSE (SplitRowTerms), or null
   };
-  absl::StatusOr<ElementCode> Element(const Stmt& s, bool with_score) {
+  // `rows_to_lse`: the value's row terms may move to the LSE (the last score_mod, no sink).
+  absl::StatusOr<ElementCode> Element(const Stmt& s, bool with_score, bool rows_to_lse = false) {
     EmitScope scope = ElementScope(with_score);
     ElementCode code;
     LOWER_ASSIGN_OR_RETURN(rewritten, FloatIndices(ReciprocalOfInvariantDivisors(s.value), scope));
+    if (rows_to_lse) {
+      if (std::optional<RowSplit> split = SplitRowTerms(rewritten, RowScope())) {
+        rewritten = split->element;
+        code.row_terms = split->row;
+      }
+    }
     LOWER_ASSIGN_OR_RETURN(hoisted_expr, HoistInvariants(rewritten, nullptr, scope, &code.hoisted));
     code.expr = hoisted_expr;
     ShareHoisted(&code.hoisted, &code.expr);
@@ -859,9 +948,28 @@ class RegionWriter {
     return code;
   }
 
-  absl::StatusOr<std::string> ScoreMod(const Stmt& s) {
-    LOWER_ASSIGN_OR_RETURN(code, Element(s, /*with_score=*/true));
+  // The epilogue's per-row scope: the kernel's names and the row's q_idx (and its float).
+  EmitScope RowScope() const {
+    EmitScope scope = kernel_;
+    scope.Bind("q_idx", "q_idx", CType::kInt);
+    scope.Bind(kQFloat, "q_f", CType::kFloat);
+    return scope;
+  }
+
+  absl::StatusOr<std::string> ScoreMod(const Stmt& s, bool rows_to_lse) {
+    LOWER_ASSIGN_OR_RETURN(code, Element(s, /*with_score=*/true, rows_to_lse));
     if (code.value.type == CType::kBool) return InvalidAt(s, "score_mod must give a number");
+    if (code.row_terms != nullptr) {
+      LOWER_ASSIGN_OR_RETURN(row, EmitExpr(code.row_terms, RowScope()));
+      const bool q = cuir::Mentions(code.row_terms, "q_idx");
+      const bool q_f = cuir::Mentions(code.row_terms, kQFloat);
+      absl::StrAppend(&out_["epilogue_rows"], Origin(s),
+                      "// its terms without kv_idx: the same for a whole row, so the softmax "
+                      "ignores them and the LSE takes them\n",
+                      "shift_lse_rows([&](const int ", q ? "" : "/*", "q_idx", q ? "" : "*/",
+                      ", const float ", q_f ? "" : "/*", "q_f", q_f ? "" : "*/",
+                      ") -> float { return ", AsFloat(row), "; });\n");
+    }
     return absl::StrCat(Origin(s), code.decls,
                         ForEachScore(code.expr, code.hoisted,
                                      absl::StrCat("score = ", AsFloat(code.value), ";")));
@@ -965,6 +1073,7 @@ class RegionWriter {
   Namer namer_;
   std::set<std::string> assigned_;  // C++ names given to CuIR symbols and generated helpers
   const std::string params_type_;
+  const bool lse_rows_;  // the expert has region epilogue_rows (shift_lse_rows)
   EmitScope ns_;      // namespace scope: params, consts
   EmitScope kernel_;  // kernel body before the loop
   EmitScope loop_;    // inside the KV loop

@@ -49,7 +49,7 @@ const std::vector<std::string>& KnownRegions() {
       "abi",        "tile_params", "variant_consts", "table_kernel", "workspace",
       "head_check", "buffer_check", "variant_bind",  "head_map",     "program_lets",
       "kv_range",   "kv_loop",     "block_class",    "qk_scale",     "score_mod",
-      "mask",       "epilogue_sink"};
+      "mask",       "epilogue_sink", "epilogue_rows"};
   return kRegions;
 }
 

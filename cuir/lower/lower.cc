@@ -35,6 +35,7 @@ std::string RegionConstruct(const std::string& region) {
       {"score_mod", "score_mod statements"},
       {"mask", "mask statements"},
       {"epilogue_sink", "an `epilogue sink`"},
+      {"epilogue_rows", "a score_mod's row terms, moved to the LSE"},
   };
   auto it = kConstructs.find(region);
   return it == kConstructs.end() ? region : it->second;

@@ -156,6 +156,49 @@ INSTANTIATE_TEST_SUITE_P(Examples, EveryExample,
                                            "relative_position", "alibi", "softcap",
                                            "alibi_window_softcap"));
 
+// ALiBi and relative position lower with their q_idx terms moved from the element loop to the
+// LSE (SplitRowTerms, region epilogue_rows), on both experts: the fa2_sm80 kernel runs on this
+// GPU too. Verification compares O and LSE with the interpreter at ragged GQA shapes, so a term
+// that moved wrongly (or a shift_lse_rows on the wrong rows) fails here.
+TEST_F(Gpu, RowTermsMovedToTheLseVerifyOnBothExperts) {
+  GpuAutotuner tuner(Options({}, false));
+  ASSERT_TRUE(tuner.Probe(arch_).ok());
+  const auto c = Config(1, 8, 2, 130);
+  for (const char* spec : {"alibi", "relative_position"}) {
+    for (lower::Arch target : {lower::Arch::kSm80, arch_}) {
+      SCOPED_TRACE(std::string(spec) + " on " + pipeline::ExpertFor(target));
+      pipeline::AdaptOptions o;
+      o.spec_path = Spec(spec);
+      o.config = c;
+      o.arch = target;
+      o.out_dir = dir_ + "/" + spec + "-" + lower::ArchName(target);
+      o.use_cache = false;
+      o.gpu_mode = pipeline::GpuMode::kOff;
+      auto adapted = pipeline::Adapt(o);
+      ASSERT_TRUE(adapted.ok()) << adapted.status();
+      std::ifstream in(o.out_dir + "/kernel.cuir");
+      std::stringstream ss;
+      ss << in.rdbuf();
+      auto program = cuir::ParseProgram(ss.str(), "kernel.cuir");
+      ASSERT_TRUE(program.ok()) << program.status();
+      auto lifted = lower::LiftExpert(pipeline::ExpertFor(target));
+      ASSERT_TRUE(lifted.ok()) << lifted.status();
+      pipeline::GpuStageInput input{*program, lifted->base, Spec(spec), {}, {}, c, arch_, 5, {},
+                                    nullptr};
+      const TileConfig tile = target == lower::Arch::kSm90 ? TileConfig{128, 128, 12}
+                                                            : TileConfig{128, 64, 4};
+      lower::LoweredKernel kernel;
+      auto r = tuner.CheckTile(input, tile, &kernel);
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_TRUE(r->value("passed", false)) << r->dump(2);
+      EXPECT_TRUE((*r)["verification"].value("lse_checked", false)) << r->dump(2);
+      EXPECT_NE(kernel.cuda_source.find("shift_lse_rows([&]"), std::string::npos);
+      EXPECT_EQ(kernel.cuda_source.find("(kv_f - q_f)"), std::string::npos);
+      EXPECT_EQ(kernel.cuda_source.find("(q_f - kv_f)"), std::string::npos);
+    }
+  }
+}
+
 // A program an LLM proposes for a spec the rules do not cover: softmax with an attention sink
 // (examples/llm), lowered with the generated epilogue_sink region, checked against the spec's
 // reference function itself at ragged GQA shapes, bf16 and fp16, head dims 64 to 256.

@@ -17,6 +17,7 @@ namespace cubridge::lower {
 namespace {
 
 using ::testing::AllOf;
+using ::testing::Contains;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using testing::LoadTestProgram;
@@ -26,7 +27,7 @@ const std::set<std::string> kAllRegions = {
     "abi",          "tile_params", "variant_consts", "table_kernel", "workspace",
     "buffer_check", "variant_bind", "head_map",      "head_check",   "program_lets", "kv_range",
     "kv_loop",      "block_class", "qk_scale",       "score_mod",    "mask",
-    "epilogue_sink"};
+    "epilogue_sink", "epilogue_rows"};
 
 LoweredKernel LowerOrDie(const std::string& name, Arch arch = Arch::kSm80) {
   auto program = LoadTestProgram(name);
@@ -80,9 +81,10 @@ INSTANTIATE_TEST_SUITE_P(
         RegionCase{"sliding_window", {"variant_consts", "kv_range", "block_class", "mask"}},
         RegionCase{"global_window", {"variant_consts", "kv_range", "block_class", "mask"}},
         RegionCase{"document", kTableRegions}, RegionCase{"document_batched", kTableRegions},
-        RegionCase{"softcap_alibi", {"variant_consts", "score_mod"}},
+        RegionCase{"softcap_alibi", {"variant_consts", "score_mod", "epilogue_rows"}},
         RegionCase{"gqa", {"head_map", "head_check"}},
         RegionCase{"sink", {"variant_consts", "head_map", "head_check", "epilogue_sink"}},
+        RegionCase{"row_terms", {"score_mod", "epilogue_rows"}},
         RegionCase{"renamed_symbols",
                    {"tile_params", "variant_consts", "buffer_check", "variant_bind", "kv_range",
                     "block_class", "mask"}}),
@@ -138,13 +140,13 @@ TEST(Lower, ScoreModInvariantsAreEvaluatedOncePerBlock) {
   const LoweredKernel k = LowerOrDie("softcap_alibi");
   const std::string mods = RegionText(k, "score_mod");
   const size_t slope = mods.find("const float invariant_2 = exp2f(");
-  const size_t alibi_loop = mods.find("const float q_f, const float kv_f, float& score)");
+  const size_t alibi_loop = mods.find("const float /*q_f*/, const float kv_f, float& score)");
   ASSERT_NE(slope, std::string::npos) << mods;
   ASSERT_NE(alibi_loop, std::string::npos) << mods;
   EXPECT_LT(slope, alibi_loop);
   // The index distance is taken in floats from the visitor's float indices (FloatIndices): no
-  // int-to-float conversion per element.
-  EXPECT_THAT(mods, HasSubstr("score = (score + ((kv_f - q_f) * invariant_2));"));
+  // int-to-float conversion per element. Its q_idx part moved to the LSE (SplitRowTerms).
+  EXPECT_THAT(mods, HasSubstr("score = (score + (kv_f * invariant_2));"));
   EXPECT_THAT(mods, Not(HasSubstr("static_cast<float>((kv_idx - q_idx))")));
   // The softcap reads the score: only its divisor moves out of the element loop, as a reciprocal
   // (ReciprocalOfInvariantDivisors), so each element multiplies instead of dividing.
@@ -295,6 +297,28 @@ TEST(Lower, IndexDistancesAreSummedInFloats) {
                                 "float& score) {\n"
                                 "  score = (score - (static_cast<float>((static_cast<long long>(q_idx) * "
                                 "kv_idx)) * 0.001f));\n"));
+  }
+}
+
+TEST(Lower, RowTermsOfTheLastScoreModMoveToTheLse) {
+  for (Arch arch : {Arch::kSm80, Arch::kSm90}) {
+    const LoweredKernel k = LowerOrDie("row_terms", arch);
+    const std::string mods = Unindented(RegionText(k, "score_mod"));
+    const std::string rows = Unindented(RegionText(k, "epilogue_rows"));
+    // The element adds the key's part only; the block term (n_block) stays with it.
+    EXPECT_THAT(mods, HasSubstr("const float /*q_f*/, const float kv_f, float& score) {\n"
+                                "  score = ((score + (kv_f * invariant_2)) + (invariant * 0.01f));\n"));
+    // The row's part and the constant go to the LSE, once per row.
+    EXPECT_THAT(rows, HasSubstr("shift_lse_rows([&](const int /*q_idx*/, const float q_f) -> float "
+                                "{ return ((-(q_f * exp2f((((-8.0f) * static_cast<float>((h + 1))) / "
+                                "static_cast<float>(heads_q))))) + 0.5f); });\n"));
+    EXPECT_EQ(Count(rows, "shift_lse_rows("), 1u) << rows;
+  }
+  // A sink's logit is compared with the scores as they are: nothing moves.
+  for (Arch arch : {Arch::kSm80, Arch::kSm90}) {
+    const LoweredKernel k = LowerOrDie("row_terms_sink", arch);
+    EXPECT_THAT(AsSet(k.generated_regions), Not(Contains("epilogue_rows")));
+    EXPECT_THAT(RegionText(k, "score_mod"), HasSubstr("(kv_f - q_f)"));
   }
 }
 

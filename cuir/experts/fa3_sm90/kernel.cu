@@ -430,6 +430,18 @@ __global__ void __launch_bounds__(kThreads, 1)
 
       // @cuir-region epilogue_sink
       // @cuir-end epilogue_sink
+      // f(q_idx, q_f) per row this thread owns, in score units, added to that row's LSE only: a
+      // score_mod's terms that are the same along a row (docs/lowering.md, RowTermsToLse).
+      auto shift_lse_rows = [&](auto&& f) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int q = min(row0 + 8 * r, q_hi - 1);
+          softmax.row_max[r] += f(q, static_cast<float>(q)) * kLog2e;
+        }
+      };
+      (void)shift_lse_rows;
+      // @cuir-region epilogue_rows
+      // @cuir-end epilogue_rows
       // epilogue: O = acc / l (0 where l = 0), LSE = m + log(l) (-inf where l = 0)
       T* const o_row0 = static_cast<T*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride +
                         static_cast<int64_t>(row0) * p.o_row_stride;
