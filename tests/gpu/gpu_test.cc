@@ -66,14 +66,16 @@ class Gpu : public ::testing::Test {
     return o;
   }
 
+  // `target`: the arch whose expert the job transfers to (default: this GPU's).
   absl::StatusOr<pipeline::AdaptResult> Adapt(const std::string& spec, cuir::AttentionConfig c,
                                               GpuAutotuner* tuner, const std::string& out,
-                                              std::map<std::string, spec::BufferSource> buffers = {}) {
+                                              std::map<std::string, spec::BufferSource> buffers = {},
+                                              std::optional<lower::Arch> target = std::nullopt) {
     pipeline::AdaptOptions o;
     o.buffers = std::move(buffers);
     o.spec_path = Spec(spec);
     o.config = c;
-    o.arch = arch_;
+    o.arch = target.value_or(arch_);
     o.out_dir = dir_ + "/" + out;
     o.use_cache = false;
     o.seed = 1234;
@@ -87,17 +89,20 @@ class Gpu : public ::testing::Test {
     cuir::Program program, base;
     lower::LoweredKernel kernel;
   };
-  Prepared Prepare(const std::string& spec, const cuir::AttentionConfig& c) {
-    auto r = Adapt(spec, c, nullptr, spec + "-cpu");
+  Prepared Prepare(const std::string& spec, const cuir::AttentionConfig& c,
+                   std::optional<lower::Arch> target = std::nullopt) {
+    const lower::Arch arch = target.value_or(arch_);
+    const std::string out = spec + "-cpu-" + lower::ArchName(arch);
+    auto r = Adapt(spec, c, nullptr, out, {}, arch);
     EXPECT_TRUE(r.ok()) << r.status();
-    std::ifstream in(dir_ + "/" + spec + "-cpu/kernel.cuir");
+    std::ifstream in(dir_ + "/" + out + "/kernel.cuir");
     std::stringstream ss;
     ss << in.rdbuf();
     auto program = cuir::ParseProgram(ss.str(), "kernel.cuir");
     EXPECT_TRUE(program.ok()) << program.status();
-    auto lifted = lower::LiftExpert(pipeline::ExpertFor(arch_));
+    auto lifted = lower::LiftExpert(pipeline::ExpertFor(arch));
     EXPECT_TRUE(lifted.ok()) << lifted.status();
-    auto k = lower::Lower(*program, c, arch_);
+    auto k = lower::Lower(*program, c, arch);
     EXPECT_TRUE(k.ok()) << k.status();
     return {*program, lifted->base, *k};
   }
@@ -167,24 +172,9 @@ TEST_F(Gpu, RowTermsMovedToTheLseVerifyOnBothExperts) {
   for (const char* spec : {"alibi", "relative_position"}) {
     for (lower::Arch target : {lower::Arch::kSm80, arch_}) {
       SCOPED_TRACE(std::string(spec) + " on " + pipeline::ExpertFor(target));
-      pipeline::AdaptOptions o;
-      o.spec_path = Spec(spec);
-      o.config = c;
-      o.arch = target;
-      o.out_dir = dir_ + "/" + spec + "-" + lower::ArchName(target);
-      o.use_cache = false;
-      o.gpu_mode = pipeline::GpuMode::kOff;
-      auto adapted = pipeline::Adapt(o);
-      ASSERT_TRUE(adapted.ok()) << adapted.status();
-      std::ifstream in(o.out_dir + "/kernel.cuir");
-      std::stringstream ss;
-      ss << in.rdbuf();
-      auto program = cuir::ParseProgram(ss.str(), "kernel.cuir");
-      ASSERT_TRUE(program.ok()) << program.status();
-      auto lifted = lower::LiftExpert(pipeline::ExpertFor(target));
-      ASSERT_TRUE(lifted.ok()) << lifted.status();
-      pipeline::GpuStageInput input{*program, lifted->base, Spec(spec), {}, {}, c, arch_, 5, {},
-                                    nullptr};
+      Prepared p = Prepare(spec, c, target);
+      ASSERT_FALSE(HasFailure());
+      pipeline::GpuStageInput input{p.program, p.base, Spec(spec), {}, {}, c, arch_, 5, {}, nullptr};
       const TileConfig tile = target == lower::Arch::kSm90 ? TileConfig{128, 128, 12}
                                                             : TileConfig{128, 64, 4};
       lower::LoweredKernel kernel;

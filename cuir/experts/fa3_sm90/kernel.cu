@@ -335,19 +335,17 @@ __global__ void __launch_bounds__(kThreads, 1)
       for_each_kv_block([&](int, int kv_lo, int kv_hi, auto&&) {
         for (int lo = kv_lo; lo < kv_hi; lo += TILE_N, ++ring) {
           const RingPos<NSTAGE> at(ring);
+          // One KV tile into its ring slot, once the consumers released the slot's last use.
+          auto load = [&](const void* map, uint8_t* dst, uint64_t* full, uint64_t* empty) {
+            if (at.reused()) mbar_wait(empty, at.empty_parity());
+            mbar_arrive_expect_tx(full, G::kKVBytes);
+#pragma unroll
+            for (int c = 0; c < G::kPanels; ++c)
+              tma_load_4d(dst + c * G::kKVPanelBytes, map, full, c * 64, lo, kv_h, b);
+          };
           // load K = k[b, kv_h, kv_lo:kv_hi], then V: K first, so Q K^T can start under V's copy.
-          if (at.reused()) mbar_wait(&bars->k_empty[at.slot], at.empty_parity());
-          mbar_arrive_expect_tx(&bars->k_full[at.slot], G::kKVBytes);
-#pragma unroll
-          for (int c = 0; c < G::kPanels; ++c)
-            tma_load_4d(sp.k(at.slot) + c * G::kKVPanelBytes, map_k, &bars->k_full[at.slot], c * 64,
-                        lo, kv_h, b);
-          if (at.reused()) mbar_wait(&bars->v_empty[at.slot], at.empty_parity());
-          mbar_arrive_expect_tx(&bars->v_full[at.slot], G::kKVBytes);
-#pragma unroll
-          for (int c = 0; c < G::kPanels; ++c)
-            tma_load_4d(sp.v(at.slot) + c * G::kKVPanelBytes, map_v, &bars->v_full[at.slot], c * 64,
-                        lo, kv_h, b);
+          load(map_k, sp.k(at.slot), &bars->k_full[at.slot], &bars->k_empty[at.slot]);
+          load(map_v, sp.v(at.slot), &bars->v_full[at.slot], &bars->v_empty[at.slot]);
         }
       });
     } else {
