@@ -26,8 +26,8 @@ attn_mask for masked variants, is_causal for causal, nothing for score mods) and
 <= 4 GiB; chunk loop and GQA K/V repeat inside the timing; not timed when one call takes > 0.5 s).
 
 A/B mode (--against DIR2, two sets of kernels, e.g. HEAD's and a patch's): both are checked
-against Flex, then timed in alternation, A B A B ... (--rounds pairs of do_bench, rep 20 ms; the
-median of each), so that clock and temperature drift between runs falls on both alike (two
+against Flex, then timed in alternation, A B, B A, A B ... (--rounds pairs of do_bench, rep 20 ms;
+the median of each), so that clock and temperature drift between runs falls on both alike (two
 sequential runs of one kernel set differed by up to 10% per row on an H100). Eager is not run;
 the row gets b_ms / b_tflops / b_status and b_over_a, and a summary table closes the log.
 
@@ -600,9 +600,11 @@ def run(args):
                 row["cubridge_ms"] = bench(call_a)
             elif call_a and call_b:
                 ta, tb = [], []
-                for _ in range(args.rounds):
-                    ta.append(bench(call_a, rep=AB_REP_MS))
-                    tb.append(bench(call_b, rep=AB_REP_MS))
+                for i in range(args.rounds):  # A B, B A, A B, ...: neither always goes second
+                    first, second = (call_a, call_b) if i % 2 == 0 else (call_b, call_a)
+                    t1, t2 = bench(first, rep=AB_REP_MS), bench(second, rep=AB_REP_MS)
+                    ta.append(t1 if i % 2 == 0 else t2)
+                    tb.append(t2 if i % 2 == 0 else t1)
                 row["cubridge_ms"], row["b_ms"] = statistics.median(ta), statistics.median(tb)
                 row["b_tflops"] = tflops(flops, row["b_ms"])
                 row["b_over_a"] = row["cubridge_ms"] / row["b_ms"]
