@@ -528,7 +528,10 @@ __host__ __device__ __forceinline__ void cubridge_attn_fwd_make_plan(
   if (work > INT_MAX) return;
   plan->grid[0] = static_cast<uint32_t>(work);
   plan->grid[1] = plan->grid[2] = 1;
-  plan->resident_ctas_per_sm = 1;
+  // Not at head dim 256: there a persistent CTA ran causal 8k 10% slower than one CTA per tile
+  // (same-run A/B, docs/benchmarks.md; its 256-wide epilogue stays unhidden either way, and the
+  // hardware's dispatch then balances the tiles better), while hdim 64 / 128 gained 2-24%.
+  plan->resident_ctas_per_sm = p.head_dim == 256 ? 0 : 1;
   plan->status = 0;
 }
 
