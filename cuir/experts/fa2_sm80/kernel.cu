@@ -299,10 +299,11 @@ __global__ void __launch_bounds__(kThreadsFor<D>)
   // @cuir-region epilogue_sink
   // @cuir-end epilogue_sink
   // f(q_idx, q_f) per row this thread owns, in score units, added to that row's LSE only: a
-  // score_mod's terms that are the same along a row (docs/lowering.md, RowTermsToLse).
+  // score_mod's terms that are the same along a row (docs/lowering.md, SplitRowTerms).
+  const FragCoord rows{q_lo + warp_row0 + (lane >> 2), 0};  // the rows only (no key columns here)
   auto shift_lse_rows = [&](auto&& f) {
     for_each_row_slot<MT>([&](int mt, int r) {
-      const int q = min(q_lo + warp_row0 + (lane >> 2) + mt * 16 + 8 * r, q_hi - 1);
+      const int q = min(rows.row(mt, r), q_hi - 1);
       softmax.row_max[mt][r] += f(q, static_cast<float>(q)) * kLog2e;
     });
   };

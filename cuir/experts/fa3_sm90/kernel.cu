@@ -429,7 +429,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // @cuir-region epilogue_sink
       // @cuir-end epilogue_sink
       // f(q_idx, q_f) per row this thread owns, in score units, added to that row's LSE only: a
-      // score_mod's terms that are the same along a row (docs/lowering.md, RowTermsToLse).
+      // score_mod's terms that are the same along a row (docs/lowering.md, SplitRowTerms).
       auto shift_lse_rows = [&](auto&& f) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
