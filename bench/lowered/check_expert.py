@@ -58,6 +58,26 @@ for dtype, code in ((torch.bfloat16, 0), (torch.float16, 1)):
             if not ok or (b, sq) == (2, 1000):
                 print(f"{'OK  ' if ok else 'FAIL'} {str(dtype):15s} D={d:3d} {b}x{h}x{sq}x{skv} err={err} "
                       f"max|dO|={do:.2e} max|dLSE|={dl:.2e}", flush=True)
+# O rows that are not 16-byte aligned (row stride d + 2): the epilogue's 4-byte stores instead of
+# the quad-transposed 16-byte ones.
+for dtype, code in ((torch.bfloat16, 0), (torch.float16, 1)):
+    for d in (64, 128, 256):
+        b, h, sq, skv = 2, 3, 1000, 777
+        q = torch.randn(b, h, sq, d, device="cuda", dtype=dtype)
+        k = torch.randn(b, h, skv, d, device="cuda", dtype=dtype)
+        v = torch.randn(b, h, skv, d, device="cuda", dtype=dtype)
+        wide = torch.full((b, h, sq, d + 2), float("nan"), device="cuda", dtype=dtype)
+        o = wide[..., :d]
+        lse = torch.full((b, h, sq), float("nan"), device="cuda")
+        err, _, _ = check.run(lib, q, k, v, o, lse, 1 / math.sqrt(d), [], code)
+        ro, rl = check.reference(q, k, v, 1 / math.sqrt(d), h, h, None, None, [])
+        do = (o.float() - ro).abs().max().item()
+        dl = (lse - rl).abs().max().item()
+        ok = err == 0 and do < 2e-2 and dl < 1e-3 and not torch.isnan(o).any()
+        ok = ok and torch.isnan(wide[..., d:]).all().item()  # the padding is not written
+        failures += not ok
+        print(f"{'OK  ' if ok else 'FAIL'} {str(dtype):15s} D={d:3d} {b}x{h}x{sq}x{skv} O row stride {d + 2} "
+              f"err={err} max|dO|={do:.2e} max|dLSE|={dl:.2e}", flush=True)
 print("correctness failures:", failures, flush=True)
 
 if "--no-time" not in sys.argv:

@@ -188,6 +188,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // @cuir-end variant_bind
 
   const int wg = threadIdx.x / 128;
+  const bool o_wide =
+      o_rows_16_byte_aligned(p.o, p.o_batch_stride, p.o_head_stride, p.o_row_stride);
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int i = 0; i < 3; ++i) tma_prefetch_desc(maps.map[i]);
@@ -444,7 +446,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       T* const o_row0 = static_cast<T*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride +
                         static_cast<int64_t>(row0) * p.o_row_stride;
       float* const lse_row0 = p.lse + b * p.lse_batch_stride + h * p.lse_head_stride + row0;
-      store_output<T, TILE_N, D>(acc, softmax, o_row0, p.o_row_stride, lse_row0, row0, q_hi, t);
+      store_output<T, TILE_N, D>(acc, softmax, o_row0, p.o_row_stride, lse_row0, row0, q_hi, t,
+                                 o_wide);
     }
   };
   // The producer keeps one thread with few registers; the consumers take the freed ones.
