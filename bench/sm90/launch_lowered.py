@@ -1,0 +1,25 @@
+"""Builds one lowered kernel (NAME_sm_90.cu from bench/make_kernels.sh) with nvcc and launches it
+twice at S, 16k tokens, Llama2-7B heads (32/32), bf16, head dim D: a target for ncu
+(bench/sm90/sample.sh profiles the second launch).
+    python3 bench/sm90/launch_lowered.py KERNEL.cu S [D]"""
+import ctypes, math, os, subprocess, sys
+
+src, s = sys.argv[1], int(sys.argv[2])
+d = int(sys.argv[3]) if len(sys.argv) > 3 else 128
+sys.argv = [sys.argv[0], "."]  # check.py reads its own argv at import
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lowered"))
+import torch  # noqa: E402
+import check  # noqa: E402
+
+so = os.path.join("/tmp", os.path.basename(src).replace(".cu", ".so"))
+subprocess.run(["nvcc", "-shared", "-Xcompiler", "-fPIC", "-std=c++17", *check.arch_flags("sm_90"), "-O3",
+                "-lineinfo", "-o", so, src], check=True)
+lib = ctypes.CDLL(so)
+lib.cubridge_attn_fwd.restype = ctypes.c_int
+lib.cubridge_attn_fwd_workspace_size.restype = ctypes.c_size_t
+b, h = 16384 // s, 32
+q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+o, lse = torch.empty_like(q), torch.empty(b, h, s, device="cuda")
+for _ in range(2):
+    err, _, _ = check.run(lib, q, k, v, o, lse, 1 / math.sqrt(d), [], 0)
+sys.exit(err)
