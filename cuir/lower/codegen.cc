@@ -212,20 +212,22 @@ struct SignedTerm {
   ExprPtr leaf;
 };
 
+// `distribute`: also through products by block values (else a product is one term).
 void AdditiveTerms(const ExprPtr& e, bool negative, std::vector<ExprPtr> factors,
-                   std::vector<SignedTerm>* out) {
+                   std::vector<SignedTerm>* out, bool distribute = true) {
   using cuir::BinaryOp;
   if (e->kind == cuir::ExprKind::kBinary &&
       (e->binary_op == BinaryOp::kAdd || e->binary_op == BinaryOp::kSub)) {
-    AdditiveTerms(e->args[0], negative, factors, out);
-    AdditiveTerms(e->args[1], negative != (e->binary_op == BinaryOp::kSub), factors, out);
+    AdditiveTerms(e->args[0], negative, factors, out, distribute);
+    AdditiveTerms(e->args[1], negative != (e->binary_op == BinaryOp::kSub), factors, out,
+                  distribute);
     return;
   }
   if (e->kind == cuir::ExprKind::kUnary && e->unary_op == cuir::UnaryOp::kNeg) {
-    AdditiveTerms(e->args[0], !negative, factors, out);
+    AdditiveTerms(e->args[0], !negative, factors, out, distribute);
     return;
   }
-  if (e->kind == cuir::ExprKind::kBinary && e->binary_op == BinaryOp::kMul) {
+  if (distribute && e->kind == cuir::ExprKind::kBinary && e->binary_op == BinaryOp::kMul) {
     for (int i = 0; i < 2; ++i) {
       if (LevelOf(e->args[i]) == Level::kBlock && LevelOf(e->args[1 - i]) != Level::kBlock) {
         factors.push_back(e->args[i]);
@@ -271,6 +273,30 @@ std::optional<RowSplit> SplitRowTerms(const ExprPtr& e, const EmitScope& row_sco
   RowSplit split{SumOfTerms(element, e->loc), SumOfTerms(row, e->loc)};
   if (!cuir::Mentions(split.element, "score")) return std::nullopt;  // S = R(q): nothing to gain
   return split;
+}
+
+// Rewrite "fold the score scale": the first score_mod reads the score already multiplied by
+// qk_scale, which the expert's visitors apply to the whole tile first (one multiply per
+// element). Where the mod is the score plus terms that do not read it (ALiBi, relative position,
+// a bias), an expert that offers `for_each_raw_score` hands over the raw score instead and the
+// element computes fmaf(score, qk_scale, terms): the multiply joins the add, and a column term
+// such as kv * slope is computed once for the thread's rows. Returns the terms; null where the
+// mod is not of that form.
+ExprPtr TermsBesideTheScore(const ExprPtr& e) {
+  std::vector<SignedTerm> terms, rest;
+  AdditiveTerms(e, false, {}, &terms, /*distribute=*/false);
+  int scores = 0;
+  for (SignedTerm& t : terms) {
+    const bool score = t.leaf->kind == cuir::ExprKind::kVar && t.leaf->name == "score";
+    if (score && !t.negative && t.factors.empty()) {
+      ++scores;
+      continue;
+    }
+    if (cuir::Mentions(t.leaf, "score")) return nullptr;
+    rest.push_back(std::move(t));
+  }
+  if (scores != 1 || rest.empty()) return nullptr;
+  return SumOfTerms(rest, e->loc);
 }
 
 // A subexpression evaluated before the element loop, as variable `name` (also its CuIR name in
@@ -392,7 +418,8 @@ class RegionWriter {
         namer_(expert.code_identifiers),
         params_type_(absl::StrCat("cubridge_", base.kernel, "_params")),
         lse_rows_(std::any_of(expert.source.regions.begin(), expert.source.regions.end(),
-                              [](const Region& r) { return r.name == "epilogue_rows"; })) {}
+                              [](const Region& r) { return r.name == "epilogue_rows"; })),
+        raw_scores_(expert.code_identifiers.count("for_each_raw_score") > 0) {}
 
   absl::StatusOr<std::map<std::string, std::string>> Run() {
     LOWER_RETURN_IF_ERROR(Params());
@@ -754,7 +781,9 @@ class RegionWriter {
       // A later score_mod would read the shifted score, and a sink is compared with it.
       // An expert without `epilogue_rows` keeps them in the element.
       const bool rows_to_lse = lse_rows_ && s == plan_.score_mods.back() && plan_.sink == nullptr;
-      LOWER_ASSIGN_OR_RETURN(text, ScoreMod(*s, rows_to_lse));
+      // Only the first sees the raw score: the visitors scale the tile before any later one.
+      const bool fold_scale = raw_scores_ && s == plan_.score_mods.front();
+      LOWER_ASSIGN_OR_RETURN(text, ScoreMod(*s, rows_to_lse, fold_scale));
       mods += text;
     }
     if (!plan_.score_mods.empty()) out_["score_mod"] = mods;
@@ -769,9 +798,10 @@ class RegionWriter {
 
   // The expert's element visitors: for_each_score passes (q_idx, kv_idx, score&);
   // for_each_score_at also the element's row slot (mt, r) and column slot (j, k), which index the
-  // arrays of hoisted row and column values.
+  // arrays of hoisted row and column values; their `raw` forms (for_each_raw_score...) pass the
+  // score before the scale (TermsBesideTheScore).
   static std::string ForEachScore(const ExprPtr& e, const std::vector<Hoisted>& hoisted,
-                                  absl::string_view body) {
+                                  absl::string_view body, bool raw = false) {
     auto param = [](bool used, absl::string_view decl, absl::string_view name) {
       return used ? absl::StrCat(decl, name) : absl::StrCat(decl, "/*", name, "*/");
     };
@@ -786,7 +816,8 @@ class RegionWriter {
                            ", ", param(cols, "const int ", "j"), ", ",
                            param(cols, "const int ", "k"), ", ");
     }
-    return absl::StrCat(rows || cols ? "for_each_score_at" : "for_each_score", "([&](", slots,
+    return absl::StrCat(raw ? "for_each_raw_score" : "for_each_score", rows || cols ? "_at" : "",
+                        "([&](", slots,
                         param(cuir::Mentions(e, "q_idx"), "const int ", "q_idx"), ", ",
                         param(cuir::Mentions(e, "kv_idx"), "const int ", "kv_idx"),
                         floats ? absl::StrCat(", ", param(cuir::Mentions(e, kQFloat), "const float ", "q_f"),
@@ -925,9 +956,13 @@ class RegionWriter {
     std::vector<Hoisted> hoisted;
     CExpr value;                  // `expr` emitted
     ExprPtr row_terms;            // moved to the LSE (SplitRowTerms), or null
+    bool raw_score = false;       // `value` takes the raw score and the scale (TermsBesideTheScore)
   };
   // `rows_to_lse`: the value's row terms may move to the LSE (the last score_mod, no sink).
-  absl::StatusOr<ElementCode> Element(const Stmt& s, bool with_score, bool rows_to_lse = false) {
+  // `fold_scale`: the value may take the raw score (the first score_mod, an expert with
+  // for_each_raw_score).
+  absl::StatusOr<ElementCode> Element(const Stmt& s, bool with_score, bool rows_to_lse = false,
+                                      bool fold_scale = false) {
     EmitScope scope = ElementScope(with_score);
     ElementCode code;
     LOWER_ASSIGN_OR_RETURN(rewritten, FloatIndices(ReciprocalOfInvariantDivisors(s.value), scope));
@@ -943,6 +978,12 @@ class RegionWriter {
     NameHoisted(&code.hoisted, &code.expr);
     LOWER_ASSIGN_OR_RETURN(decls, DeclareHoisted(code.hoisted, &scope));
     code.decls = decls;
+    if (ExprPtr terms = fold_scale ? TermsBesideTheScore(code.expr) : nullptr) {
+      LOWER_ASSIGN_OR_RETURN(t, EmitExpr(terms, scope));
+      code.value = {absl::StrCat("fmaf(score, qk_scale, ", AsFloat(t), ")"), CType::kFloat};
+      code.raw_score = true;
+      return code;
+    }
     LOWER_ASSIGN_OR_RETURN(value, EmitExpr(code.expr, scope));
     code.value = value;
     return code;
@@ -956,8 +997,8 @@ class RegionWriter {
     return scope;
   }
 
-  absl::StatusOr<std::string> ScoreMod(const Stmt& s, bool rows_to_lse) {
-    LOWER_ASSIGN_OR_RETURN(code, Element(s, /*with_score=*/true, rows_to_lse));
+  absl::StatusOr<std::string> ScoreMod(const Stmt& s, bool rows_to_lse, bool fold_scale) {
+    LOWER_ASSIGN_OR_RETURN(code, Element(s, /*with_score=*/true, rows_to_lse, fold_scale));
     if (code.value.type == CType::kBool) return InvalidAt(s, "score_mod must give a number");
     if (code.row_terms != nullptr) {
       LOWER_ASSIGN_OR_RETURN(row, EmitExpr(code.row_terms, RowScope()));
@@ -972,7 +1013,8 @@ class RegionWriter {
     }
     return absl::StrCat(Origin(s), code.decls,
                         ForEachScore(code.expr, code.hoisted,
-                                     absl::StrCat("score = ", AsFloat(code.value), ";")));
+                                     absl::StrCat("score = ", AsFloat(code.value), ";"),
+                                     code.raw_score));
   }
 
   // The predicate runs only on blocks where `when` holds (the partial ones).
@@ -1074,6 +1116,7 @@ class RegionWriter {
   std::set<std::string> assigned_;  // C++ names given to CuIR symbols and generated helpers
   const std::string params_type_;
   const bool lse_rows_;  // the expert has region epilogue_rows (shift_lse_rows)
+  const bool raw_scores_;  // the expert offers for_each_raw_score (TermsBesideTheScore)
   EmitScope ns_;      // namespace scope: params, consts
   EmitScope kernel_;  // kernel body before the loop
   EmitScope loop_;    // inside the KV loop

@@ -322,6 +322,43 @@ TEST(Lower, RowTermsOfTheLastScoreModMoveToTheLse) {
   }
 }
 
+// TermsBesideTheScore: on an expert with for_each_raw_score (fa3_sm90) the first score_mod of
+// the form score + terms takes the raw score and the scale in one fma; a later one, a first one
+// of another form (softcap), and an expert without the raw visitor (fa2_sm80) keep the scaled
+// score.
+LoweredKernel LowerOnHopperOrDie(const std::string& name) {
+  auto sm80 = LiftExpert("fa2_sm80");
+  auto hopper = LiftExpert("fa3_sm90");
+  EXPECT_TRUE(sm80.ok() && hopper.ok());
+  auto program = LoadTestProgram(name);
+  EXPECT_TRUE(program.ok()) << program.status();
+  auto moved = Rebase(*program, sm80->base, hopper->base);
+  EXPECT_TRUE(moved.ok()) << moved.status();
+  auto k = Lower(*moved, cuir::AttentionConfig{}, Arch::kSm90);
+  EXPECT_TRUE(k.ok()) << name << ": " << k.status();
+  return k.ok() ? *k : LoweredKernel{};
+}
+
+TEST(Lower, TheFirstScoreModTakesTheRawScoreWhereTheExpertOffersIt) {
+  const std::string mods = Unindented(RegionText(LowerOnHopperOrDie("index_distance"), "score_mod"));
+  EXPECT_THAT(mods, HasSubstr("for_each_raw_score([&](const int /*q_idx*/, const int /*kv_idx*/, "
+                              "const float q_f, const float kv_f, float& score) {\n"
+                              "  score = fmaf(score, qk_scale, (((kv_f - q_f) + invariant) * 0.25f));\n"));
+  // The second score_mod reads the scaled score: the ordinary visitor scales the tile first.
+  EXPECT_THAT(mods, HasSubstr("for_each_score([&](const int q_idx, const int kv_idx, float& score) {\n"
+                              "  score = (score - (static_cast<float>((static_cast<long long>(q_idx) * "
+                              "kv_idx)) * 0.001f));\n"));
+  EXPECT_EQ(Count(mods, "for_each_raw_score"), 1u) << mods;
+  // softcap first: not score + terms, so neither score_mod folds.
+  const std::string softcap =
+      RegionText(LowerOnHopperOrDie("softcap_alibi"), "score_mod");
+  EXPECT_THAT(softcap, Not(HasSubstr("for_each_raw_score"))) << softcap;
+  EXPECT_THAT(softcap, Not(HasSubstr("qk_scale"))) << softcap;
+  // fa2_sm80 scales every score before the visitors: no raw visitor, no fold.
+  EXPECT_THAT(RegionText(LowerOrDie("index_distance", Arch::kSm80), "score_mod"),
+              Not(HasSubstr("for_each_raw_score")));
+}
+
 TEST(Lower, ScoreModRowAndColumnPartsAreHoisted) {
   const LoweredKernel k = LowerOrDie("position_scale");
   const std::string mods = Unindented(RegionText(k, "score_mod"));

@@ -304,7 +304,18 @@ __global__ void __launch_bounds__(kThreads, 1)
               scale_once();
               visit(element_at(f));
             };
+            // The first score_mod of the form score + terms takes the raw score and applies
+            // qk_scale itself, in one fma with the terms (docs/lowering.md, TermsBesideTheScore).
+            auto for_each_raw_score = [&](auto&& f) {
+              scaled = true;
+              visit(element(f));
+            };
+            auto for_each_raw_score_at = [&](auto&& f) {
+              scaled = true;
+              visit(element_at(f));
+            };
             (void)for_each_score, (void)for_each_score_at;
+            (void)for_each_raw_score, (void)for_each_raw_score_at;
             // @cuir-region score_mod
             // @cuir-end score_mod
           }
