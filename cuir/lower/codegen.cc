@@ -286,9 +286,9 @@ ExprPtr TermsBesideTheScore(const ExprPtr& e) {
   std::vector<SignedTerm> terms, rest;
   AdditiveTerms(e, false, {}, &terms, /*distribute=*/false);
   int scores = 0;
-  for (SignedTerm& t : terms) {
+  for (SignedTerm& t : terms) {  // (no factors: nothing was distributed)
     const bool score = t.leaf->kind == cuir::ExprKind::kVar && t.leaf->name == "score";
-    if (score && !t.negative && t.factors.empty()) {
+    if (score && !t.negative) {
       ++scores;
       continue;
     }
