@@ -27,6 +27,7 @@ struct AdaptFlags {
   std::string gpu = "auto";
   double gpu_timeout = 120;
   std::vector<std::string> tiles;  // BMxBNwW
+  std::string tile;                // BMxBNwW
   std::string proposer = "rules";
   propose::LlmFlags llm;
   std::string transcript_path;
@@ -53,6 +54,9 @@ void AddFlags(CLI::App* cmd, AdaptFlags& f) {
   cmd->add_option("--tiles", f.tiles,
                   "Tile candidates to autotune, e.g. 128x64w4,64x64w4 (default: all that fit)")
       ->delimiter(',');
+  cmd->add_option("--tile", f.tile,
+                  "Lower at this tile instead of the expert's own, e.g. 128x176w12: verified at it "
+                  "on the CPU, and the only candidate on a GPU");
   cmd->add_option("--proposer", f.proposer,
                   "Who proposes the transferred CuIR: rules (default), llm, or hybrid (rules first, "
                   "the LLM for what they do not cover); docs/llm.md");
@@ -89,13 +93,16 @@ std::string ApplyFlags(AdaptFlags& f, cubridge::gpu::AutotuneOptions& tune) {
   }
   tune.isolate.timeout_seconds = f.gpu_timeout;
   for (const auto& t : f.tiles) {
-    cubridge::gpu::TileConfig tile;
-    char w = 0;
-    if (std::sscanf(t.c_str(), "%dx%d%c%d", &tile.block_m, &tile.block_n, &w, &tile.warps) != 4 ||
-        w != 'w') {
-      return "--tiles '" + t + "' must be BLOCK_MxBLOCK_NwWARPS, e.g. 128x64w4";
-    }
-    tune.tiles.push_back(tile);
+    auto tile = cubridge::gpu::ParseTile(t);
+    if (!tile.ok()) return absl::StrCat("--tiles: ", tile.status().message());
+    tune.tiles.push_back(*tile);
+  }
+  if (!f.tile.empty()) {
+    if (!f.tiles.empty()) return "--tile pins one tile and --tiles lists candidates: pass one of them";
+    auto tile = cubridge::gpu::ParseTile(f.tile);
+    if (!tile.ok()) return absl::StrCat("--tile: ", tile.status().message());
+    tune.tiles = {*tile};
+    o.kernel_params = cubridge::gpu::TileParams(*tile);
   }
   return "";
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "cuir/ir/syntax.h"
 
 namespace cubridge::cuir {
@@ -69,5 +70,23 @@ Stmt* FindDecl(Program& p, StmtKind kind, std::string_view name) {
 
 const Stmt* FindKvLoop(const Program& p) { return FindDecl(p, StmtKind::kFor); }
 Stmt* FindKvLoop(Program& p) { return FindDecl(p, StmtKind::kFor); }
+
+absl::StatusOr<Program> WithParams(const Program& p, const std::map<std::string, int64_t>& values) {
+  Program out = p;
+  for (const auto& [name, value] : values) {
+    Stmt* param = FindDecl(out, StmtKind::kParam, name);
+    if (param == nullptr) {
+      std::string declared;
+      for (const Stmt& s : out.stmts) {
+        if (s.kind == StmtKind::kParam) declared += (declared.empty() ? "" : ", ") + s.name;
+      }
+      return absl::InvalidArgumentError(absl::StrCat(
+          "kernel `", p.kernel, "` has no param `", name, "` (it declares: ",
+          declared.empty() ? "none" : declared, ")"));
+    }
+    param->value = IntLit(value);
+  }
+  return out;
+}
 
 }  // namespace cubridge::cuir

@@ -34,6 +34,8 @@
 //   }
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -137,5 +139,9 @@ Stmt* FindDecl(Program& p, StmtKind kind, std::string_view name = "");
 // The (single) KV-block loop at top level; null if absent.
 const Stmt* FindKvLoop(const Program& p);
 Stmt* FindKvLoop(Program& p);
+
+// The program with some of its params set, e.g. a tile (BLOCK_M, BLOCK_N, WARPS) other than the
+// expert's own. INVALID_ARGUMENT names a param the kernel does not declare, and those it does.
+absl::StatusOr<Program> WithParams(const Program& p, const std::map<std::string, int64_t>& values);
 
 }  // namespace cubridge::cuir

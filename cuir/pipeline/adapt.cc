@@ -93,9 +93,12 @@ absl::StatusOr<AdaptResult> Adapt(const AdaptOptions& o) {
 
   // A kernel tuned on a GPU is the fastest for its shape class only; CPU-verified kernels do not
   // depend on the shape.
+  // A pinned tile is its own kernel.
+  std::string pinned;
+  for (const auto& [name, value] : o.kernel_params) absl::StrAppend(&pinned, "-", name, value);
   const std::string cache_dir =
       (o.cache_dir.empty() ? DefaultCacheDir() : o.cache_dir) + "/" + result.spec_hash + "/" + arch +
-      (gpu_here ? "/" + o.gpu->ShapeClass(o.config) : "");
+      (gpu_here ? "/" + o.gpu->ShapeClass(o.config) : "") + (pinned.empty() ? "" : "/params" + pinned);
 
   if (o.use_cache) {
     auto cached = stage.Run("cache", [&](std::string* detail)
@@ -124,7 +127,12 @@ absl::StatusOr<AdaptResult> Adapt(const AdaptOptions& o) {
     }
   }
 
-  auto base = stage.Run("lift", [&](std::string* d) { return LiftStage(o.arch, d); });
+  auto base = stage.Run("lift", [&](std::string* d) -> absl::StatusOr<cuir::Program> {
+    auto lifted = LiftStage(o.arch, d);
+    if (!lifted.ok() || o.kernel_params.empty()) return lifted;
+    for (const auto& [name, value] : o.kernel_params) absl::StrAppend(d, ", ", name, " = ", value);
+    return cuir::WithParams(*lifted, o.kernel_params);
+  });
   if (!base.ok()) return base.status();
 
   const uint64_t seed = o.seed ? o.seed : FreshSeed();

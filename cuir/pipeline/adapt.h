@@ -67,6 +67,9 @@ struct AdaptOptions {
   cuir::AttentionConfig config;
   std::vector<std::string> param_overrides;              // "name=value"
   std::map<std::string, spec::BufferSource> buffers;     // name -> source; default random
+  // Kernel params set on the lifted base before transfer, so that verification, lowering and the
+  // cache key all see them: a tile other than the expert's own (`--tile`), e.g. BLOCK_N = 176.
+  std::map<std::string, int64_t> kernel_params;
   lower::Arch arch = lower::Arch::kSm80;
   std::string out_dir;    // required: where kernel.cuir, kernel.cu, kernel.h, report.json go
   std::string cache_dir;  // empty = DefaultCacheDir()

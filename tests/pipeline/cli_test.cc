@@ -171,6 +171,30 @@ TEST(AdaptCache, SecondIdenticalRunIsACacheHit) {
   EXPECT_EQ(third.output.find("cache hit"), std::string::npos) << third.output;
 }
 
+TEST(AdaptTile, APinnedTileIsVerifiedAtItLoweredAtItAndCachedApart) {
+  TempDir tmp;
+  const std::string common = "adapt " + Example("causal.py") + " --local --arch sm_90" +
+                             " --heads-q 4 --heads-kv 2 --seqlen 300 --cache-dir " + (tmp / "cache");
+  auto slurp = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string((std::istreambuf_iterator<char>(in)), {});
+  };
+  auto pinned = RunCli(common + " --tile 128x176w12 --out " + (tmp / "a"));
+  ASSERT_EQ(pinned.exit_code, 0) << pinned.output;
+  EXPECT_NE(pinned.output.find("BLOCK_N = 176"), std::string::npos) << pinned.output;
+  EXPECT_NE(slurp(tmp / "a/kernel.cuir").find("param BLOCK_N: int = 176"), std::string::npos);
+  EXPECT_NE(slurp(tmp / "a/kernel.cu").find("constexpr int BLOCK_N = 176;"), std::string::npos);
+  // The expert's own tile is another kernel: no hit on the pinned one.
+  auto own = RunCli(common + " --out " + (tmp / "b"));
+  ASSERT_EQ(own.exit_code, 0) << own.output;
+  EXPECT_EQ(own.output.find("cache hit"), std::string::npos) << own.output;
+  EXPECT_NE(slurp(tmp / "b/kernel.cu").find("constexpr int BLOCK_N = 128;"), std::string::npos);
+  auto again = RunCli(common + " --tile 128x176w12 --out " + (tmp / "c"));
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_NE(again.output.find("cache hit"), std::string::npos) << again.output;
+  EXPECT_EQ(slurp(tmp / "a/kernel.cu"), slurp(tmp / "c/kernel.cu"));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Bad input: what and where, non-zero exit, nothing written.
 
@@ -200,6 +224,9 @@ constexpr BadInput kBadInputs[] = {
     {"unknown_arch", nullptr, "causal.py", "--arch sm_75", "sm_75"},
     {"missing_file", nullptr, "does_not_exist.py", "", "does_not_exist.py"},
     {"unknown_param", nullptr, "sliding_window.py", "--param windw=3", "windw"},
+    {"malformed_tile", nullptr, "causal.py", "--tile 128x176", "BLOCK_MxBLOCK_NwWARPS"},
+    {"tile_and_tiles", nullptr, "causal.py", "--tile 128x176w12 --tiles 128x64w12",
+     "pass one of them"},
 };
 
 void PrintTo(const BadInput& b, std::ostream* os) { *os << b.name; }

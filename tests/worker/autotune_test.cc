@@ -31,12 +31,15 @@ TEST(Tiles, CandidatesFitTheArchAndTheExpert) {
       EXPECT_LE((t.block_m + 2 * t.block_n) * d * 2, 163 * 1024) << t.Name();
       EXPECT_EQ(t.block_n % 16, 0);
     }
-    // sm_90: the Hopper expert's two tiles (three warpgroups), its own first, at every head dim.
+    // sm_90: the Hopper expert's tiles (three warpgroups), its own first; the 176-key score
+    // tile only where its S, P and O fit a consumer's registers (head dim up to 128).
     std::vector<std::string> names;
     for (const TileConfig& t : CandidateTiles(Config(d, 1024), lower::Arch::kSm90)) {
       names.push_back(t.Name());
     }
-    EXPECT_EQ(names, (std::vector<std::string>{"128x128w12", "128x64w12"})) << "d=" << d;
+    EXPECT_EQ(names, d <= 128 ? (std::vector<std::string>{"128x128w12", "128x176w12", "128x64w12"})
+                              : (std::vector<std::string>{"128x128w12", "128x64w12"}))
+        << "d=" << d;
   }
   // 128x128 tiles of hdim 256 need 192 KiB: an A100 does not have it.
   auto has = [](const std::vector<TileConfig>& ts, const std::string& n) {
@@ -55,6 +58,15 @@ TEST(Tiles, WithTileSetsTheParamsTheLoweringReads) {
   ASSERT_TRUE(k.ok()) << k.status();
   EXPECT_THAT(k->cuda_source, HasSubstr("constexpr int BLOCK_M = 64;"));
   EXPECT_THAT(k->cuda_source, HasSubstr("constexpr int BLOCK_N = 32;"));
+  // A kernel without one of the params: the error names it and what the kernel declares.
+  cuir::Program bare = *base;
+  std::erase_if(bare.stmts, [](const cuir::Stmt& s) {
+    return s.kind == cuir::StmtKind::kParam && s.name == "WARPS";
+  });
+  auto missing = WithTile(bare, {64, 32, 4});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("has no param `WARPS`"));
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("BLOCK_M, BLOCK_N"));
 }
 
 TEST(Tiles, ShapeClassesSeparateSeqlenBucketsAndLayouts) {

@@ -70,8 +70,13 @@ std::vector<TileConfig> CandidateTiles(const cuir::AttentionConfig& config, lowe
   // sm_90 runs the Hopper expert (pipeline::ExpertFor): one producer and two consumer
   // warpgroups, 128 query rows, 128- or 64-key blocks; its kernel fits its K/V stages in shared
   // memory itself (kStages) and walks a 128-key block as two tiles at hdim 256, so both serve
-  // every head dim. The expert's own tile comes first.
-  if (pipeline::ExpertFor(arch) == "fa3_sm90") return {{128, 128, 12}, {128, 64, 12}};
+  // every head dim. The expert's own tile comes first. Up to head dim 128 a 176-key score tile
+  // fits too: measured faster on long dense rows and at head dim 64, slower at S = 1k and on
+  // document masks (docs/benchmarks.md), so it is a candidate, not the default.
+  if (pipeline::ExpertFor(arch) == "fa3_sm90") {
+    if (config.head_dim <= 128) return {{128, 128, 12}, {128, 176, 12}, {128, 64, 12}};
+    return {{128, 128, 12}, {128, 64, 12}};
+  }
   const std::vector<TileConfig> all = {{128, 64, 4}, {128, 128, 8}, {64, 64, 4}, {128, 32, 4},
                                        {64, 128, 4}};
   std::vector<TileConfig> out;
@@ -89,24 +94,12 @@ std::string ShapeClass(const cuir::AttentionConfig& c) {
                       c.heads_q == c.heads_kv ? "mha" : "gqa", "-", bucket);
 }
 
+std::map<std::string, int64_t> TileParams(const TileConfig& tile) {
+  return {{"BLOCK_M", tile.block_m}, {"BLOCK_N", tile.block_n}, {"WARPS", tile.warps}};
+}
+
 absl::StatusOr<cuir::Program> WithTile(const cuir::Program& program, const TileConfig& tile) {
-  cuir::Program out = program;
-  int set = 0;
-  for (cuir::Stmt& s : out.stmts) {
-    if (s.kind != cuir::StmtKind::kParam) continue;
-    const int value = s.name == "BLOCK_M" ? tile.block_m
-                      : s.name == "BLOCK_N" ? tile.block_n
-                      : s.name == "WARPS"   ? tile.warps
-                                            : 0;
-    if (value == 0) continue;
-    s.value = cuir::IntLit(value);
-    ++set;
-  }
-  if (set != 3) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "kernel `", program.kernel, "` does not declare the tile params BLOCK_M, BLOCK_N and WARPS"));
-  }
-  return out;
+  return cuir::WithParams(program, TileParams(tile));
 }
 
 GpuAutotuner::GpuAutotuner(AutotuneOptions options) : options_(std::move(options)) {}

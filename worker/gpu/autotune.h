@@ -3,6 +3,7 @@
 // fastest verified one. One of these also checks the lift (base program vs compiled expert).
 #pragma once
 
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -29,7 +30,8 @@ double Score(const nlohmann::json& candidate);
 std::vector<TileConfig> CandidateTiles(const cuir::AttentionConfig& config, lower::Arch arch);
 // Autotuning results hold for a shape class: head dim, dtype, GQA or not, and the seqlen bucket.
 std::string ShapeClass(const cuir::AttentionConfig& config);
-// The program with its tile params set to `tile`.
+// The kernel params a tile sets (BLOCK_M, BLOCK_N, WARPS), and the program with them set.
+std::map<std::string, int64_t> TileParams(const TileConfig& tile);
 absl::StatusOr<cuir::Program> WithTile(const cuir::Program& program, const TileConfig& tile);
 
 struct AutotuneOptions {

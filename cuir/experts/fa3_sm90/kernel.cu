@@ -88,11 +88,12 @@ constexpr int WARPS = 12;
 // @cuir-region variant_consts
 // @cuir-end variant_consts
 
-// The KV tile one wgmma step takes: BLOCK_N keys, or 64 at head dim 256, where a 128-key score
-// tile next to the 256-wide output accumulator would not fit in 240 registers. A BLOCK_N block of
-// the program is then walked as BLOCK_N / kTileN tiles.
+// The KV tile one wgmma step takes: the whole BLOCK_N block up to 176 keys (the widest score tile
+// whose S, P and O fit in a consumer's 240 registers at head dim 128), else 128 keys; at head dim
+// 256, where a 128-key score tile next to the 256-wide output accumulator would not fit, 64. A
+// block wider than its tile is walked tile by tile, the last one cut at the block's end.
 template <int D>
-constexpr int kTileN = D > 128 ? (BLOCK_N < 64 ? BLOCK_N : 64) : (BLOCK_N < 128 ? BLOCK_N : 128);
+constexpr int kTileN = D > 128 ? (BLOCK_N < 64 ? BLOCK_N : 64) : (BLOCK_N <= 176 ? BLOCK_N : 128);
 // STAGES K/V stages where they fit in shared memory (three do up to head dim 128), else two.
 template <int D>
 constexpr int kStages =
@@ -106,8 +107,8 @@ using Geo = cubridge::fa3::Geometry<T, D, BLOCK_M, kTileN<D>, kStages<D>>;
 // softmax runs under the other's products. Off: measured on an H100 (docs/benchmarks.md) the
 // two consumers fall into alternation on their own, and the barriers cost 0-4%.
 constexpr bool kPingPong = false;
-static_assert(BLOCK_N % kTileN<64> == 0 && BLOCK_N % kTileN<256> == 0,
-              "BLOCK_N must be a multiple of the KV tile (64 or 128)");
+static_assert(BLOCK_N == 64 || BLOCK_N == 176 || BLOCK_N % 128 == 0,
+              "BLOCK_N: 64, 176 or a multiple of 128 (score tiles of 64, 128 or 176 keys)");
 static_assert(WARPS == 12, "one producer and two consumer warpgroups");
 constexpr int kThreads = 32 * WARPS;
 constexpr int kTableThreads = 128;  // threads of the table-building kernels

@@ -34,7 +34,8 @@ struct Geometry {
   static_assert(D == 64 || D == 128 || D == 256, "head dim 64, 128 or 256");
   static_assert(sizeof(T) == 2, "16-bit inputs");
   static_assert(BLOCK_M == 128, "two consumer warpgroups of 64 query rows");
-  static_assert(TILE_N == 64 || TILE_N == 128, "wgmma n of the score tile: 64 or 128");
+  static_assert(TILE_N == 64 || TILE_N == 128 || TILE_N == 176,
+                "wgmma n of the score tile: 64, 128 or 176 (the Mma shapes of wgmma.cuh)");
   static_assert(STAGES >= 2 && STAGES <= 4, "2 to 4 K/V stages");
   static constexpr int kPanels = D / 64;  // 128-byte-wide swizzle panels
   static constexpr int kConsumerWGs = 2;
