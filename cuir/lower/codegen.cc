@@ -559,6 +559,12 @@ class RegionWriter {
   // A CTA classifies one tile (axes..., m_block, n_block): evaluates the predicate on every
   // element of the tile inside the sequence bounds and stores 0 (empty), 1 (partial) or 2 (full)
   // into the table's entry array, which cuir_compact_row then turns into the row's block list.
+  // Each thread walks whole key columns, rows innermost: what the predicate reads per key (a
+  // document id) is loop-invariant there and hoisted by the compiler, what it reads per query
+  // is the same address across the warp (one broadcast load), and a thread stops once its
+  // columns have shown a kept and a dropped element, because the tile is then partial whatever
+  // the others find. (Element order with two loads per element took 105 us of an 8k causal
+  // document call's 1.07 ms on an H100.)
   absl::StatusOr<std::string> ClassifyKernel(const TableInfo& t) {
     std::set<std::string> seed = assigned_;
     seed.insert({params_type_, "BLOCK_M", "BLOCK_N"});
@@ -568,18 +574,18 @@ class RegionWriter {
                       tile = local.Fresh("tile"), row = local.Fresh("row"),
                       rest = local.Fresh("rest"), m_block = local.Fresh("m_block"),
                       n_block = local.Fresh("n_block"), q_end = local.Fresh("q_end"),
-                      kv_end = local.Fresh("kv_end"), e = local.Fresh("e"),
+                      kv_end = local.Fresh("kv_end"), col = local.Fresh("col"),
+                      q0 = local.Fresh("q0"), r = local.Fresh("r"), visit = local.Fresh("visit"),
                       any = local.Fresh("any"), all = local.Fresh("all"),
                       keep = local.Fresh("keep");
     EmitScope scope = ns_;
     BindBuiltins(&scope, p + ".");
     BindBuffers(&scope);
     std::string decode = BufferLocals(p);
-    absl::StrAppend(&decode, "  const int ", n_block, " = static_cast<int>(", tile, " % ",
-                                      num_n, ");\n  const long long ", row, " = ", tile, " / ",
-                                      num_n, ";\n  const int ", m_block, " = static_cast<int>(",
-                                      row, " % ", num_m, ");\n");
-    if (!t.axes.empty()) absl::StrAppend(&decode, "  long long ", rest, " = ", row, " / ", num_m, ";\n");
+    absl::StrAppend(&decode, "  int ", n_block, ", ", m_block, ";\n  const long long ", row,
+                    " = cuir_udivmod(", tile, ", ", num_n, ", &", n_block, ");\n  ",
+                    t.axes.empty() ? "" : absl::StrCat("long long ", rest, " = "), "cuir_udivmod(",
+                    row, ", ", num_m, ", &", m_block, ");\n");
     for (size_t i = t.axes.size(); i-- > 0;) {
       LOWER_ASSIGN_OR_RETURN(extent, EmitExpr(t.extents[i], scope));
       const std::string axis = local.Fresh(t.axes[i]);
@@ -602,13 +608,24 @@ class RegionWriter {
         "  const int ", q_end, " = min(", m_block, " * BLOCK_M + BLOCK_M, ", p, ".seqlen_q);\n",
         "  const int ", kv_end, " = min(", n_block, " * BLOCK_N + BLOCK_N, ", p, ".seqlen_kv);\n",
         "  bool ", any, " = false;\n  bool ", all, " = true;\n",
-        "  for (int ", e, " = threadIdx.x; ", e, " < BLOCK_M * BLOCK_N; ", e, " += blockDim.x) {\n",
-        "    const int q_idx = ", m_block, " * BLOCK_M + ", e, " / BLOCK_N;\n",
-        "    const int kv_idx = ", n_block, " * BLOCK_N + ", e, " % BLOCK_N;\n",
-        "    if (q_idx < ", q_end, " && kv_idx < ", kv_end, ") {\n",
+        "  for (int ", col, " = threadIdx.x; ", col, " < BLOCK_N && (", all, " || !", any, "); ", col,
+        " += blockDim.x) {\n",
+        "    const int kv_idx = ", n_block, " * BLOCK_N + ", col, ";\n",
+        "    if (kv_idx >= ", kv_end, ") break;\n",
+        "    auto ", visit, " = [&](const int q_idx) {\n",
         "      const bool ", keep, " = ", pred.text, ";\n",
         "      ", any, " = ", any, " || ", keep, ";\n      ", all, " = ", all, " && ", keep, ";\n",
-        "    }\n  }\n",
+        "    };\n",
+        // Eight rows at a time: their loads are independent, the stop test runs per eight, and
+        // only a last short group tests the row bound per row.
+        "    int ", q0, " = ", m_block, " * BLOCK_M;\n",
+        "    for (; ", q0, " + 8 <= ", q_end, " && (", all, " || !", any, "); ", q0, " += 8) {\n",
+        "#pragma unroll\n",
+        "      for (int ", r, " = 0; ", r, " < 8; ++", r, ") ", visit, "(", q0, " + ", r, ");\n",
+        "    }\n",
+        "    for (; ", q0, " < ", q_end, " && (", all, " || !", any, "); ++", q0, ") ", visit, "(", q0,
+        ");\n",
+        "  }\n",
         "  ", any, " = __syncthreads_or(", any, ");\n  ", all, " = __syncthreads_and(", all, ");\n",
         "  if (threadIdx.x == 0) ", table, "[", t.rows_fn, "(", p, ") + ", row, " * ", num_n,
         " + ", n_block, "] = ", any, " ? (", all, " ? 2 : 1) : 0;\n",

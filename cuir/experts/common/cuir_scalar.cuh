@@ -32,6 +32,17 @@ template <typename I>
 __host__ __device__ __forceinline__ I cuir_cdiv(I a, I b) {
   return -cuir_floordiv<I>(-a, b);
 }
+// a / b, and a % b into *rem, for a >= 0 and b > 0: one 32-bit division where a fits in 31 bits
+// (a 64-bit division is a long subroutine; the table classifier decodes a tile index per CTA).
+__host__ __device__ __forceinline__ long long cuir_udivmod(long long a, int b, int* rem) {
+  if (a <= 0x7fffffffll) {
+    const unsigned q = static_cast<unsigned>(a) / static_cast<unsigned>(b);
+    *rem = static_cast<int>(static_cast<unsigned>(a) - q * static_cast<unsigned>(b));
+    return q;
+  }
+  *rem = static_cast<int>(a % b);
+  return a / b;
+}
 template <typename I>
 __host__ __device__ __forceinline__ I cuir_min(I a, I b) { return b < a ? b : a; }
 template <typename I>
