@@ -34,6 +34,20 @@ std::string ShapeName(const VerifyShape& s) {
   return absl::StrFormat("b=%d sq=%d skv=%d", s.batch, s.seqlen_q, s.seqlen_kv);
 }
 
+// Recomputed from every failure kind, so CompareShape and CheckOPadding may run in either order.
+bool Passed(const ShapeResult& r) {
+  return r.o.violations == 0 && r.o.unwritten == 0 && r.lse.violations == 0 &&
+         r.lse.unwritten == 0 && r.o_padding_written == 0;
+}
+
+// The elements as integers of their width: NaNs then compare by their bits, not as unordered.
+torch::Tensor Bits(const torch::Tensor& t) {
+  const torch::ScalarType type = t.element_size() == 2   ? torch::kInt16
+                                 : t.element_size() == 4 ? torch::kInt32
+                                                         : torch::kInt64;
+  return t.contiguous().view(type);
+}
+
 }  // namespace
 
 Tolerance ToleranceFor(cuir::DType dtype, const VerifyOptions& o) {
@@ -129,8 +143,29 @@ void CompareShape(const torch::Tensor& got_o, const torch::Tensor& got_lse,
   r->lse_checked = want_lse.defined();
   r->lse = r->lse_checked ? CompareOutputs(got_lse, want_lse, r->lse_atol, r->lse_rtol)
                           : OutputError{};
-  r->passed = r->o.violations == 0 && r->o.unwritten == 0 && r->lse.violations == 0 &&
-              r->lse.unwritten == 0;
+  r->passed = Passed(*r);
+}
+
+torch::Tensor PaddedPoison(const torch::Tensor& like) {
+  std::vector<int64_t> sizes(like.sizes().begin(), like.sizes().end());
+  sizes.back() += kOPadColumns;
+  return torch::full(sizes, std::nan(""), like.options());
+}
+
+void CheckOPadding(const torch::Tensor& padded, int64_t head_dim, ShapeResult* r) {
+  const torch::Tensor pad = padded.narrow(-1, head_dim, padded.size(-1) - head_dim);
+  // NaN's 16-bit pattern depends on the code converting it (c10's and CUDA's __float2half
+  // differ): the expected bits come from the same fill, on the same device, as PaddedPoison's.
+  const torch::Tensor written = Bits(pad) != Bits(torch::full_like(pad, std::nan("")));
+  r->o_padded = true;
+  r->o_padding_written = written.sum().item<int64_t>();
+  r->o_padding_at.clear();
+  if (r->o_padding_written > 0) {
+    const torch::Tensor first = written.nonzero()[0].cpu();
+    for (int64_t i = 0; i < first.numel(); ++i) r->o_padding_at.push_back(first[i].item<int64_t>());
+    r->o_padding_at.back() += head_dim;
+  }
+  r->passed = Passed(*r);
 }
 
 bool VerifyReport::lse_checked() const {
@@ -149,8 +184,15 @@ nlohmann::json VerifyReport::ToJson() const {
                             {"blocks_visited", s.blocks_visited},
                             {"blocks_masked", s.blocks_masked},
                             {"o", ErrorJson(s.o, s.o_atol, s.o_rtol)},
-                            {"lse_checked", s.lse_checked}};
+                            {"lse_checked", s.lse_checked},
+                            {"o_padded", s.o_padded}};
     if (s.lse_checked) shape["lse"] = ErrorJson(s.lse, s.lse_atol, s.lse_rtol);
+    if (s.o_padded) {
+      shape["o_padding"] = {{"row_stride", absl::StrFormat("head_dim + %d", kOPadColumns)},
+                            {"written", s.o_padding_written}};
+      if (!s.o_padding_at.empty()) shape["o_padding"]["first_written"] = s.o_padding_at;
+    }
+    if (s.o_padding_refused) shape["o_padding_refused"] = true;
     shapes_json.push_back(std::move(shape));
   }
   nlohmann::json out = {{"level", "ir"}, {"device", "cpu"}, {"passed", passed}, {"seed", seed},
@@ -161,15 +203,26 @@ nlohmann::json VerifyReport::ToJson() const {
 
 std::string VerifyReport::Summary() const {
   double o_abs = 0, lse_abs = 0;
+  int64_t padded = 0, written = 0;
   for (const auto& s : shapes) {
     o_abs = std::max(o_abs, s.o.max_abs);
     lse_abs = std::max(lse_abs, s.lse.max_abs);
+    padded += s.o_padded;
+    written += s.o_padding_written;
   }
   const double tol = shapes.empty() ? 0 : shapes.front().o_atol;
   const std::string lse = lse_checked() ? absl::StrFormat("max |dLSE| %.2e", lse_abs)
                                         : std::string(kLseNotChecked);
-  return absl::StrFormat("%d shapes %s, max |dO| %.2e (atol %.0e), %s, seed %d", shapes.size(),
-                         passed ? "match the oracle" : "FAILED", o_abs, tol, lse, seed);
+  // How many shapes checked a kernel's stores into unaligned rows; said only where some did, so
+  // CPU reports (never padded) read as before.
+  std::string layout;
+  if (padded > 0) {
+    layout = absl::StrFormat(" (%d with padded O rows%s)", padded,
+                             written > 0 ? absl::StrFormat(", %d padding elements written", written)
+                                         : "");
+  }
+  return absl::StrFormat("%d shapes%s %s, max |dO| %.2e (atol %.0e), %s, seed %d", shapes.size(),
+                         layout, passed ? "match the oracle" : "FAILED", o_abs, tol, lse, seed);
 }
 
 std::string VerifyReport::FailureDetail() const {
@@ -185,9 +238,16 @@ std::string VerifyReport::FailureDetail() const {
       }
       return out;
     };
-    parts.push_back(absl::StrFormat("%s: %s | %s", ShapeName(s.shape), describe("O", s.o),
-                                    s.lse_checked ? describe("LSE", s.lse)
-                                                  : std::string(kLseNotChecked)));
+    std::string part = absl::StrFormat("%s: %s | %s", ShapeName(s.shape), describe("O", s.o),
+                                       s.lse_checked ? describe("LSE", s.lse)
+                                                     : std::string(kLseNotChecked));
+    if (s.o_padding_written > 0) {
+      part += absl::StrFormat(
+          " | O: %d elements written outside the rows (the padding columns of an O with row "
+          "stride head_dim + %d), first at [%s]",
+          s.o_padding_written, kOPadColumns, absl::StrJoin(s.o_padding_at, ","));
+    }
+    parts.push_back(std::move(part));
   }
   return absl::StrJoin(parts, "\n");
 }

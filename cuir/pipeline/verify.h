@@ -48,6 +48,17 @@ struct ShapeResult {
   // and does not decide `passed`.
   bool lse_checked = true;
   double o_atol = 0, o_rtol = 0, lse_atol = 0, lse_rtol = 0;
+  // O was a view of wider rows (PaddedPoison): the GPU verifier's check of the stores a kernel
+  // uses when O's rows are not 16-byte aligned. The CPU verifier never pads.
+  bool o_padded = false;
+  // The kernel's plan refused the padded O, so this shape ran with a contiguous one: refusing a
+  // layout is allowed by the launcher ABI (fa2_sm80 needs 16-byte aligned rows), writing past a
+  // row is not.
+  bool o_padding_refused = false;
+  // Padding elements no longer bitwise the poison (a kernel storing past head_dim), and the first
+  // of them as (b, h, row, col) with col >= head_dim. Any decides `passed`.
+  int64_t o_padding_written = 0;
+  std::vector<int64_t> o_padding_at;
   int64_t blocks_visited = 0, blocks_masked = 0;
   double seconds = 0;
   bool passed = false;
@@ -85,6 +96,18 @@ OutputError CompareOutputs(const torch::Tensor& got, const torch::Tensor& want, 
 // GPU verifiers, so both treat a missing LSE alike.
 void CompareShape(const torch::Tensor& got_o, const torch::Tensor& got_lse,
                   const torch::Tensor& want_o, const torch::Tensor& want_lse, ShapeResult* r);
+
+// Columns past head_dim in a padded O's rows: with 16-bit elements, rows 2 * (head_dim + 2) bytes
+// apart are 4-byte aligned but never 16-byte aligned, whatever head_dim (a multiple of 8) is.
+inline constexpr int64_t kOPadColumns = 2;
+
+// The NaN poison of a padded O for `like` ([b, h, s, head_dim], its dtype and device): a
+// [b, h, s, head_dim + kOPadColumns] tensor whose narrow(3, 0, head_dim) is the O a kernel gets.
+torch::Tensor PaddedPoison(const torch::Tensor& like);
+
+// After the call, on `padded` from PaddedPoison (same device): sets r's o_padded and
+// o_padding_written / o_padding_at for the padding columns, and clears passed if any was written.
+void CheckOPadding(const torch::Tensor& padded, int64_t head_dim, ShapeResult* r);
 
 // What reports say when LSE was not compared.
 inline constexpr char kLseNotChecked[] = "LSE not checked: the reference returns O only";

@@ -1,7 +1,7 @@
 // On a GPU: lowered kernels compiled by NVRTC, verified against the spec's oracle and profiled in
-// runner children; the lift check; planted faulty candidates (a crash, a hang, a wrong mask) come
-// back as failed candidates while this process goes on. Without a usable GPU every test here
-// reports itself skipped.
+// runner children; the lift check; planted faulty candidates (a crash, a hang, a wrong mask, a
+// store into O's padding) come back as failed candidates while this process goes on. Without a
+// usable GPU every test here reports itself skipped.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -371,6 +371,52 @@ TEST_F(Gpu, PlantedWrongMaskIsCaughtWithItsWorstPositions) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_FALSE(r->value("passed", true));
   EXPECT_THAT(r->value("failure", ""), AllOf(HasSubstr("got"), HasSubstr("want")));
+}
+
+// The verifier passes O as a view of rows head_dim + 2 wide at odd shape positions (257x300 and
+// 65x65 here): a kernel storing past head_dim there fails, with the place. O's values stay right,
+// so nothing but the padding check can catch it. The planted store hits only rows wider than
+// head_dim, so the contiguous shapes still pass.
+TEST_F(Gpu, PlantedStoreIntoOsPaddingIsCaught) {
+  const auto c = Config(1, 4, 4, 256);
+  Prepared p = Prepare("causal", c);
+  GpuAutotuner tuner(Options({}, false));
+  ASSERT_TRUE(tuner.Probe(arch_).ok());
+  const auto spill = Plant(p.kernel,
+                           "if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 &&\n"
+                           "    threadIdx.x == 0) {\n"
+                           "  for (long long col = D; col < p.o_row_stride; ++col)\n"
+                           "    static_cast<unsigned short*>(p.o)[col] = 0;\n"
+                           "}");
+  auto r = tuner.CheckCandidate(Input(p, "causal", c), spill, p.program, "planted-padding", "",
+                                false);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const auto& shapes = (*r)["verification"]["shapes"];
+  ASSERT_EQ(shapes.size(), 4u) << r->dump(2);
+  if (arch_ == lower::Arch::kSm80) {
+    // fa2_sm80 refuses O rows that are not 16-byte aligned: those shapes run with a contiguous O
+    // (the planted store then writes nothing) and the report says the padding was refused.
+    EXPECT_TRUE(r->value("passed", false)) << r->dump(2);
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      EXPECT_EQ(shapes[i]["o_padded"], false) << i;
+      EXPECT_EQ(shapes[i].value("o_padding_refused", false), i % 2 == 1) << i;
+    }
+    return;
+  }
+  EXPECT_FALSE(r->value("passed", true));
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(shapes[i]["o_padded"], i % 2 == 1);
+    EXPECT_EQ(shapes[i]["passed"], i % 2 == 0) << shapes[i].dump(2);
+    if (i % 2 == 0) continue;
+    EXPECT_EQ(shapes[i]["o"]["violations"], 0);
+    EXPECT_EQ(shapes[i]["o_padding"]["written"], 2);
+    EXPECT_EQ(shapes[i]["o_padding"]["first_written"], nlohmann::json({0, 0, 0, c.head_dim}));
+  }
+  EXPECT_THAT(r->value("failure", ""),
+              HasSubstr("O: 2 elements written outside the rows (the padding columns of an O with "
+                        "row stride head_dim + 2), first at [0,0,0,128]"));
+  EXPECT_THAT(r->value("summary", ""), HasSubstr("2 with padded O rows, 4 padding elements written"));
 }
 
 }  // namespace
