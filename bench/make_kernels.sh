@@ -14,6 +14,9 @@
 # each tile candidate profiled at one benchmark shape (Qwen2.5-72B heads 64/8, S=8192, batch 2) and the
 # fastest kept (autotuning for that shape class); NAME.report.json sits beside each kernel. One
 # job at a time then, so profiles do not share the GPU. CUBRIDGE_TILES narrows the candidates.
+#
+# CUBRIDGE_TILE=128x176w12 pins the tile instead (`adapt --tile`): every kernel verified on the CPU
+# and lowered at it; run_matrix.py --candidate then plays the autotuner between two such sets.
 set -euo pipefail
 
 if [ $# -lt 1 ] || [ $# -gt 2 ]; then
@@ -44,6 +47,7 @@ if [ "${CUBRIDGE_TUNE:-0}" = 1 ]; then
   [ -n "${CUBRIDGE_TILES:-}" ] && SHAPE+=(--tiles "$CUBRIDGE_TILES")
   PARALLEL=1
 fi
+if [ -n "${CUBRIDGE_TILE:-}" ]; then SHAPE+=(--tile "$CUBRIDGE_TILE"); fi
 
 # lower SPEC_NAME OUT_NAME [extra CLI flags...]: TMP/OUT_NAME/{kernel.cu,...} -> OUTDIR/OUT_NAME_sm_90.cu
 lower() {

@@ -7,6 +7,7 @@ On the GPU:     python3 bench/run_matrix.py DIR [--out docs/benchmarks.md] [--on
                     [--extra-hdims 64,256] [--budget-s SECONDS]
 Merge parts:    python3 bench/run_matrix.py --merge A.json B.json [--out docs/benchmarks.md]
 A/B:            python3 bench/run_matrix.py DIR --against DIR2 [--rounds 5] ...
+Two tiles:      python3 bench/run_matrix.py DIR --candidate DIR2 ...
 
 Cases: every variant of examples/specs x S in --seqlens (batch = 16384 // S) x head configs
 Llama2-7B (32/32), Qwen2.5-72B (64/8), Llama3.1-405B (128/8), bf16, head dim 128; plus causal at
@@ -30,6 +31,13 @@ against Flex, then timed in alternation, A B, B A, A B ... (--rounds pairs of do
 the median of each), so that clock and temperature drift between runs falls on both alike (two
 sequential runs of one kernel set differed by up to 10% per row on an H100). Eager is not run;
 the row gets b_ms / b_tflops / b_status and b_over_a, and a summary table closes the log.
+
+Candidate mode (--candidate DIR2, the same variants lowered at another tile: make_kernels.sh with
+CUBRIDGE_TILE): what the service's autotuner does for a shape class, per row. Both kernels are
+checked against Flex and timed in alternation (2 pairs, rep 20 ms); the faster one is then timed
+alone as in the plain matrix, so the reported time is not the selection's own (a max over noisy
+pairs would lean high). Any failing kernel fails the row. The CuBridge cell names the pick's
+BLOCK_N; everything else is as in the plain matrix.
 
 Progress goes to stdout (flushed) with elapsed times; with $OUT set, $OUT/matrix_rows.json and
 $OUT/benchmarks_section.md are rewritten after every case, so a run cut short still leaves its rows.
@@ -66,6 +74,13 @@ EAGER_SCORE_BYTES = 4 << 30
 EAGER_MAX_CALL_S = 0.5
 WARMUP_MS, REP_MS, EAGER_REP_MS = 10, 60, 30
 AB_REP_MS = 20
+
+
+def block_n(folder, kname):
+    """The BLOCK_N a lowered kernel was built for (its tile_params region)."""
+    with open(os.path.join(folder, f"{kname}_sm_90.cu")) as f:
+        m = re.search(r"^constexpr int BLOCK_N = (\d+);", f.read(), re.M)
+    return int(m.group(1)) if m else None
 
 
 def kernel_and_params(name, s):
@@ -147,8 +162,14 @@ def render_section(metas, rows):
         "(—) when one call takes more than 0.5 s.",
         "- Timing: `triton.testing.do_bench(warmup=10, rep=60, return_mode=\"median\")`; eager: "
         "rep=30, or the median of 3 CUDA-event-timed calls when one call takes over 50 ms.",
-        "",
     ]
+    if any(r.get("tile_block_n") for r in rows):
+        out.append(
+            "- Tiles: every variant lowered twice (BLOCK_N 128 and 176); per row both kernels are "
+            "checked against Flex, timed in alternation (2 pairs, rep 20 ms), and the faster, the "
+            "one the service's autotuner would keep for that shape class, is timed alone as above. "
+            "The CuBridge cell names its BLOCK_N (n128 / n176).")
+    out.append("")
     groups = []
     for key, (label, hq, hkv) in HEADS.items():
         sel = [r for r in rows if r["group"] == key]
@@ -169,7 +190,7 @@ def render_section(metas, rows):
             ok = r.get("status") == "ok"
             c = r.get("cubridge_tflops")
             if ok:
-                ccell = fmt_tf(c)
+                ccell = fmt_tf(c) + (f" (n{r['tile_block_n']})" if r.get("tile_block_n") else "")
             elif str(r.get("status", "")).startswith("unchecked") and c:
                 ccell = f"{c:.1f} (unchecked)"
             else:
@@ -354,8 +375,9 @@ def run(args):
         return so
 
     builds = {(k, args.dir): pool.submit(build, k) for k in kernels}
-    if args.against:
-        builds.update({(k, args.against): pool.submit(build, k, args.against) for k in kernels})
+    second = args.against or args.candidate
+    if second:
+        builds.update({(k, second): pool.submit(build, k, second) for k in kernels})
     libs = {}
 
     def get_lib(kname, folder=args.dir):
@@ -371,12 +393,9 @@ def run(args):
 
     docs = {}
 
-    def documents(n, seed=7):  # as bench/lowered/bench_variants.py: 16 documents, then padding id 16
+    def documents(n):
         if n not in docs:
-            g = torch.Generator().manual_seed(seed)
-            lens = torch.randint(n // 8, n // 2, (16,), generator=g)
-            ids = torch.repeat_interleave(torch.arange(16), lens)[:n]
-            docs[n] = torch.cat([ids, ids.new_full((n - ids.numel(),), 16)]).to(torch.int32).to(dev)
+            docs[n] = check.bench_documents(n).to(dev)
         return docs[n]
 
     setups = {}
@@ -536,7 +555,7 @@ def run(args):
 
         # Eager PyTorch.
         try:
-            if args.against:
+            if args.against:  # A/B mode: eager is not what is compared
                 raise SkipEager
             fn, hc = make_eager(q, k, v, scale, st["neg"], st["eager_score"])
             row["eager_head_chunk"] = hc
@@ -595,17 +614,13 @@ def run(args):
 
         try:
             call_a = prepare(args.dir, "")
-            call_b = prepare(args.against, "b_") if args.against else None
-            if call_a and not call_b:
+            call_b = prepare(second, "b_") if second else None
+            if args.candidate:
+                row["status"] = pick_candidate(row, call_a, call_b)
+            elif call_a and not call_b:
                 row["cubridge_ms"] = bench(call_a)
             elif call_a and call_b:
-                ta, tb = [], []
-                for i in range(args.rounds):  # A B, B A, A B, ...: neither always goes second
-                    first, second = (call_a, call_b) if i % 2 == 0 else (call_b, call_a)
-                    t1, t2 = bench(first, rep=AB_REP_MS), bench(second, rep=AB_REP_MS)
-                    ta.append(t1 if i % 2 == 0 else t2)
-                    tb.append(t2 if i % 2 == 0 else t1)
-                row["cubridge_ms"], row["b_ms"] = statistics.median(ta), statistics.median(tb)
+                row["cubridge_ms"], row["b_ms"] = alternate(call_a, call_b, args.rounds)
                 row["b_tflops"] = tflops(flops, row["b_ms"])
                 row["b_over_a"] = row["cubridge_ms"] / row["b_ms"]
             torch.cuda.synchronize()
@@ -615,6 +630,30 @@ def run(args):
             row["status"] = "FAIL: " + short(e)
 
         return row
+
+    def alternate(call_a, call_b, rounds):
+        """Median times of two calls timed A B, B A, A B, ...: neither always goes second."""
+        ta, tb = [], []
+        for i in range(rounds):
+            first, later = (call_a, call_b) if i % 2 == 0 else (call_b, call_a)
+            t1, t2 = bench(first, rep=AB_REP_MS), bench(later, rep=AB_REP_MS)
+            ta.append(t1 if i % 2 == 0 else t2)
+            tb.append(t2 if i % 2 == 0 else t1)
+        return statistics.median(ta), statistics.median(tb)
+
+    def pick_candidate(row, call_a, call_b):
+        """Candidate mode: the faster of two verified kernels, then timed alone; the row's status."""
+        n_a, n_b = block_n(args.dir, row["kernel"]), block_n(second, row["kernel"])
+        if row.get("status") != "ok" or row.get("b_status") != "ok":
+            bad = [f"n{n}: {row.get(k, 'not run')}" for n, k in ((n_a, "status"), (n_b, "b_status"))
+                   if row.get(k) != "ok"]
+            return "FAIL: " + "; ".join(bad)
+        ms_a, ms_b = alternate(call_a, call_b, 2)
+        a_wins = ms_a <= ms_b
+        row["tile_block_n"] = n_a if a_wins else n_b
+        row["candidate_ms"] = {f"n{n_a}": ms_a, f"n{n_b}": ms_b}
+        row["cubridge_ms"] = bench(call_a if a_wins else call_b)
+        return "ok"
 
     rows = []
     write_outputs(meta, rows)
@@ -653,7 +692,7 @@ def run(args):
                   f"{'' if mad is None else f', |dO| {mad:.1e}'}]  flex {fmt_tf(row.get('flex_tflops'))}"
                   f" (first call {row.get('flex_first_call_s', '?')} s)  sdpa {sd}  "
                   f"eager {fmt_tf(row.get('eager_tflops'))}  [case {row['case_s']} s]", flush=True)
-            if args.against:
+            if args.against or args.candidate:
                 print(f"    B {fmt_tf(row.get('b_tflops'))} [{row.get('b_status', 'not run')}]  "
                       f"B/A {row.get('b_over_a', 0):.3f}", flush=True)
             for key in ("flex_error", "sdpa_error", "eager_note"):
@@ -705,6 +744,8 @@ def main():
                     help="start no new (head config, variant) group after this many seconds (0: no limit)")
     ap.add_argument("--against", metavar="DIR2",
                     help="A/B mode: a second kernel folder, timed in alternation with DIR")
+    ap.add_argument("--candidate", metavar="DIR2",
+                    help="the same variants at another tile: each row keeps the faster verified kernel")
     ap.add_argument("--rounds", type=int, default=5, help="A/B mode: A B pairs of timings per case")
     ap.add_argument("--rebuild", action="store_true", help="rebuild every .so even if up to date")
     ap.add_argument("--merge", nargs="+", metavar="JSON",
@@ -716,8 +757,12 @@ def main():
     if not args.dir:
         ap.error("DIR is required (or --merge)")
     args.dir = os.path.abspath(args.dir)
+    if args.against and args.candidate:
+        ap.error("--against (A/B of two kernel sets) and --candidate (keep the faster) exclude each other")
     if args.against:
         args.against = os.path.abspath(args.against)
+    if args.candidate:
+        args.candidate = os.path.abspath(args.candidate)
     run(args)
 
 

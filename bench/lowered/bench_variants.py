@@ -37,13 +37,6 @@ def load_spec(name):
     return mod
 
 
-def documents(n, seed):
-    g = torch.Generator().manual_seed(seed)
-    lens = torch.randint(n // 8, n // 2, (16,), generator=g)
-    ids = torch.repeat_interleave(torch.arange(16), lens)[:n]
-    return torch.cat([ids, ids.new_full((n - ids.numel(),), 16)]).to(torch.int32)
-
-
 def bench(fn):
     return do_bench(fn, warmup=25, rep=200, return_mode="median")
 
@@ -76,7 +69,7 @@ def main():
         flex = torch.compile(flex_attention, dynamic=False)
         mod = load_spec(name)
         params = PARAMS.get(name, {})
-        doc = documents(S, 7).cuda()
+        doc = check.bench_documents(S).cuda()
         uses_doc = "doc" in (getattr(mod, "mask_mod", None).__code__.co_varnames if hasattr(mod, "mask_mod") else ())
         extra = {"doc": doc} if uses_doc else {}
         mask_mod = (lambda b, h, q, kv, m=mod: m.mask_mod(b, h, q, kv, **params, **extra)) if hasattr(mod, "mask_mod") else None

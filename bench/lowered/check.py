@@ -49,6 +49,15 @@ def make_doc(n, seed):
     return torch.repeat_interleave(torch.arange(len(lens)), torch.tensor(lens))[:n].to(torch.int32)
 
 
+def bench_documents(n, seed=7):
+    """The benchmarks' document ids (CPU, int32): 16 documents of n/8 to n/2 tokens cut at n, then
+    padding id 16."""
+    g = torch.Generator().manual_seed(seed)
+    lens = torch.randint(n // 8, n // 2, (16,), generator=g)
+    ids = torch.repeat_interleave(torch.arange(16), lens)[:n]
+    return torch.cat([ids, ids.new_full((n - ids.numel(),), 16)]).to(torch.int32)
+
+
 # Each variant: (hq, hkv, buffers(b, sq, skv) -> list, mask(b, h, q, kv, bufs) -> bool tensor|None,
 #                score_mod(s, b, h, q, kv) -> s|None)
 def variants():
