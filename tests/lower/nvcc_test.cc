@@ -127,7 +127,8 @@ TEST(Nvcc, LauncherHeaderIsPlainC) {
             "#include \"kernel.h\"\n"
             "int call(cubridge_attn_fwd_params* p) {\n"
             "  p->buffers[0] = 0;\n"
-            "  return cubridge_attn_fwd(p, 0) + (int)cubridge_attn_fwd_workspace_size(p);\n"
+            "  return cubridge_attn_fwd(p, 0) + (int)cubridge_attn_fwd_workspace_size(p) +\n"
+            "         cubridge_attn_fwd_tables(p, 0) + cubridge_attn_fwd_attention(p, 0);\n"
             "}\n");
   const CommandResult r = RunCommand(absl::StrCat("cc -std=c99 -Wall -Werror -c -o ", dir,
                                                   "/use.o ", dir, "/use.c"));

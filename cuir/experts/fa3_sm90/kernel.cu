@@ -48,6 +48,12 @@ size_t cubridge_attn_fwd_workspace_size(const cubridge_attn_fwd_params* p);
 // Enqueues the attention on `stream`; returns a cudaError_t value (0 = cudaSuccess).
 // cudaErrorInvalidValue (1) for unusable parameters.
 int cubridge_attn_fwd(const cubridge_attn_fwd_params* p, struct CUstream_st* stream);
+// The two halves of cubridge_attn_fwd, for layers that share one mask: the block tables depend
+// only on the buffers and the shapes, so they may be built once into p->workspace and each
+// layer's call then runs the attention alone, as FlexAttention reuses one block mask. Build them
+// again after any change of the buffers or shapes. Without tables, _tables enqueues nothing.
+int cubridge_attn_fwd_tables(const cubridge_attn_fwd_params* p, struct CUstream_st* stream);
+int cubridge_attn_fwd_attention(const cubridge_attn_fwd_params* p, struct CUstream_st* stream);
 
 #ifdef __cplusplus
 }
@@ -641,28 +647,6 @@ static int launch_head_dim(const cubridge_attn_fwd_params* p,
 
 }  // namespace cubridge_fa3
 
-extern "C" size_t cubridge_attn_fwd_workspace_size(const cubridge_attn_fwd_params* p) {
-  return p == nullptr ? 0 : cubridge_fa3::variant_workspace(*p, nullptr);
-}
-
-extern "C" int cubridge_attn_fwd(const cubridge_attn_fwd_params* p, cudaStream_t stream) {
-  if (p == nullptr) return cudaErrorInvalidValue;
-  cubridge_attn_fwd_launch_plan plan;
-  cubridge_attn_fwd_make_plan(*p, &plan);
-  if (plan.status != 0) return cudaErrorInvalidValue;
-  if (plan.workspace_bytes > 0 &&
-      (p->workspace == nullptr || p->workspace_size < plan.workspace_bytes)) {
-    return cudaErrorInvalidValue;
-  }
-  char* const workspace = static_cast<char*>(p->workspace);
-  if (plan.classify_grid > 0) {
-    cubridge_fa3::cubridge_attn_fwd_classify<<<plan.classify_grid, plan.table_threads, 0, stream>>>(*p, workspace);
-    cubridge_fa3::cubridge_attn_fwd_compact<<<plan.compact_grid, plan.table_threads, 0, stream>>>(*p, workspace);
-  }
-  switch (p->dtype) {
-    case 0: return cubridge_fa3::launch_head_dim<__nv_bfloat16>(p, plan, stream);
-    case 1: return cubridge_fa3::launch_head_dim<__half>(p, plan, stream);
-    default: return cudaErrorInvalidValue;
-  }
-}
+#define CUBRIDGE_EXPERT_NS cubridge_fa3
+#include "../common/c_launcher.cuh"
 #endif  // __CUDACC_RTC__
