@@ -101,6 +101,9 @@ std::string ApplyFlags(AdaptFlags& f, cubridge::gpu::AutotuneOptions& tune) {
     if (!f.tiles.empty()) return "--tile pins one tile and --tiles lists candidates: pass one of them";
     auto tile = cubridge::gpu::ParseTile(f.tile);
     if (!tile.ok()) return absl::StrCat("--tile: ", tile.status().message());
+    if (auto fits = cubridge::gpu::TileFits(*tile, o.config, o.arch); !fits.ok()) {
+      return absl::StrCat("--tile: ", fits.message());
+    }
     tune.tiles = {*tile};
     o.kernel_params = cubridge::gpu::TileParams(*tile);
   }

@@ -227,6 +227,10 @@ constexpr BadInput kBadInputs[] = {
     {"malformed_tile", nullptr, "causal.py", "--tile 128x176", "BLOCK_MxBLOCK_NwWARPS"},
     {"tile_and_tiles", nullptr, "causal.py", "--tile 128x176w12 --tiles 128x64w12",
      "pass one of them"},
+    {"tile_the_expert_cannot_run", nullptr, "causal.py", "--tile 128x176w12",
+     "does not fit expert fa2_sm80"},
+    {"tile_the_hopper_expert_cannot_run", nullptr, "causal.py", "--arch sm_90 --tile 128x96w12",
+     "does not fit expert fa3_sm90"},
 };
 
 void PrintTo(const BadInput& b, std::ostream* os) { *os << b.name; }

@@ -66,6 +66,29 @@ absl::StatusOr<TileConfig> ParseTile(const std::string& name) {
   return tile;
 }
 
+absl::Status TileFits(const TileConfig& t, const cuir::AttentionConfig& config, lower::Arch arch) {
+  const std::string expert = pipeline::ExpertFor(arch);
+  bool fits = false;
+  std::string rule;
+  if (expert == "fa3_sm90") {
+    // The Hopper kernel's own static_asserts (kernel.cu): two consumer warpgroups of 64 rows, and
+    // blocks of 64, 176 or a multiple of 128 keys (walked as 64-key tiles at head dim 256).
+    fits = t.block_m == 128 && t.warps == 12 &&
+           (t.block_n == 64 || t.block_n == 176 || (t.block_n > 0 && t.block_n % 128 == 0));
+    rule = "BLOCK_M 128, 12 warps, BLOCK_N 64, 176 or a multiple of 128";
+  } else {
+    const size_t smem = static_cast<size_t>(t.block_m + 2 * t.block_n) * config.head_dim * 2;
+    fits = t.block_m > 0 && t.block_n > 0 && t.warps > 0 && ValidFor(t, config.head_dim) &&
+           smem <= SmemLimit(arch);
+    rule = absl::StrCat("BLOCK_M a multiple of 16 rows per warp, BLOCK_N a multiple of 16, (BLOCK_M + "
+                        "2 BLOCK_N) x head dim x 2 bytes within ", SmemLimit(arch) / 1024, " KiB");
+  }
+  if (fits) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "tile ", t.Name(), " does not fit expert ", expert, " at head dim ", config.head_dim, " (", rule,
+      "); e.g. ", CandidateTiles(config, arch).front().Name()));
+}
+
 std::vector<TileConfig> CandidateTiles(const cuir::AttentionConfig& config, lower::Arch arch) {
   // sm_90 runs the Hopper expert (pipeline::ExpertFor): one producer and two consumer
   // warpgroups, 128 query rows, 128- or 64-key blocks; its kernel fits its K/V stages in shared

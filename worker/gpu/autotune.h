@@ -28,6 +28,8 @@ double Score(const nlohmann::json& candidate);
 // The tile configurations worth trying for a head dim on an arch: valid for the expert (rows
 // per warp a multiple of 16, BLOCK_N a multiple of 16) and within the arch's shared memory.
 std::vector<TileConfig> CandidateTiles(const cuir::AttentionConfig& config, lower::Arch arch);
+// Whether the arch's expert can run `tile` at the config's head dim; the error says its rule.
+absl::Status TileFits(const TileConfig& tile, const cuir::AttentionConfig& config, lower::Arch arch);
 // Autotuning results hold for a shape class: head dim, dtype, GQA or not, and the seqlen bucket.
 std::string ShapeClass(const cuir::AttentionConfig& config);
 // The kernel params a tile sets (BLOCK_M, BLOCK_N, WARPS), and the program with them set.
