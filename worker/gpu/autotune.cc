@@ -29,6 +29,23 @@ bool ValidFor(const TileConfig& t, int64_t head_dim) {
   return t.block_m % (16 * warps) == 0 && t.block_n % 16 == 0;
 }
 
+// Whether the arch's expert runs `t` at the config's head dim; `rule` receives what it requires.
+bool Fits(const TileConfig& t, const cuir::AttentionConfig& config, lower::Arch arch,
+          std::string* rule) {
+  if (pipeline::ExpertFor(arch) == "fa3_sm90") {
+    // The Hopper kernel's own static_asserts (kernel.cu): two consumer warpgroups of 64 rows, and
+    // blocks of 64, 176 or a multiple of 128 keys (walked as 64-key tiles at head dim 256).
+    *rule = "BLOCK_M 128, 12 warps, BLOCK_N 64, 176 or a multiple of 128";
+    return t.block_m == 128 && t.warps == 12 &&
+           (t.block_n == 64 || t.block_n == 176 || (t.block_n > 0 && t.block_n % 128 == 0));
+  }
+  *rule = absl::StrCat("BLOCK_M a multiple of 16 rows per warp, BLOCK_N a multiple of 16, (BLOCK_M + "
+                       "2 BLOCK_N) x head dim x 2 bytes within ", SmemLimit(arch) / 1024, " KiB");
+  const size_t smem = static_cast<size_t>(t.block_m + 2 * t.block_n) * config.head_dim * 2;
+  return t.block_m > 0 && t.block_n > 0 && t.warps > 0 && ValidFor(t, config.head_dim) &&
+         smem <= SmemLimit(arch);
+}
+
 int BufferCount(const cuir::Program& p) {
   int n = 0;
   for (const cuir::Stmt& s : p.stmts) n += s.kind == cuir::StmtKind::kBuffer;
@@ -67,26 +84,11 @@ absl::StatusOr<TileConfig> ParseTile(const std::string& name) {
 }
 
 absl::Status TileFits(const TileConfig& t, const cuir::AttentionConfig& config, lower::Arch arch) {
-  const std::string expert = pipeline::ExpertFor(arch);
-  bool fits = false;
   std::string rule;
-  if (expert == "fa3_sm90") {
-    // The Hopper kernel's own static_asserts (kernel.cu): two consumer warpgroups of 64 rows, and
-    // blocks of 64, 176 or a multiple of 128 keys (walked as 64-key tiles at head dim 256).
-    fits = t.block_m == 128 && t.warps == 12 &&
-           (t.block_n == 64 || t.block_n == 176 || (t.block_n > 0 && t.block_n % 128 == 0));
-    rule = "BLOCK_M 128, 12 warps, BLOCK_N 64, 176 or a multiple of 128";
-  } else {
-    const size_t smem = static_cast<size_t>(t.block_m + 2 * t.block_n) * config.head_dim * 2;
-    fits = t.block_m > 0 && t.block_n > 0 && t.warps > 0 && ValidFor(t, config.head_dim) &&
-           smem <= SmemLimit(arch);
-    rule = absl::StrCat("BLOCK_M a multiple of 16 rows per warp, BLOCK_N a multiple of 16, (BLOCK_M + "
-                        "2 BLOCK_N) x head dim x 2 bytes within ", SmemLimit(arch) / 1024, " KiB");
-  }
-  if (fits) return absl::OkStatus();
+  if (Fits(t, config, arch, &rule)) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
-      "tile ", t.Name(), " does not fit expert ", expert, " at head dim ", config.head_dim, " (", rule,
-      "); e.g. ", CandidateTiles(config, arch).front().Name()));
+      "tile ", t.Name(), " does not fit expert ", pipeline::ExpertFor(arch), " at head dim ",
+      config.head_dim, " (", rule, "); e.g. ", CandidateTiles(config, arch).front().Name()));
 }
 
 std::vector<TileConfig> CandidateTiles(const cuir::AttentionConfig& config, lower::Arch arch) {
@@ -103,9 +105,9 @@ std::vector<TileConfig> CandidateTiles(const cuir::AttentionConfig& config, lowe
   const std::vector<TileConfig> all = {{128, 64, 4}, {128, 128, 8}, {64, 64, 4}, {128, 32, 4},
                                        {64, 128, 4}};
   std::vector<TileConfig> out;
+  std::string rule;
   for (const TileConfig& t : all) {
-    const size_t smem = static_cast<size_t>(t.block_m + 2 * t.block_n) * config.head_dim * 2;
-    if (ValidFor(t, config.head_dim) && smem <= SmemLimit(arch)) out.push_back(t);
+    if (Fits(t, config, arch, &rule)) out.push_back(t);
   }
   return out;
 }
