@@ -597,6 +597,8 @@ class RegionWriter {
     scope.Bind("q_idx", "q_idx", CType::kInt);
     scope.Bind("kv_idx", "kv_idx", CType::kInt);
     LOWER_ASSIGN_OR_RETURN(pred, EmitExpr(t.decl->value, scope));
+    // A thread goes on while its columns have not shown both a kept and a dropped element.
+    const std::string undecided = absl::StrCat("(", all, " || !", any, ")");
     if (pred.type != CType::kBool) {
       return InvalidAt(*t.decl, absl::StrCat("table `", t.decl->name, "`: blocks(...) needs a bool"));
     }
@@ -608,7 +610,7 @@ class RegionWriter {
         "  const int ", q_end, " = min(", m_block, " * BLOCK_M + BLOCK_M, ", p, ".seqlen_q);\n",
         "  const int ", kv_end, " = min(", n_block, " * BLOCK_N + BLOCK_N, ", p, ".seqlen_kv);\n",
         "  bool ", any, " = false;\n  bool ", all, " = true;\n",
-        "  for (int ", col, " = threadIdx.x; ", col, " < BLOCK_N && (", all, " || !", any, "); ", col,
+        "  for (int ", col, " = threadIdx.x; ", col, " < BLOCK_N && ", undecided, "; ", col,
         " += blockDim.x) {\n",
         "    const int kv_idx = ", n_block, " * BLOCK_N + ", col, ";\n",
         "    if (kv_idx >= ", kv_end, ") break;\n",
@@ -619,11 +621,11 @@ class RegionWriter {
         // Eight rows at a time: their loads are independent, the stop test runs per eight, and
         // only a last short group tests the row bound per row.
         "    int ", q0, " = ", m_block, " * BLOCK_M;\n",
-        "    for (; ", q0, " + 8 <= ", q_end, " && (", all, " || !", any, "); ", q0, " += 8) {\n",
+        "    for (; ", q0, " + 8 <= ", q_end, " && ", undecided, "; ", q0, " += 8) {\n",
         "#pragma unroll\n",
         "      for (int ", r, " = 0; ", r, " < 8; ++", r, ") ", visit, "(", q0, " + ", r, ");\n",
         "    }\n",
-        "    for (; ", q0, " < ", q_end, " && (", all, " || !", any, "); ++", q0, ") ", visit, "(", q0,
+        "    for (; ", q0, " < ", q_end, " && ", undecided, "; ++", q0, ") ", visit, "(", q0,
         ");\n",
         "  }\n",
         "  ", any, " = __syncthreads_or(", any, ");\n  ", all, " = __syncthreads_and(", all, ");\n",
