@@ -7,7 +7,7 @@ On the GPU:     python3 bench/run_matrix.py DIR [--out docs/benchmarks.md] [--on
                     [--extra-hdims 64,256] [--budget-s SECONDS]
 Merge parts:    python3 bench/run_matrix.py --merge A.json B.json [--out docs/benchmarks.md]
 A/B:            python3 bench/run_matrix.py DIR --against DIR2 [--rounds 5] ...
-Two tiles:      python3 bench/run_matrix.py DIR --candidate DIR2 ...
+Tile candidates: python3 bench/run_matrix.py DIR --candidate DIR2 [DIR3 ...] ...
 
 Cases: every variant of examples/specs x S in --seqlens (batch = 16384 // S) x head configs
 Llama2-7B (32/32), Qwen2.5-72B (64/8), Llama3.1-405B (128/8), bf16, head dim 128; plus causal at
@@ -33,12 +33,13 @@ the median of each), so that clock and temperature drift between runs falls on b
 sequential runs of one kernel set differed by up to 10% per row on an H100). Eager is not run;
 the row gets b_ms / b_tflops / b_status and b_over_a, and a summary table closes the log.
 
-Candidate mode (--candidate DIR2, the same variants lowered at another tile: make_kernels.sh with
-CUBRIDGE_TILE): what the service's autotuner does for a shape class, per row. Both kernels are
-checked against Flex and timed in alternation (2 pairs, rep 20 ms); the faster one is then timed
-alone as in the plain matrix, so the reported time is not the selection's own (a max over noisy
-pairs would lean high). Any failing kernel fails the row. The CuBridge cell names the pick's
-BLOCK_N; everything else is as in the plain matrix.
+Candidate mode (--candidate DIR2 [DIR3 ...], the same variants lowered at other tiles:
+make_kernels.sh with CUBRIDGE_TILE): what the service's autotuner does for a shape class, per row.
+Every kernel is checked against Flex and all are timed in rotation (2 rounds, rep 20 ms); the
+fastest is then timed alone as in the plain matrix, so the reported time is not the selection's
+own (a max over noisy rounds would lean high). Any failing kernel fails the row. The CuBridge cell
+names the pick's tile (n128, n176, n128s2: BLOCK_N, and the K/V stages where not the expert's
+default 3); everything else is as in the plain matrix.
 
 Progress goes to stdout (flushed) with elapsed times; with $OUT set, $OUT/matrix_rows.json and
 $OUT/benchmarks_section.md are rewritten after every case, so a run cut short still leaves its rows.
@@ -77,11 +78,15 @@ WARMUP_MS, REP_MS, EAGER_REP_MS = 10, 60, 30
 AB_REP_MS = 20
 
 
-def block_n(folder, kname):
-    """The BLOCK_N a lowered kernel was built for (its tile_params region)."""
+def tile_label(folder, kname):
+    """The tile a lowered kernel was built for (its tile_params region): n<BLOCK_N>, plus
+    s<STAGES> where the stages are not the Hopper expert's default 3."""
     with open(os.path.join(folder, f"{kname}_sm_90.cu")) as f:
-        m = re.search(r"^constexpr int BLOCK_N = (\d+);", f.read(), re.M)
-    return int(m.group(1)) if m else None
+        text = f.read()
+    bn = re.search(r"^constexpr int BLOCK_N = (\d+);", text, re.M)
+    st = re.search(r"^constexpr int STAGES = (\d+);", text, re.M)
+    label = f"n{bn.group(1)}" if bn else "n?"
+    return label + (f"s{st.group(1)}" if st and st.group(1) != "3" else "")
 
 
 def kernel_and_params(name, s):
@@ -166,12 +171,13 @@ def render_section(metas, rows):
         "- Timing: `triton.testing.do_bench(warmup=10, rep=60, return_mode=\"median\")`; eager: "
         "rep=30, or the median of 3 CUDA-event-timed calls when one call takes over 50 ms.",
     ]
-    if any(r.get("tile_block_n") for r in rows):
+    tiles = sorted({t for r in rows for t in r.get("candidate_ms", {})})
+    if tiles:
         out.append(
-            "- Tiles: every variant lowered twice (BLOCK_N 128 and 176); per row both kernels are "
-            "checked against Flex, timed in alternation (2 pairs, rep 20 ms), and the faster, the "
-            "one the service's autotuner would keep for that shape class, is timed alone as above. "
-            "The CuBridge cell names its BLOCK_N (n128 / n176).")
+            f"- Tiles: every variant lowered at {len(tiles)} tiles ({', '.join(tiles)}: BLOCK_N, and "
+            "K/V stages where not 3); per row every kernel is checked against Flex, all are timed "
+            "in rotation (2 rounds, rep 20 ms), and the fastest, the one the service's autotuner "
+            "would keep for that shape class, is timed alone as above. The CuBridge cell names it.")
     out.append("")
     groups = []
     for key, (label, hq, hkv) in HEADS.items():
@@ -193,7 +199,8 @@ def render_section(metas, rows):
             ok = r.get("status") == "ok"
             c = r.get("cubridge_tflops")
             if ok:
-                ccell = fmt_tf(c) + (f" (n{r['tile_block_n']})" if r.get("tile_block_n") else "")
+                tile = r.get("tile") or (f"n{r['tile_block_n']}" if r.get("tile_block_n") else "")
+                ccell = fmt_tf(c) + (f" ({tile})" if tile else "")
             elif str(r.get("status", "")).startswith("unchecked") and c:
                 ccell = f"{c:.1f} (unchecked)"
             else:
@@ -217,7 +224,8 @@ def render_section(metas, rows):
                      f"head dim {worst['head_dim']}).")
     for r in rows:
         where = f"{r['variant']} S={fmt_s(r['S'])} {r['heads_q']}/{r['heads_kv']} d{r['head_dim']}"
-        tables = r.get("b_tables_ms") if r.get("picked") == "b" else r.get("tables_ms")
+        picked = r.get("picked", "a")
+        tables = r.get("tables_ms") if picked == "a" else r.get(f"{picked}_tables_ms")
         if tables and r.get("cubridge_ms"):
             notes.append(f"- block tables {where}: {tables * 1e3:.1f} us per build, "
                          f"{100 * tables / r['cubridge_ms']:.1f}% of the attention call (not in its time)")
@@ -382,9 +390,11 @@ def run(args):
         return so
 
     builds = {(k, args.dir): pool.submit(build, k) for k in kernels}
-    second = args.against or args.candidate
-    if second:
-        builds.update({(k, second): pool.submit(build, k, second) for k in kernels})
+    # The other kernel sets and their row-key prefixes: B of an A/B, or the tile candidates.
+    others = [args.against] if args.against else list(args.candidate or [])
+    prefixes = [f"{chr(ord('b') + i)}_" for i in range(len(others))]
+    for folder in others:
+        builds.update({(k, folder): pool.submit(build, k, folder) for k in kernels})
     libs = {}
 
     def get_lib(kname, folder=args.dir):
@@ -631,13 +641,14 @@ def run(args):
 
         try:
             call_a = prepare(args.dir, "")
-            call_b = prepare(second, "b_") if second else None
+            calls = [prepare(f, pre) for f, pre in zip(others, prefixes)]
+            call_b = calls[0] if calls else None
             if args.candidate:
-                row["status"] = pick_candidate(row, call_a, call_b)
+                row["status"] = pick_candidate(row, [call_a] + calls)
             elif call_a and not call_b:
                 row["cubridge_ms"] = bench(call_a)
             elif call_a and call_b:
-                row["cubridge_ms"], row["b_ms"] = alternate(call_a, call_b, args.rounds)
+                row["cubridge_ms"], row["b_ms"] = alternate([call_a, call_b], args.rounds)
                 row["b_tflops"] = tflops(flops, row["b_ms"])
                 row["b_over_a"] = row["cubridge_ms"] / row["b_ms"]
             torch.cuda.synchronize()
@@ -648,29 +659,30 @@ def run(args):
 
         return row
 
-    def alternate(call_a, call_b, rounds):
-        """Median times of two calls timed A B, B A, A B, ...: neither always goes second."""
-        ta, tb = [], []
+    def alternate(calls, rounds):
+        """Median times of the calls, timed in rotation (A B, B A, ... for two; A B C, B C A, ...
+        for three): drift within a round does not fall on one call alone."""
+        times = [[] for _ in calls]
         for i in range(rounds):
-            first, later = (call_a, call_b) if i % 2 == 0 else (call_b, call_a)
-            t1, t2 = bench(first, rep=AB_REP_MS), bench(later, rep=AB_REP_MS)
-            ta.append(t1 if i % 2 == 0 else t2)
-            tb.append(t2 if i % 2 == 0 else t1)
-        return statistics.median(ta), statistics.median(tb)
+            for j in range(len(calls)):
+                k = (i + j) % len(calls) if len(calls) > 2 else (j if i % 2 == 0 else 1 - j)
+                times[k].append(bench(calls[k], rep=AB_REP_MS))
+        return tuple(statistics.median(t) for t in times)
 
-    def pick_candidate(row, call_a, call_b):
-        """Candidate mode: the faster of two verified kernels, then timed alone; the row's status."""
-        n_a, n_b = block_n(args.dir, row["kernel"]), block_n(second, row["kernel"])
-        if row.get("status") != "ok" or row.get("b_status") != "ok":
-            bad = [f"n{n}: {row.get(k, 'not run')}" for n, k in ((n_a, "status"), (n_b, "b_status"))
-                   if row.get(k) != "ok"]
+    def pick_candidate(row, calls):
+        """Candidate mode: the fastest of the verified kernels, then timed alone; the row's status."""
+        folders, keys = [args.dir] + others, [""] + prefixes
+        labels = [tile_label(f, row["kernel"]) for f in folders]
+        bad = [f"{t}: {row.get(k + 'status', 'not run')}" for t, k in zip(labels, keys)
+               if row.get(k + "status") != "ok"]
+        if bad:
             return "FAIL: " + "; ".join(bad)
-        ms_a, ms_b = alternate(call_a, call_b, 2)
-        a_wins = ms_a <= ms_b
-        row["tile_block_n"] = n_a if a_wins else n_b
-        row["picked"] = "a" if a_wins else "b"
-        row["candidate_ms"] = {f"n{n_a}": ms_a, f"n{n_b}": ms_b}
-        row["cubridge_ms"] = bench(call_a if a_wins else call_b)
+        times = alternate(calls, 2)
+        best = min(range(len(calls)), key=lambda i: times[i])
+        row["tile"] = labels[best]
+        row["picked"] = keys[best][:-1] if keys[best] else "a"
+        row["candidate_ms"] = dict(zip(labels, times))
+        row["cubridge_ms"] = bench(calls[best])
         return "ok"
 
     rows = []
@@ -762,8 +774,8 @@ def main():
                     help="start no new (head config, variant) group after this many seconds (0: no limit)")
     ap.add_argument("--against", metavar="DIR2",
                     help="A/B mode: a second kernel folder, timed in alternation with DIR")
-    ap.add_argument("--candidate", metavar="DIR2",
-                    help="the same variants at another tile: each row keeps the faster verified kernel")
+    ap.add_argument("--candidate", metavar="DIR2", nargs="+",
+                    help="the same variants at other tiles: each row keeps the fastest verified kernel")
     ap.add_argument("--rounds", type=int, default=5, help="A/B mode: A B pairs of timings per case")
     ap.add_argument("--rebuild", action="store_true", help="rebuild every .so even if up to date")
     ap.add_argument("--merge", nargs="+", metavar="JSON",
@@ -780,7 +792,7 @@ def main():
     if args.against:
         args.against = os.path.abspath(args.against)
     if args.candidate:
-        args.candidate = os.path.abspath(args.candidate)
+        args.candidate = [os.path.abspath(c) for c in args.candidate]
     run(args)
 
 

@@ -26,8 +26,8 @@ struct AdaptFlags {
   std::string arch = "sm_80";
   std::string gpu = "auto";
   double gpu_timeout = 120;
-  std::vector<std::string> tiles;  // BMxBNwW
-  std::string tile;                // BMxBNwW
+  std::vector<std::string> tiles;  // BMxBNwW[sSTAGES]
+  std::string tile;                // BMxBNwW[sSTAGES]
   std::string proposer = "rules";
   propose::LlmFlags llm;
   std::string transcript_path;
@@ -55,8 +55,8 @@ void AddFlags(CLI::App* cmd, AdaptFlags& f) {
                   "Tile candidates to autotune, e.g. 128x64w4,64x64w4 (default: all that fit)")
       ->delimiter(',');
   cmd->add_option("--tile", f.tile,
-                  "Lower at this tile instead of the expert's own, e.g. 128x176w12: verified at it "
-                  "on the CPU, and the only candidate on a GPU");
+                  "Lower at this tile instead of the expert's own, e.g. 128x176w12, or 128x128w12s2 "
+                  "(two K/V stages): verified at it on the CPU, and the only candidate on a GPU");
   cmd->add_option("--proposer", f.proposer,
                   "Who proposes the transferred CuIR: rules (default), llm, or hybrid (rules first, "
                   "the LLM for what they do not cover); docs/llm.md");

@@ -33,17 +33,20 @@ bool ValidFor(const TileConfig& t, int64_t head_dim) {
 bool Fits(const TileConfig& t, const cuir::AttentionConfig& config, lower::Arch arch,
           std::string* rule) {
   if (pipeline::ExpertFor(arch) == "fa3_sm90") {
-    // The Hopper kernel's own static_asserts (kernel.cu): two consumer warpgroups of 64 rows, and
-    // blocks of 64, 176 or a multiple of 128 keys (walked as 64-key tiles at head dim 256).
-    *rule = "BLOCK_M 128, 12 warps, BLOCK_N 64, 176 or a multiple of 128";
+    // The Hopper kernel's own static_asserts (kernel.cu): two consumer warpgroups of 64 rows,
+    // blocks of 64, 176 or a multiple of 128 keys (walked as 64-key tiles at head dim 256), and
+    // 2 to 4 K/V stages (it drops to two by itself where more do not fit).
+    *rule = "BLOCK_M 128, 12 warps, BLOCK_N 64, 176 or a multiple of 128, stages 2 to 4";
     return t.block_m == 128 && t.warps == 12 &&
-           (t.block_n == 64 || t.block_n == 176 || (t.block_n > 0 && t.block_n % 128 == 0));
+           (t.block_n == 64 || t.block_n == 176 || (t.block_n > 0 && t.block_n % 128 == 0)) &&
+           (t.stages == 0 || (t.stages >= 2 && t.stages <= 4));
   }
   *rule = absl::StrCat("BLOCK_M a multiple of 16 rows per warp, BLOCK_N a multiple of 16, (BLOCK_M + "
-                       "2 BLOCK_N) x head dim x 2 bytes within ", SmemLimit(arch) / 1024, " KiB");
+                       "2 BLOCK_N) x head dim x 2 bytes within ", SmemLimit(arch) / 1024,
+                       " KiB, the expert's own stages");
   const size_t smem = static_cast<size_t>(t.block_m + 2 * t.block_n) * config.head_dim * 2;
-  return t.block_m > 0 && t.block_n > 0 && t.warps > 0 && ValidFor(t, config.head_dim) &&
-         smem <= SmemLimit(arch);
+  return t.block_m > 0 && t.block_n > 0 && t.warps > 0 && t.stages == 0 &&
+         ValidFor(t, config.head_dim) && smem <= SmemLimit(arch);
 }
 
 int BufferCount(const cuir::Program& p) {
@@ -68,17 +71,21 @@ double Score(const nlohmann::json& candidate) {
   return candidate["profile"].value("tflops_kept", 0.0);
 }
 
-std::string TileConfig::Name() const { return absl::StrFormat("%dx%dw%d", block_m, block_n, warps); }
+std::string TileConfig::Name() const {
+  std::string name = absl::StrFormat("%dx%dw%d", block_m, block_n, warps);
+  if (stages > 0) absl::StrAppend(&name, "s", stages);
+  return name;
+}
 
 absl::StatusOr<TileConfig> ParseTile(const std::string& name) {
   TileConfig tile;
-  char w = 0;
-  char extra = 0;
-  if (std::sscanf(name.c_str(), "%dx%d%c%d%c", &tile.block_m, &tile.block_n, &w, &tile.warps,
-                  &extra) != 4 ||
-      w != 'w' || tile.block_m <= 0 || tile.block_n <= 0 || tile.warps <= 0) {
+  char w = 0, s = 0, extra = 0;
+  const int n = std::sscanf(name.c_str(), "%dx%d%c%d%c%d%c", &tile.block_m, &tile.block_n, &w,
+                            &tile.warps, &s, &tile.stages, &extra);
+  if ((n != 4 && n != 6) || w != 'w' || (n == 6 && (s != 's' || tile.stages <= 0)) ||
+      tile.block_m <= 0 || tile.block_n <= 0 || tile.warps <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "tile '", name, "' must be BLOCK_MxBLOCK_NwWARPS, e.g. 128x64w4"));
+        "tile '", name, "' must be BLOCK_MxBLOCK_NwWARPS[sSTAGES], e.g. 128x64w4 or 128x128w12s2"));
   }
   return tile;
 }
@@ -97,9 +104,14 @@ std::vector<TileConfig> CandidateTiles(const cuir::AttentionConfig& config, lowe
   // memory itself (kStages) and walks a 128-key block as two tiles at hdim 256, so both serve
   // every head dim. The expert's own tile comes first. Up to head dim 128 a 176-key score tile
   // fits too: measured faster on long dense rows and at head dim 64, slower at S = 1k and on
-  // document masks (docs/benchmarks.md), so it is a candidate, not the default.
+  // document masks (docs/benchmarks.md), so it is a candidate, not the default. At head dim 128
+  // a 128-key tile with two K/V stages instead of three has room for a second Q buffer: measured
+  // faster on document masks (short KV walks per query tile), slower on long dense rows.
   if (pipeline::ExpertFor(arch) == "fa3_sm90") {
-    if (config.head_dim <= 128) return {{128, 128, 12}, {128, 176, 12}, {128, 64, 12}};
+    if (config.head_dim == 128) {
+      return {{128, 128, 12}, {128, 176, 12}, {128, 128, 12, 2}, {128, 64, 12}};
+    }
+    if (config.head_dim < 128) return {{128, 128, 12}, {128, 176, 12}, {128, 64, 12}};
     return {{128, 128, 12}, {128, 64, 12}};
   }
   const std::vector<TileConfig> all = {{128, 64, 4}, {128, 128, 8}, {64, 64, 4}, {128, 32, 4},
@@ -120,7 +132,10 @@ std::string ShapeClass(const cuir::AttentionConfig& c) {
 }
 
 std::map<std::string, int64_t> TileParams(const TileConfig& tile) {
-  return {{"BLOCK_M", tile.block_m}, {"BLOCK_N", tile.block_n}, {"WARPS", tile.warps}};
+  std::map<std::string, int64_t> params = {
+      {"BLOCK_M", tile.block_m}, {"BLOCK_N", tile.block_n}, {"WARPS", tile.warps}};
+  if (tile.stages > 0) params["STAGES"] = tile.stages;
+  return params;
 }
 
 absl::StatusOr<cuir::Program> WithTile(const cuir::Program& program, const TileConfig& tile) {

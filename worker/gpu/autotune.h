@@ -17,7 +17,10 @@ namespace cubridge::gpu {
 
 struct TileConfig {
   int block_m = 128, block_n = 64, warps = 4;
-  std::string Name() const;  // "128x64w4"
+  // K/V pipeline stages (the program's STAGES param); 0 keeps the program's own. On sm_90 two
+  // stages at head dim 128 leave room for a second Q buffer (cuir/experts/fa3_sm90/kernel.cu).
+  int stages = 0;
+  std::string Name() const;  // "128x64w4", with stages "128x128w12s2"
 };
 absl::StatusOr<TileConfig> ParseTile(const std::string& name);  // inverse of Name()
 
@@ -32,7 +35,8 @@ std::vector<TileConfig> CandidateTiles(const cuir::AttentionConfig& config, lowe
 absl::Status TileFits(const TileConfig& tile, const cuir::AttentionConfig& config, lower::Arch arch);
 // Autotuning results hold for a shape class: head dim, dtype, GQA or not, and the seqlen bucket.
 std::string ShapeClass(const cuir::AttentionConfig& config);
-// The kernel params a tile sets (BLOCK_M, BLOCK_N, WARPS), and the program with them set.
+// The kernel params a tile sets (BLOCK_M, BLOCK_N, WARPS, and STAGES where it names them), and
+// the program with them set.
 std::map<std::string, int64_t> TileParams(const TileConfig& tile);
 absl::StatusOr<cuir::Program> WithTile(const cuir::Program& program, const TileConfig& tile);
 

@@ -100,15 +100,20 @@ constexpr int WARPS = 12;
 // block wider than its tile is walked tile by tile, the last one cut at the block's end.
 template <int D>
 constexpr int kTileN = D > 128 ? (BLOCK_N < 64 ? BLOCK_N : 64) : (BLOCK_N <= 176 ? BLOCK_N : 128);
-// STAGES K/V stages where they fit in shared memory (three do up to head dim 128), else two.
+// Shared memory: STAGES K/V stages where they fit (three do up to head dim 128), else two; and a
+// second Q buffer where it fits beside them, so that a persistent CTA's next Q lands while the
+// current tile runs instead of after its last Q K^T. At head dim 128 it fits beside two stages
+// only: STAGES = 2 (tile 128x128w12s2) trades the third stage for it, an autotuning candidate
+// (faster on document masks, slower on long dense rows: docs/benchmarks.md).
+template <int D, int S, int QB>
+constexpr bool kFits =
+    cubridge::fa3::Geometry<__nv_bfloat16, D, BLOCK_M, kTileN<D>, S, QB>::kSmemBytes <= 227 * 1024;
 template <int D>
-constexpr int kStages =
-    cubridge::fa3::Geometry<__nv_bfloat16, D, BLOCK_M, kTileN<D>, 2>::kSmemBytes +
-                (STAGES - 2) * 2 * kTileN<D> * D * 2 <= 227 * 1024
-        ? STAGES
-        : 2;
+constexpr int kStages = kFits<D, STAGES, 1> ? STAGES : 2;
+template <int D>
+constexpr int kQBuffers = kFits<D, kStages<D>, 2> ? 2 : 1;
 template <typename T, int D>
-using Geo = cubridge::fa3::Geometry<T, D, BLOCK_M, kTileN<D>, kStages<D>>;
+using Geo = cubridge::fa3::Geometry<T, D, BLOCK_M, kTileN<D>, kStages<D>, kQBuffers<D>>;
 // Ping-pong: the consumers take turns at the tensor cores through named barriers, so one's
 // softmax runs under the other's products. Off: measured on an H100 (docs/benchmarks.md) the
 // two consumers fall into alternation on their own, and the barriers cost 0-4%.
@@ -178,9 +183,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   (void)MT;  // sizes the hoisted row arrays of generated regions
   constexpr float kLog2e = 1.4426950408889634f;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
-  constexpr int NSTAGE = kStages<D>;
-  const SmemPlan<G, NSTAGE> sp(smem_raw);
-  Barriers<NSTAGE>* const bars = sp.bars();
+  constexpr int NSTAGE = G::kStages;
+  const SmemPlan<G> sp(smem_raw);
+  typename G::Bars* const bars = sp.bars();
 
   // Builtin symbols.
   const int batch = p.batch;
@@ -200,7 +205,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int i = 0; i < 3; ++i) tma_prefetch_desc(maps.map[i]);
-    init_barriers<NSTAGE>(bars, G::kConsumerWGs * 4);
+    init_barriers(bars, G::kConsumerWGs * 4);
   }
   __syncthreads();
   // The ring position (KV tiles so far) and the work tiles so far run on across work tiles, so
@@ -215,6 +220,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // lies after that role's setmaxnreg, and ptxas gives it that role's register budget.
   auto work_tile = [&](const int w, auto role) {
     const Tile tile = work.tile(w);
+    const RingPos<G::kQBuffers> q_at(work_round);  // this work tile's Q buffer
     const int m_block = tile.m_block;
     const int h = tile.head;
     const int b = tile.batch;
@@ -346,12 +352,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       const void* const map_q = maps.map[0];
       const void* const map_k = maps.map[1];
       const void* const map_v = maps.map[2];
-      if (work_round > 0) mbar_wait(&bars->q_empty, (work_round - 1) & 1);
+      if (q_at.reused()) mbar_wait(&bars->q_empty[q_at.slot], q_at.empty_parity());
       // load Q = q[b, h, q_lo:q_hi]
-      mbar_arrive_expect_tx(&bars->q_full, G::kQBytes);
+      mbar_arrive_expect_tx(&bars->q_full[q_at.slot], G::kQBytes);
 #pragma unroll
       for (int c = 0; c < G::kPanels; ++c)
-        tma_load_4d(sp.q() + c * G::kQPanelBytes, map_q, &bars->q_full, c * 64, q_lo, h, b);
+        tma_load_4d(sp.q(q_at.slot) + c * G::kQPanelBytes, map_q, &bars->q_full[q_at.slot],
+                    c * 64, q_lo, h, b);
       for_each_kv_block([&](int, int kv_lo, int kv_hi, auto&&) {
         for (int lo = kv_lo; lo < kv_hi; lo += TILE_N, ++ring) {
           const RingPos<NSTAGE> at(ring);
@@ -375,7 +382,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       // This thread's rows: row0, row0 + 8.
       const int row0 = q_lo + cw * 64 + warp * 16 + (lane >> 2);
       const int t = lane & 3;
-      const Operands<G, TILE_N> ops(sp.q(), sp.k(0), sp.v(0), cw);
+      const Operands<G, TILE_N> ops(sp.q(0), sp.k(0), sp.v(0), cw);
+      const uint64_t q_desc = ops.q(q_at.slot);
 
       // softmax.init
       float acc[D / 2];
@@ -391,7 +399,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // Ping-pong: WG 1 arrives once so that WG 0 issues first; both run one issue section per tile
       // plus the last P V, so WG 0's extra wait after the loop balances the barriers.
       if (kPingPong && cw == 1) named_bar_arrive<kBarIssueWG0, kPingPongThreads>();
-      mbar_wait(&bars->q_full, work_round & 1);
+      mbar_wait(&bars->q_full[q_at.slot], q_at.full_parity());
 
       for_each_kv_block([&](int, int kv_lo, int kv_hi, auto&& apply_variant) {
         for (int lo = kv_lo; lo < kv_hi; lo += TILE_N, ++ring) {
@@ -399,16 +407,17 @@ __global__ void __launch_bounds__(kThreads, 1)
           const int tile_hi = min(lo + TILE_N, kv_hi);
           mbar_wait(&bars->k_full[at.slot], at.full_parity());
           // S = qk Q, K, issued with the previous tile's P V behind it (none before the first);
-          // wait for S only.
+          // wait for S only. (O's rescale stays before the Q K^T issue: between the two issues,
+          // as FlashAttention-3 places it, ptxas injected a wgmma wait there, C7517.)
           if (pv_slot < 0) {
             if (kPingPong) pingpong_wait_turn(cw);
-            issue_qk<T, G, D, TILE_N>(s, ops.q, ops.k(at.slot));
+            issue_qk<T, G, D, TILE_N>(s, q_desc, ops.k(at.slot));
             if (kPingPong) pingpong_pass_turn(cw);
             wgmma_wait<0>();
           } else {
             mbar_wait(&bars->v_full[pv_slot], pv_parity);
             if (kPingPong) pingpong_wait_turn(cw);
-            issue_qk<T, G, D, TILE_N>(s, ops.q, ops.k(at.slot));
+            issue_qk<T, G, D, TILE_N>(s, q_desc, ops.k(at.slot));
             issue_pv<T, D, TILE_N>(acc, pa, ops.v(pv_slot));
             if (kPingPong) pingpong_pass_turn(cw);
             wgmma_wait<1>();
@@ -433,7 +442,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       });
       // Every Q K^T of this work tile has retired: the producer may load the next tile's Q.
-      if (lane == 0) mbar_arrive(&bars->q_empty);
+      if (lane == 0) mbar_arrive(&bars->q_empty[q_at.slot]);
       // pv P, V of the last tile.
       if (pv_slot >= 0) {
         mbar_wait(&bars->v_full[pv_slot], pv_parity);

@@ -13,16 +13,18 @@ namespace fa3 {
 
 template <typename G, int TILE_N>
 struct Operands {
-  uint64_t q;   // this warpgroup's 64 query rows
+  uint64_t q0;  // this warpgroup's 64 query rows of Q buffer 0; buffer i adds i * kQBufferStep
   uint64_t k0;  // K slot 0; slot s adds s * kStageStep
   uint64_t v0;
   static constexpr uint64_t kStageStep = G::kKVBytes >> 4;
+  static constexpr uint64_t kQBufferStep = G::kQBytes >> 4;
 
   __device__ __forceinline__ Operands(const void* q_smem, const void* k_smem, const void* v_smem,
                                       int consumer_wg)
-      : q(make_desc(smem_u32(q_smem) + consumer_wg * 64 * 128, 16, 1024)),
+      : q0(make_desc(smem_u32(q_smem) + consumer_wg * 64 * 128, 16, 1024)),
         k0(make_desc(smem_u32(k_smem), 16, 1024)),
         v0(make_desc(smem_u32(v_smem), G::kKVPanelBytes, 1024)) {}
+  __device__ __forceinline__ uint64_t q(int buf) const { return q0 + buf * kQBufferStep; }
   __device__ __forceinline__ uint64_t k(int slot) const { return k0 + slot * kStageStep; }
   __device__ __forceinline__ uint64_t v(int slot) const { return v0 + slot * kStageStep; }
 };

@@ -1,7 +1,10 @@
 // Shared-memory plan and the K/V stage ring of the sm_90 expert.
 //
-// One CTA = one BLOCK_M-row Q tile of one (batch, head). Q stays resident; K and V each have
-// STAGES slots of one KV tile (TILE_N rows). Per slot there are four barriers:
+// One work tile = one BLOCK_M-row Q tile of one (batch, head). Q stays resident for the work
+// tile, in one of QBUFS buffers: with two, a persistent CTA's next Q lands while the current tile
+// still runs (work tile w uses buffer w % QBUFS; q_full / q_empty per buffer, parities as for the
+// ring below). K and V each have STAGES slots of one KV tile (TILE_N rows). Per slot there are
+// four barriers:
 //   k_full / v_full (count 1): the producer's arrive.expect_tx plus the TMA bytes complete them;
 //     V has its own so that Q K^T can start while V is still in flight.
 //   k_empty / v_empty (count = consumer warps): every consumer warp arrives on k_empty once its
@@ -19,17 +22,17 @@
 namespace cubridge {
 namespace fa3 {
 
-template <int STAGES>
+template <int STAGES, int QBUFS>
 struct Barriers {
-  uint64_t q_full;
-  uint64_t q_empty;  // the consumers' Q K^T of a work tile retired: the next Q may land
+  uint64_t q_full[QBUFS];
+  uint64_t q_empty[QBUFS];  // the consumers' Q K^T of a work tile retired: the next Q may land
   uint64_t k_full[STAGES];
   uint64_t v_full[STAGES];
   uint64_t k_empty[STAGES];
   uint64_t v_empty[STAGES];
 };
 
-template <typename T, int D, int BLOCK_M, int TILE_N, int STAGES>
+template <typename T, int D, int BLOCK_M, int TILE_N, int STAGES, int QBUFS>
 struct Geometry {
   static_assert(D == 64 || D == 128 || D == 256, "head dim 64, 128 or 256");
   static_assert(sizeof(T) == 2, "16-bit inputs");
@@ -37,6 +40,10 @@ struct Geometry {
   static_assert(TILE_N == 64 || TILE_N == 128 || TILE_N == 176,
                 "wgmma n of the score tile: 64, 128 or 176 (the Mma shapes of wgmma.cuh)");
   static_assert(STAGES >= 2 && STAGES <= 4, "2 to 4 K/V stages");
+  static_assert(QBUFS == 1 || QBUFS == 2, "one or two Q buffers");
+  static constexpr int kStages = STAGES;
+  static constexpr int kQBuffers = QBUFS;
+  using Bars = Barriers<STAGES, QBUFS>;
   static constexpr int kPanels = D / 64;  // 128-byte-wide swizzle panels
   static constexpr int kConsumerWGs = 2;
   static constexpr int kThreads = 128 * (1 + kConsumerWGs);
@@ -49,14 +56,14 @@ struct Geometry {
   static constexpr int kQBytes = BLOCK_M * D * 2;
   static constexpr int kKVBytes = TILE_N * D * 2;
   static constexpr int kQOffset = 0;
-  static constexpr int kKOffset = kQBytes;
+  static constexpr int kKOffset = QBUFS * kQBytes;
   static constexpr int kVOffset = kKOffset + STAGES * kKVBytes;
   static constexpr int kBarOffset = kVOffset + STAGES * kKVBytes;
   // Dynamic shared memory is only guaranteed 16-byte alignment; the swizzle needs 1024.
-  static constexpr int kSmemBytes = kBarOffset + static_cast<int>(sizeof(Barriers<STAGES>)) + 1024;
+  static constexpr int kSmemBytes = kBarOffset + static_cast<int>(sizeof(Bars)) + 1024;
 };
 
-template <typename G, int STAGES>
+template <typename G>
 struct SmemPlan {
   uint8_t* base;
 
@@ -64,18 +71,21 @@ struct SmemPlan {
     const uint32_t a = smem_u32(raw);
     base = raw + (((a + 1023u) & ~1023u) - a);
   }
-  __device__ __forceinline__ uint8_t* q() const { return base + G::kQOffset; }
+  __device__ __forceinline__ uint8_t* q(int buf) const { return base + G::kQOffset + buf * G::kQBytes; }
   __device__ __forceinline__ uint8_t* k(int s) const { return base + G::kKOffset + s * G::kKVBytes; }
   __device__ __forceinline__ uint8_t* v(int s) const { return base + G::kVOffset + s * G::kKVBytes; }
-  __device__ __forceinline__ Barriers<STAGES>* bars() const {
-    return reinterpret_cast<Barriers<STAGES>*>(base + G::kBarOffset);
+  __device__ __forceinline__ typename G::Bars* bars() const {
+    return reinterpret_cast<typename G::Bars*>(base + G::kBarOffset);
   }
 };
 
-template <int STAGES>
-__device__ __forceinline__ void init_barriers(Barriers<STAGES>* b, int consumer_warps) {
-  mbar_init(&b->q_full, 1);
-  mbar_init(&b->q_empty, consumer_warps);
+template <int STAGES, int QBUFS>
+__device__ __forceinline__ void init_barriers(Barriers<STAGES, QBUFS>* b, int consumer_warps) {
+#pragma unroll
+  for (int i = 0; i < QBUFS; ++i) {
+    mbar_init(&b->q_full[i], 1);
+    mbar_init(&b->q_empty[i], consumer_warps);
+  }
 #pragma unroll
   for (int s = 0; s < STAGES; ++s) {
     mbar_init(&b->k_full[s], 1);

@@ -18,6 +18,7 @@
 #pragma once
 
 #include "../common/cuir_platform.cuh"
+#include "../common/cuir_scalar.cuh"
 
 namespace cubridge {
 namespace fa3 {
@@ -41,6 +42,9 @@ constexpr long long kL2GroupBytes = 24ll << 20;
 struct LongestFirst {
   int m_blocks, heads, count;
   int pairs, group;  // (head, batch) pairs; pairs per group
+  // The decode's divisors, fixed per launch: a division per tile cost 3.6% of the samples at
+  // S = 1k (bench/sm90/NOTES.md) as the subroutine; the last group may be short.
+  cuir_fastdiv by_group_tiles, by_group, by_last_group, by_heads;
 
   // kv_head_bytes: K and V of one kv head; heads_per_kv: query heads sharing it (GQA).
   __device__ __forceinline__ LongestFirst(int m_blocks_, int heads_, int batch,
@@ -50,19 +54,29 @@ struct LongestFirst {
     const long long kv_heads = kv_head_bytes > 0 ? kL2GroupBytes / kv_head_bytes : pairs;
     group = static_cast<int>(min(static_cast<long long>(pairs),
                                  max(1ll, kv_heads) * max(1, heads_per_kv)));
+    by_group_tiles = cuir_fastdiv(group * m_blocks);
+    by_group = cuir_fastdiv(group);
+    const int last = pairs - (pairs - 1) / group * group;
+    by_last_group = cuir_fastdiv(last);
+    by_heads = cuir_fastdiv(heads);
   }
   __device__ __forceinline__ static int first() { return static_cast<int>(blockIdx.x); }
   __device__ __forceinline__ static int next(int w) { return w + static_cast<int>(gridDim.x); }
   __device__ __forceinline__ Tile tile(int w) const {
-    const int g = w / (group * m_blocks);
-    const int first_pair = g * group;
-    const int size = min(group, pairs - first_pair);  // the last group may be short
+    const int first_pair = by_group_tiles.div(w) * group;
     const int in = w - first_pair * m_blocks;
-    const int pair = first_pair + in % size;
+    int slot, head;
+    // Both divisions, then a select: a reference chosen at run time would put *this in memory.
+    int slot_last;
+    const int row_full = by_group.divmod(in, &slot);
+    const int row_last = by_last_group.divmod(in, &slot_last);
+    const bool full = first_pair + group <= pairs;
+    const int row = full ? row_full : row_last;
+    slot = full ? slot : slot_last;
     Tile t;
-    t.m_block = m_blocks - 1 - in / size;
-    t.head = pair % heads;
-    t.batch = pair / heads;
+    t.m_block = m_blocks - 1 - row;
+    t.batch = by_heads.divmod(first_pair + slot, &head);
+    t.head = head;
     return t;
   }
 };

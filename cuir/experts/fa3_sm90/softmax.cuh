@@ -31,6 +31,36 @@ __device__ __forceinline__ float quad_sum(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
+// v[i] = max(v[i], v[i + W]) for i < W, then the same for W / 2 ... 1: v[0] is the max of v[0, 2W).
+// Template steps, so that every index is a constant and v stays in registers.
+template <int W, int N>
+__device__ __forceinline__ void halve_max(float (&v)[N]) {
+#pragma unroll
+  for (int i = 0; i < W; ++i) v[i] = fmaxf(v[i], v[i + W]);
+  if constexpr (W > 1) halve_max<W / 2>(v);
+}
+
+// The max of this thread's TILE_N / 4 scores of row r (0 or 1) of a score tile, as a tree: the
+// S-ready-to-P V chain is what the tensor cores wait on between products (the stage is
+// latency-bound, NOTES.md), and a running max would put TILE_N / 4 dependent FMNMX on it.
+template <int R, int TILE_N>
+__device__ __forceinline__ float row_max_of(const float (&s)[TILE_N / 2]) {
+  constexpr int kN = TILE_N / 4;  // 2 per 8-column block
+  static_assert(kN >= 8 && kN < 64, "score tiles of 32 to 255 keys");
+  float v[kN];
+#pragma unroll
+  for (int j = 0; j < TILE_N / 8; ++j) {
+    v[2 * j] = s[4 * j + 2 * R];
+    v[2 * j + 1] = s[4 * j + 2 * R + 1];
+  }
+  // Fold the part above the largest power of two P <= kN onto the first, then halve.
+  constexpr int P = kN >= 32 ? 32 : kN >= 16 ? 16 : 8;
+#pragma unroll
+  for (int i = 0; i < kN - P; ++i) v[i] = fmaxf(v[i], v[i + P]);
+  halve_max<P / 2>(v);
+  return v[0];
+}
+
 template <int TILE_N, int D>
 struct OnlineSoftmax {
   float row_max[2];  // running max per row, log2 units
@@ -46,12 +76,7 @@ struct OnlineSoftmax {
   // must be rescaled. Split from the rescale so that it can run while a P V wgmma still owns the
   // accumulator.
   __device__ __forceinline__ void update(float (&s)[TILE_N / 2], float (&corr)[2], float c) {
-    float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int j = 0; j < TILE_N / 8; ++j) {
-      mx[0] = fmaxf(mx[0], fmaxf(s[4 * j], s[4 * j + 1]));
-      mx[1] = fmaxf(mx[1], fmaxf(s[4 * j + 2], s[4 * j + 3]));
-    }
+    const float mx[2] = {row_max_of<0, TILE_N>(s), row_max_of<1, TILE_N>(s)};
     float neg_m[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
