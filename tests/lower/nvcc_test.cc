@@ -206,6 +206,53 @@ TEST(Nvcc, EmittedExpressionsComputeWhatTheEvaluatorComputes) {
   CleanUpTempDir(dir, HasFailure());
 }
 
+// cuir_fastdiv (the persistent scheduler's tile decode) against / and % on the host side of the
+// same header: every small divisor with every small numerator, the edges of its stated range
+// (n < 2^31, d < 2^31), and pseudo-random pairs. The program prints the number of mismatches.
+TEST(Nvcc, FastDivisionMatchesIntegerDivision) {
+  const std::string nvcc = FindNvcc();
+  if (nvcc.empty()) GTEST_SKIP() << "no nvcc (CUBRIDGE_NVCC unset, /usr/local/cuda/bin/nvcc absent)";
+  const std::string program = absl::StrCat(
+      "#include <stdio.h>\n#include \"", ExpertsDir(), "/common/cuir_scalar.cuh\"\n", R"(
+static long bad = 0, checked = 0;
+static void check(int n, int d) {
+  const cuir_fastdiv f(d);
+  int r = -1;
+  const int q = f.divmod(n, &r);
+  ++checked;
+  if (q != n / d || r != n % d) {
+    if (bad++ < 5) printf("n=%d d=%d: %d rem %d\n", n, d, q, r);
+  }
+}
+int main() {
+  for (int d = 1; d < 600; ++d)
+    for (int n = 0; n < 2000; ++n) check(n, d);
+  const int edges[] = {1, 2, 3, 7, 127, 128, 129, 65535, 65536, 65537, 1 << 30, (1 << 30) + 1,
+                       0x7ffffffe, 0x7fffffff};
+  for (int d : edges)
+    for (int n : edges) { check(n, d); check(n - 1, d); }
+  unsigned long long x = 88172645463325252ull;  // xorshift64
+  for (int i = 0; i < 2000000; ++i) {
+    x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+    const int n = static_cast<int>(x & 0x7fffffff);
+    const int d = 1 + static_cast<int>((x >> 31) % (i % 2 ? 100000u : 0x7fffffffu));
+    check(n, d);
+  }
+  printf("%ld mismatches of %ld\n", bad, checked);
+  return bad == 0 ? 0 : 1;
+}
+)");
+  const std::string dir = MakeTempDir("cubridge_fastdiv_");
+  WriteFile(dir + "/fastdiv.cu", program);
+  const CommandResult build = RunCommand(
+      absl::StrCat(nvcc, " -std=c++17 -O2 -o ", dir, "/fastdiv ", dir, "/fastdiv.cu"));
+  ASSERT_EQ(build.exit_code, 0) << build.output;
+  const CommandResult run = RunCommand(dir + "/fastdiv");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(absl::StartsWith(run.output, "0 mismatches of")) << run.output;
+  CleanUpTempDir(dir, HasFailure());
+}
+
 // FloatIndices (docs/lowering.md): ALiBi's index distance is summed in floats, so the Hopper
 // kernel's element loop holds no int-to-float conversion; a product of indices (which the rewrite
 // leaves alone) keeps one per element. Counted in the PTX of the bf16, head-dim-128 attention
