@@ -632,7 +632,7 @@ def run(args):
                 else:
                     row[prefix + "status"] = "ok"
             keep = (p, ws, o, lse)  # alive while the call is timed
-            if split and p.workspace_size > 0:
+            if split and st["bufs"]:
                 # Block tables, like Flex's block mask, are built once outside the timing (a
                 # model's layers share them); their own time goes in the row and the notes.
                 row[prefix + "tables_ms"] = bench(lambda: lib.cubridge_attn_fwd_tables(pref, stream))

@@ -49,7 +49,11 @@ struct Geometry {
   static constexpr int kThreads = 128 * (1 + kConsumerWGs);
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = 240;
-  static_assert(128 * (kProducerRegs + kConsumerWGs * kConsumerRegs) <= 65536, "register file");
+  // setmaxnreg moves registers within what the CTA got at launch (168 per thread of 384 under
+  // __launch_bounds__(384, 1)), not within the register file: past it, setmaxnreg.inc waits
+  // forever (a producer at 32 registers beside two 240-register consumers hung the kernel).
+  static_assert(128 * (kProducerRegs + kConsumerWGs * kConsumerRegs) <= kThreads * 168,
+                "registers the CTA is launched with");
 
   static constexpr int kQPanelBytes = BLOCK_M * 128;
   static constexpr int kKVPanelBytes = TILE_N * 128;
