@@ -208,12 +208,14 @@ TEST(Nvcc, EmittedExpressionsComputeWhatTheEvaluatorComputes) {
 
 // cuir_fastdiv (the persistent scheduler's tile decode) against / and % on the host side of the
 // same header: every small divisor with every small numerator, the edges of its stated range
-// (n < 2^31, d < 2^31), and pseudo-random pairs. The program prints the number of mismatches.
+// (n < 2^31, d < 2^31), and pseudo-random pairs; then the scheduler's decode itself against the
+// order written with plain division. The program prints the number of mismatches.
 TEST(Nvcc, FastDivisionMatchesIntegerDivision) {
   const std::string nvcc = FindNvcc();
   if (nvcc.empty()) GTEST_SKIP() << "no nvcc (CUBRIDGE_NVCC unset, /usr/local/cuda/bin/nvcc absent)";
   const std::string program = absl::StrCat(
-      "#include <stdio.h>\n#include \"", ExpertsDir(), "/common/cuir_scalar.cuh\"\n", R"(
+      "#include <stdio.h>\n#include \"", ExpertsDir(), "/common/cuir_scalar.cuh\"\n#include \"",
+      ExpertsDir(), "/fa3_sm90/scheduler.cuh\"\n", R"(
 static long bad = 0, checked = 0;
 static void check(int n, int d) {
   const cuir_fastdiv f(d);
@@ -238,7 +240,28 @@ int main() {
     const int d = 1 + static_cast<int>((x >> 31) % (i % 2 ? 100000u : 0x7fffffffu));
     check(n, d);
   }
-  printf("%ld mismatches of %ld\n", bad, checked);
+  // The Hopper scheduler's decode (fa3_sm90/scheduler.cuh) against the order written with plain
+  // division: groups of pairs, the last one short where pairs % group != 0, query tile slowest
+  // and last first within a group.
+  long tiles = 0, wrong = 0;
+  const int shapes[][5] = {{8, 32, 16, 32, 4 << 20}, {64, 32, 2, 32, 4 << 20}, {8, 64, 16, 8, 512 << 10},
+                           {64, 128, 2, 8, 4 << 20}, {3, 5, 7, 1, 9 << 20}, {1, 1, 1, 1, 1}, {17, 6, 5, 3, 1 << 22}};
+  for (const auto& sh : shapes) {
+    const int m_blocks = sh[0], heads = sh[1], batch = sh[2], per_kv = sh[3];
+    const cubridge::fa3::LongestFirst order(m_blocks, heads, batch, sh[4], per_kv);
+    const int pairs = heads * batch;
+    for (int w = 0; w < order.count; ++w, ++tiles) {
+      const int g = w / (order.group * m_blocks), first = g * order.group;
+      const int size = pairs - first < order.group ? pairs - first : order.group;
+      const int in = w - first * m_blocks, pair = first + in % size;
+      const cubridge::fa3::Tile t = order.tile(w);
+      if (t.m_block != m_blocks - 1 - in / size || t.head != pair % heads || t.batch != pair / heads) {
+        if (wrong++ < 5) printf("tile %d of shape %d/%d/%d: %d %d %d\n", w, m_blocks, heads, batch, t.m_block, t.head, t.batch);
+      }
+    }
+  }
+  bad += wrong;
+  printf("%ld mismatches of %ld (%ld scheduler tiles)\n", bad, checked, tiles);
   return bad == 0 ? 0 : 1;
 }
 )");

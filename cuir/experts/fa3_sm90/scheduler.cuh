@@ -47,13 +47,13 @@ struct LongestFirst {
   cuir_fastdiv by_group_tiles, by_group, by_last_group, by_heads;
 
   // kv_head_bytes: K and V of one kv head; heads_per_kv: query heads sharing it (GQA).
-  __device__ __forceinline__ LongestFirst(int m_blocks_, int heads_, int batch,
+  __host__ __device__ __forceinline__ LongestFirst(int m_blocks_, int heads_, int batch,
                                           long long kv_head_bytes, int heads_per_kv)
       : m_blocks(m_blocks_), heads(heads_), count(m_blocks_ * heads_ * batch),
         pairs(heads_ * batch) {
     const long long kv_heads = kv_head_bytes > 0 ? kL2GroupBytes / kv_head_bytes : pairs;
-    group = static_cast<int>(min(static_cast<long long>(pairs),
-                                 max(1ll, kv_heads) * max(1, heads_per_kv)));
+    group = static_cast<int>(cuir_min<long long>(
+        pairs, cuir_max<long long>(1, kv_heads) * cuir_max(1, heads_per_kv)));
     by_group_tiles = cuir_fastdiv(group * m_blocks);
     by_group = cuir_fastdiv(group);
     const int last = pairs - (pairs - 1) / group * group;
@@ -62,20 +62,19 @@ struct LongestFirst {
   }
   __device__ __forceinline__ static int first() { return static_cast<int>(blockIdx.x); }
   __device__ __forceinline__ static int next(int w) { return w + static_cast<int>(gridDim.x); }
-  __device__ __forceinline__ Tile tile(int w) const {
+  // Host and device: tests/lower/nvcc_test.cc checks it against plain division.
+  __host__ __device__ __forceinline__ Tile tile(int w) const {
     const int first_pair = by_group_tiles.div(w) * group;
     const int in = w - first_pair * m_blocks;
-    int slot, head;
-    // Both divisions, then a select: a reference chosen at run time would put *this in memory.
-    int slot_last;
-    const int row_full = by_group.divmod(in, &slot);
+    // The last group may be short. Both divisions, then a select: a divider picked by reference
+    // at run time would put *this in local memory.
+    int slot_full, slot_last, head;
+    const int row_full = by_group.divmod(in, &slot_full);
     const int row_last = by_last_group.divmod(in, &slot_last);
     const bool full = first_pair + group <= pairs;
-    const int row = full ? row_full : row_last;
-    slot = full ? slot : slot_last;
     Tile t;
-    t.m_block = m_blocks - 1 - row;
-    t.batch = by_heads.divmod(first_pair + slot, &head);
+    t.m_block = m_blocks - 1 - (full ? row_full : row_last);
+    t.batch = by_heads.divmod(first_pair + (full ? slot_full : slot_last), &head);
     t.head = head;
     return t;
   }
