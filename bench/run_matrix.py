@@ -665,7 +665,7 @@ def run(args):
         times = [[] for _ in calls]
         for i in range(rounds):
             for j in range(len(calls)):
-                k = (i + j) % len(calls) if len(calls) > 2 else (j if i % 2 == 0 else 1 - j)
+                k = (i + j) % len(calls)
                 times[k].append(bench(calls[k], rep=AB_REP_MS))
         return tuple(statistics.median(t) for t in times)
 

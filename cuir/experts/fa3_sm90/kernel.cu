@@ -1,6 +1,6 @@
 // Expert forward-attention kernel for sm_90a (H100 / H200): the CUDA behind
-// cuir/experts/fa3_sm90/base.cuir, one CTA per (m_block, h, b) grid point, launched longest
-// first.
+// cuir/experts/fa3_sm90/base.cuir. Persistent CTAs (one per SM; one per work tile at head dim
+// 256) stride over the (m_block, h, b) work tiles in the longest-first order (scheduler.cuh).
 //
 // FlashAttention-3 orchestration with warp specialisation: a producer warpgroup (setmaxnreg 24)
 // whose one thread issues TMA bulk tensor copies of the Q tile and of K/V tiles into a STAGES-deep
