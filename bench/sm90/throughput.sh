@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Device machine: ncu throughput sections (speed of light, pipe utilisation, memory workload,
+# warp states) of one lowered kernel's attention launch (head dim D, S, 16k tokens, Llama2 heads,
+# bf16; bench/sm90/launch_lowered.py). Writes $OUT/ncu_NAME_S.txt (details) and
+# $OUT/ncu_NAME_S.raw.txt (every collected metric) and prints the key lines of both.
+#   bash bench/sm90/throughput.sh KERNEL.cu S [D]
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+kernel=$1 s=$2 d=${3:-128}
+name=$(basename "$kernel" _sm_90.cu)
+out="${OUT:-/tmp}/ncu_${name}_$s"
+timeout 300 ncu --kernel-name-base mangled --kernel-name "regex:attn_fwd_kernel.*Li${d}E" \
+  --launch-skip 1 --launch-count 1 --section SpeedOfLight --section ComputeWorkloadAnalysis \
+  --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+  -f -o "/tmp/tp_${name}_$s" python3 bench/sm90/launch_lowered.py "$kernel" "$s" "$d" \
+  > "$out.log" 2>&1 || { tail -20 "$out.log"; exit 1; }
+ncu -i "/tmp/tp_${name}_$s.ncu-rep" --page details > "$out.txt"
+ncu -i "/tmp/tp_${name}_$s.ncu-rep" --page raw > "$out.raw.txt"
+grep -E "Duration|SM Frequency|Compute \(SM\) Throughput|L2 Cache Throughput|Issue Slots Busy|Warp Cycles Per Issued|Eligible Warps|L2 Hit" "$out.txt" |
+  sed "s/^ */[$name $s] /"
+grep -E "pipe_tensor.*pct_of_peak_sustained_active|inst_executed_pipe_(xu|fma|alu|fmaheavy|lsu|uniform).*pct_of_peak_sustained_active|data_pipe_lsu_wavefronts_mem_shared.*pct|issue_stalled_(wait|long_scoreboard|short_scoreboard|math_pipe_throttle|mio_throttle|barrier|dispatch_stall|not_selected|selected|lg_throttle)_per_warp_active.pct " "$out.raw.txt" |
+  awk '{print $1, $(NF)}' | sed "s/^/[$name $s] /"
