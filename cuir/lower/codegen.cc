@@ -299,6 +299,24 @@ ExprPtr TermsBesideTheScore(const ExprPtr& e) {
   return SumOfTerms(rest, e->loc);
 }
 
+// Rewrite "key term from the tile's start" (KvTermFromTileStart): terms that are a sum of block
+// values times kv_f (relative position's -(kv * scale), ALiBi's kv * slope) are linear in the key,
+// T(col0 + k) = T(col0) + T(k). An expert that offers for_each_raw_score_kv_split evaluates T once
+// per lane at its first key col0, which the softmax takes as the tile's offset, and each element
+// at k = kv - col0, a constant once the element loop is unrolled: the per-column conversion and
+// multiply leave the element loop, and a constant coefficient folds into the fma.
+bool LinearInTheKey(const ExprPtr& terms) {
+  std::vector<SignedTerm> parts;
+  AdditiveTerms(terms, false, {}, &parts);
+  for (const SignedTerm& t : parts) {
+    if (t.leaf->kind != cuir::ExprKind::kVar || t.leaf->name != kKvFloat) return false;
+    for (const ExprPtr& f : t.factors) {
+      if (LevelOf(f) != Level::kBlock) return false;
+    }
+  }
+  return !parts.empty();
+}
+
 // A subexpression evaluated before the element loop, as variable `name` (also its CuIR name in
 // the rewritten expression).
 struct Hoisted {
@@ -419,7 +437,8 @@ class RegionWriter {
         params_type_(absl::StrCat("cubridge_", base.kernel, "_params")),
         lse_rows_(std::any_of(expert.source.regions.begin(), expert.source.regions.end(),
                               [](const Region& r) { return r.name == "epilogue_rows"; })),
-        raw_scores_(expert.code_identifiers.count("for_each_raw_score") > 0) {}
+        raw_scores_(expert.code_identifiers.count("for_each_raw_score") > 0),
+        kv_split_scores_(expert.code_identifiers.count("for_each_raw_score_kv_split") > 0) {}
 
   absl::StatusOr<std::map<std::string, std::string>> Run() {
     LOWER_RETURN_IF_ERROR(Params());
@@ -802,7 +821,9 @@ class RegionWriter {
       const bool rows_to_lse = lse_rows_ && s == plan_.score_mods.back() && plan_.sink == nullptr;
       // Only the first sees the raw score: the visitors scale the tile before any later one.
       const bool fold_scale = raw_scores_ && s == plan_.score_mods.front();
-      LOWER_ASSIGN_OR_RETURN(text, ScoreMod(*s, rows_to_lse, fold_scale));
+      // The tile's offset rides beside the stored scores: only where no later score_mod reads them.
+      const bool kv_split = fold_scale && kv_split_scores_ && plan_.score_mods.size() == 1;
+      LOWER_ASSIGN_OR_RETURN(text, ScoreMod(*s, rows_to_lse, fold_scale, kv_split));
       mods += text;
     }
     if (!plan_.score_mods.empty()) out_["score_mod"] = mods;
@@ -818,9 +839,11 @@ class RegionWriter {
   // The expert's element visitors: for_each_score passes (q_idx, kv_idx, score&);
   // for_each_score_at also the element's row slot (mt, r) and column slot (j, k), which index the
   // arrays of hoisted row and column values; their `raw` forms (for_each_raw_score...) pass the
-  // score before the scale (TermsBesideTheScore).
+  // score before the scale (TermsBesideTheScore), and for_each_raw_score_kv_split also counts
+  // kv_f from the lane's first key of the tile (KvTermFromTileStart).
   static std::string ForEachScore(const ExprPtr& e, const std::vector<Hoisted>& hoisted,
-                                  absl::string_view body, bool raw = false) {
+                                  absl::string_view body, bool raw = false,
+                                  bool kv_split = false) {
     auto param = [](bool used, absl::string_view decl, absl::string_view name) {
       return used ? absl::StrCat(decl, name) : absl::StrCat(decl, "/*", name, "*/");
     };
@@ -836,6 +859,7 @@ class RegionWriter {
                            param(cols, "const int ", "k"), ", ");
     }
     return absl::StrCat(raw ? "for_each_raw_score" : "for_each_score", rows || cols ? "_at" : "",
+                        kv_split ? "_kv_split" : "",
                         "([&](", slots,
                         param(cuir::Mentions(e, "q_idx"), "const int ", "q_idx"), ", ",
                         param(cuir::Mentions(e, "kv_idx"), "const int ", "kv_idx"),
@@ -976,12 +1000,14 @@ class RegionWriter {
     CExpr value;                  // `expr` emitted
     ExprPtr row_terms;            // moved to the LSE (SplitRowTerms), or null
     bool raw_score = false;       // `value` takes the raw score and the scale (TermsBesideTheScore)
+    bool kv_split = false;        // ... and kv_f from the lane's first key (KvTermFromTileStart)
   };
   // `rows_to_lse`: the value's row terms may move to the LSE (the last score_mod, no sink).
   // `fold_scale`: the value may take the raw score (the first score_mod, an expert with
-  // for_each_raw_score).
+  // for_each_raw_score); `kv_split`: its key terms may count from the tile's start (the only
+  // score_mod, an expert with for_each_raw_score_kv_split).
   absl::StatusOr<ElementCode> Element(const Stmt& s, bool with_score, bool rows_to_lse = false,
-                                      bool fold_scale = false) {
+                                      bool fold_scale = false, bool kv_split = false) {
     EmitScope scope = ElementScope(with_score);
     ElementCode code;
     LOWER_ASSIGN_OR_RETURN(rewritten, FloatIndices(ReciprocalOfInvariantDivisors(s.value), scope));
@@ -1001,6 +1027,11 @@ class RegionWriter {
       LOWER_ASSIGN_OR_RETURN(t, EmitExpr(terms, scope));
       code.value = {absl::StrCat("fmaf(score, qk_scale, ", AsFloat(t), ")"), CType::kFloat};
       code.raw_score = true;
+      // Row or column arrays index the element's slots: only the plain visitor form splits.
+      code.kv_split = kv_split && code.hoisted.size() == static_cast<size_t>(std::count_if(
+                                      code.hoisted.begin(), code.hoisted.end(),
+                                      [](const Hoisted& h) { return h.level == Level::kBlock; })) &&
+                      LinearInTheKey(terms);
       return code;
     }
     LOWER_ASSIGN_OR_RETURN(value, EmitExpr(code.expr, scope));
@@ -1016,8 +1047,9 @@ class RegionWriter {
     return scope;
   }
 
-  absl::StatusOr<std::string> ScoreMod(const Stmt& s, bool rows_to_lse, bool fold_scale) {
-    LOWER_ASSIGN_OR_RETURN(code, Element(s, /*with_score=*/true, rows_to_lse, fold_scale));
+  absl::StatusOr<std::string> ScoreMod(const Stmt& s, bool rows_to_lse, bool fold_scale,
+                                       bool kv_split) {
+    LOWER_ASSIGN_OR_RETURN(code, Element(s, /*with_score=*/true, rows_to_lse, fold_scale, kv_split));
     if (code.value.type == CType::kBool) return InvalidAt(s, "score_mod must give a number");
     if (code.row_terms != nullptr) {
       LOWER_ASSIGN_OR_RETURN(row, EmitExpr(code.row_terms, RowScope()));
@@ -1030,10 +1062,14 @@ class RegionWriter {
                       ", const float ", q_f ? "" : "/*", "q_f", q_f ? "" : "*/",
                       ") -> float { return ", AsFloat(row), "; });\n");
     }
-    return absl::StrCat(Origin(s), code.decls,
+    const char* split_note =
+        code.kv_split ? "// its key terms are linear in kv_idx: the tile's first key goes to the "
+                        "softmax's offset, kv_f counts from that key\n"
+                      : "";
+    return absl::StrCat(Origin(s), code.decls, split_note,
                         ForEachScore(code.expr, code.hoisted,
                                      absl::StrCat("score = ", AsFloat(code.value), ";"),
-                                     code.raw_score));
+                                     code.raw_score, code.kv_split));
   }
 
   // The predicate runs only on blocks where `when` holds (the partial ones).
@@ -1136,6 +1172,7 @@ class RegionWriter {
   const std::string params_type_;
   const bool lse_rows_;  // the expert has region epilogue_rows (shift_lse_rows)
   const bool raw_scores_;  // the expert offers for_each_raw_score (TermsBesideTheScore)
+  const bool kv_split_scores_;  // ... and for_each_raw_score_kv_split (KvTermFromTileStart)
   EmitScope ns_;      // namespace scope: params, consts
   EmitScope kernel_;  // kernel body before the loop
   EmitScope loop_;    // inside the KV loop

@@ -359,6 +359,34 @@ TEST(Lower, TheFirstScoreModTakesTheRawScoreWhereTheExpertOffersIt) {
               Not(HasSubstr("for_each_raw_score")));
 }
 
+// KvTermFromTileStart: the only score_mod, score + terms linear in kv_idx, on an expert with
+// for_each_raw_score_kv_split (fa3_sm90): the key terms count from the lane's first key, whose term
+// the expert adds to the softmax's offset. Terms with anything else beside the key (a block
+// term), a second score_mod, hoisted column values or an expert without the visitor: no split.
+TEST(Lower, KeyTermsCountFromTheTilesFirstKeyWhereTheExpertOffersIt) {
+  const std::string mods = Unindented(RegionText(LowerOnHopperOrDie("key_bias"), "score_mod"));
+  EXPECT_THAT(mods, HasSubstr("for_each_raw_score_kv_split([&](const int /*q_idx*/, const int "
+                              "/*kv_idx*/, const float /*q_f*/, const float kv_f, float& score) {\n"
+                              "  score = fmaf(score, qk_scale, (-(kv_f * scale_2)));\n"))
+      << mods;
+  EXPECT_THAT(mods, HasSubstr("the tile's first key goes to the softmax's offset"));
+  // The row part still goes to the LSE.
+  EXPECT_THAT(RegionText(LowerOnHopperOrDie("key_bias"), "epilogue_rows"),
+              HasSubstr("shift_lse_rows("));
+  // ALiBi plus a block term (row_terms): the terms are not the key's alone.
+  const std::string block = RegionText(LowerOnHopperOrDie("row_terms"), "score_mod");
+  EXPECT_THAT(block, HasSubstr("for_each_raw_score(")) << block;
+  EXPECT_THAT(block, Not(HasSubstr("_kv_split"))) << block;
+  // Two score_mods: the second would read the stored, offset-less score.
+  EXPECT_THAT(RegionText(LowerOnHopperOrDie("softcap_alibi"), "score_mod"),
+              Not(HasSubstr("_kv_split")));
+  EXPECT_THAT(RegionText(LowerOnHopperOrDie("index_distance"), "score_mod"),
+              Not(HasSubstr("_kv_split")));
+  // fa2_sm80 offers neither raw visitor.
+  EXPECT_THAT(RegionText(LowerOrDie("key_bias", Arch::kSm80), "score_mod"),
+              Not(HasSubstr("for_each_raw_score")));
+}
+
 TEST(Lower, ScoreModRowAndColumnPartsAreHoisted) {
   const LoweredKernel k = LowerOrDie("position_scale");
   const std::string mods = Unindented(RegionText(k, "score_mod"));

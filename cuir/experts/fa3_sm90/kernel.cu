@@ -235,7 +235,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     // The walk over the visited KV blocks: body(n_block, kv_lo, kv_hi, apply_variant) per block,
     // ascending. apply_variant(s, col0, row0, tile_hi) runs the program's score_mods and masks on
     // one score tile of the block (this thread's rows row0, row0 + 8 and columns col0 + 8j + e,
-    // keys below tile_hi) and returns the tile's unit: log2(e) per score unit.
+    // keys below tile_hi) and returns the tile's scale: log2(e) per score unit, and the offset
+    // every score of this lane's tile carries beside its stored value (for_each_raw_score_kv_split).
     auto for_each_kv_block = [&](auto&& body) {
       // @cuir-region kv_range
       const KvUnion<1> kv_blocks = {{0}, {cuir_cdiv(seqlen_kv, BLOCK_N)}};
@@ -250,13 +251,14 @@ __global__ void __launch_bounds__(kThreads, 1)
         // @cuir-region block_class
         // @cuir-end block_class
         auto apply_variant = [&](float (&s)[TILE_N / 2], const int col0, const int row0,
-                                 const int tile_hi) -> float {
+                                 const int tile_hi) -> TileScale {
           // @cuir-region qk_scale
           const float qk_scale = softmax_scale;
           // @cuir-end qk_scale
           // Scores stay raw (the scale folds into the softmax's exponent) unless a score_mod reads
           // them: its visitors scale the tile once first. `scaled` is known at compile time.
           bool scaled = false;
+          float kv_shift = 0.f;  // score units, the same for every score of this lane's tile
           auto scale_once = [&] {
             if (scaled) return;
 #pragma unroll
@@ -267,8 +269,11 @@ __global__ void __launch_bounds__(kThreads, 1)
           // indices are one conversion per tile plus constants (score_visit.cuh).
           // Where this thread's last row and column of the tile are in bounds, so is every
           // element, and the per-element test (a select per element) is left out.
-          auto visit = [&](auto&& f) {
-            const float row0_f = static_cast<float>(row0), col0_f = static_cast<float>(col0);
+          // kv_f counts from key 0, or with KvFromTileStart{} from the lane's first key col0 (a
+          // constant per element once unrolled).
+          auto visit = [&](auto&& f, auto kv_from_tile_start) {
+            const float row0_f = static_cast<float>(row0);
+            const float col0_f = decltype(kv_from_tile_start)::value ? 0.f : static_cast<float>(col0);
             auto each = [&](auto bounds) {
               for_each_element<TILE_N>(s, [&](int j, int e, int r, float& x) {
                 const int q_idx = row0 + 8 * r, kv_idx = col0 + 8 * j + e;
@@ -311,36 +316,49 @@ __global__ void __launch_bounds__(kThreads, 1)
           {
             auto for_each_score = [&](auto&& f) {
               scale_once();
-              visit(element(f));
+              visit(element(f), KvFromKeyZero{});
             };
             auto for_each_score_at = [&](auto&& f) {
               scale_once();
-              visit(element_at(f));
+              visit(element_at(f), KvFromKeyZero{});
             };
             // The first score_mod of the form score + terms takes the raw score and applies
             // qk_scale itself, in one fma with the terms (docs/lowering.md, TermsBesideTheScore).
             auto for_each_raw_score = [&](auto&& f) {
               scaled = true;
-              visit(element(f));
+              visit(element(f), KvFromKeyZero{});
             };
             auto for_each_raw_score_at = [&](auto&& f) {
               scaled = true;
-              visit(element_at(f));
+              visit(element_at(f), KvFromKeyZero{});
+            };
+            // The terms are linear in kv_f (docs/lowering.md, KvTermFromTileStart): f at the lane's
+            // first key with a zero score gives that key's term, which joins the softmax's offset,
+            // and the elements take kv_f from that key: their terms become constants.
+            auto for_each_raw_score_kv_split = [&](auto&& f) {
+              scaled = true;
+              float first_key_term = 0.f;
+              cuir_call_element(f, row0, col0, static_cast<float>(row0), static_cast<float>(col0),
+                                first_key_term, 0);
+              kv_shift = first_key_term;
+              visit(element(f), KvFromTileStart{});
             };
             (void)for_each_score, (void)for_each_score_at;
-            (void)for_each_raw_score, (void)for_each_raw_score_at;
+            (void)for_each_raw_score, (void)for_each_raw_score_at, (void)for_each_raw_score_kv_split;
             // @cuir-region score_mod
             // @cuir-end score_mod
           }
           {
             // Masks only write -inf, which is -inf in any unit: no scaling.
-            auto for_each_score = [&](auto&& f) { visit(element(f)); };
-            auto for_each_score_at = [&](auto&& f) { visit(element_at(f)); };
+            auto for_each_score = [&](auto&& f) { visit(element(f), KvFromKeyZero{}); };
+            auto for_each_score_at = [&](auto&& f) { visit(element_at(f), KvFromKeyZero{}); };
             (void)for_each_score, (void)for_each_score_at;
             // @cuir-region mask
             // @cuir-end mask
           }
-          return scaled ? kLog2e : qk_scale * kLog2e;
+          // A split (kv_shift set) took raw scores, so its unit is kLog2e; without one the offset
+          // is a literal 0.
+          return {scaled ? kLog2e : qk_scale * kLog2e, kv_shift * kLog2e};
         };
         body(n_block, kv_lo, kv_hi, apply_variant);
       }
@@ -425,10 +443,10 @@ __global__ void __launch_bounds__(kThreads, 1)
           reg_fence(s);
           if (lane == 0) mbar_arrive(&bars->k_empty[at.slot]);
           if (tile_hi - lo < TILE_N) mask_columns_from<TILE_N>(s, lo + 2 * t, tile_hi);
-          const float unit = apply_variant(s, lo + 2 * t, row0, tile_hi);
+          const TileScale scale = apply_variant(s, lo + 2 * t, row0, tile_hi);
           // P = softmax.online S, under the previous P V; then that P V retires (a no-op wait on the
           // first tile, kept unconditional so that no wgmma wait sits on a branch).
-          softmax.update(s, corr, unit);
+          softmax.update(s, corr, scale);
           wgmma_wait<0>();
           reg_fence(acc);
           // Ties the packing of P below the wait: the previous P fragments are read by that P V

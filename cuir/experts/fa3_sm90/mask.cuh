@@ -45,5 +45,15 @@ struct Bounds {
   static constexpr bool kChecked = kCheck;
 };
 
+// Where a score visitor's float key index kv_f counts from: key 0 (the key's index), or the lane's
+// first key of the tile (for terms linear in kv_f, whose first-key part joins the softmax's offset:
+// for_each_raw_score_kv_split). A tag, so that kv_f is a constant per element in the second case.
+template <bool kFromTileStart>
+struct KvFrom {
+  static constexpr bool value = kFromTileStart;
+};
+using KvFromKeyZero = KvFrom<false>;
+using KvFromTileStart = KvFrom<true>;
+
 }  // namespace fa3
 }  // namespace cubridge

@@ -61,6 +61,14 @@ __device__ __forceinline__ float row_max_of(const float (&s)[TILE_N / 2]) {
   return v[0];
 }
 
+// How a score tile's stored values s become log2 units: s * per_unit + offset. The offset is the
+// same for every score of one lane's tile (a score_mod's key term split at the lane's first key,
+// for_each_raw_score_kv_split), 0 otherwise.
+struct TileScale {
+  float per_unit;
+  float offset;
+};
+
 template <int TILE_N, int D>
 struct OnlineSoftmax {
   float row_max[2];  // running max per row, log2 units
@@ -71,20 +79,23 @@ struct OnlineSoftmax {
     row_sum[0] = row_sum[1] = 0.f;
   }
 
-  // Turns the scores s (unit: c = log2 units per score unit) into unnormalised probabilities in
+  // Turns the scores s (s * c + offset in log2 units) into unnormalised probabilities in
   // place and returns, per row, the factor 2^(old max - new max) by which the output accumulator
   // must be rescaled. Split from the rescale so that it can run while a P V wgmma still owns the
   // accumulator.
-  __device__ __forceinline__ void update(float (&s)[TILE_N / 2], float (&corr)[2], float c) {
+  __device__ __forceinline__ void update(float (&s)[TILE_N / 2], float (&corr)[2],
+                                         TileScale scale) {
+    const float c = scale.per_unit;
     const float mx[2] = {row_max_of<0, TILE_N>(s), row_max_of<1, TILE_N>(s)};
     float neg_m[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const float m = fmaxf(row_max[r], quad_max(mx[r]) * c);
+      // The lanes of a quad may carry different offsets: each adds its own before the quad max.
+      const float m = fmaxf(row_max[r], quad_max(fmaf(mx[r], c, scale.offset)));
       // A row with nothing kept yet has max -inf: use 0 as the offset so that exp2 sees -inf
       // (giving 0) rather than -inf - -inf = NaN.
       const float m_use = m == -INFINITY ? 0.f : m;
-      neg_m[r] = -m_use;
+      neg_m[r] = -(m_use - scale.offset);  // -m_use itself where the offset is a literal 0
       corr[r] = fast_exp2(row_max[r] - m_use);  // old max -inf -> 0
       row_max[r] = m;
     }
