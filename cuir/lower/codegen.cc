@@ -303,7 +303,7 @@ ExprPtr TermsBesideTheScore(const ExprPtr& e) {
 // values times kv_f (relative position's -(kv * scale), ALiBi's kv * slope) are linear in the key,
 // T(col0 + k) = T(col0) + T(k). An expert that offers for_each_raw_score_kv_split evaluates T once
 // per lane at its first key col0, which the softmax takes as the tile's offset, and each element
-// at k = kv - col0, a constant once the element loop is unrolled: the per-column conversion and
+// at k = kv - col0, a constant once the element loop is unrolled: the per-column add and
 // multiply leave the element loop, and a constant coefficient folds into the fma.
 bool LinearInTheKey(const ExprPtr& terms) {
   std::vector<SignedTerm> parts;
