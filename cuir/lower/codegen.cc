@@ -1028,9 +1028,9 @@ class RegionWriter {
       code.value = {absl::StrCat("fmaf(score, qk_scale, ", AsFloat(t), ")"), CType::kFloat};
       code.raw_score = true;
       // Row or column arrays index the element's slots: only the plain visitor form splits.
-      code.kv_split = kv_split && code.hoisted.size() == static_cast<size_t>(std::count_if(
-                                      code.hoisted.begin(), code.hoisted.end(),
-                                      [](const Hoisted& h) { return h.level == Level::kBlock; })) &&
+      code.kv_split = kv_split &&
+                      std::all_of(code.hoisted.begin(), code.hoisted.end(),
+                                  [](const Hoisted& h) { return h.level == Level::kBlock; }) &&
                       LinearInTheKey(terms);
       return code;
     }
