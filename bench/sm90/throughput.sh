@@ -18,5 +18,5 @@ ncu -i "/tmp/tp_${name}_$s.ncu-rep" --page details > "$out.txt"
 ncu -i "/tmp/tp_${name}_$s.ncu-rep" --page raw > "$out.raw.txt"
 grep -E "Duration|SM Frequency|Compute \(SM\) Throughput|L2 Cache Throughput|Issue Slots Busy|Warp Cycles Per Issued|Eligible Warps|L2 Hit" "$out.txt" |
   sed "s/^ */[$name $s] /"
-grep -E "pipe_tensor.*pct_of_peak_sustained_active|inst_executed_pipe_(xu|fma|alu|fmaheavy|lsu|uniform).*pct_of_peak_sustained_active|data_pipe_lsu_wavefronts_mem_shared.*pct|issue_stalled_(wait|long_scoreboard|short_scoreboard|math_pipe_throttle|mio_throttle|barrier|dispatch_stall|not_selected|selected|lg_throttle)_per_warp_active.pct " "$out.raw.txt" |
+grep -E "^ *(sm__pipe_tensor_cycles_active|sm__inst_executed_pipe_(xu|fma|alu|lsu|uniform)|smsp__issue_active)\.avg\.pct_of_peak_sustained_active |^ *(lts__throughput\.avg\.pct_of_peak_sustained_elapsed|lts__t_sector_hit_rate\.pct|dram__bytes\.sum\.per_second|gpu__time_duration\.sum) |issue_stalled_(wait|long_scoreboard|short_scoreboard|math_pipe_throttle|mio_throttle|barrier|dispatch_stall|not_selected|selected|lg_throttle)_per_issue_active\.ratio " "$out.raw.txt" |
   awk '{print $1, $(NF)}' | sed "s/^/[$name $s] /"
