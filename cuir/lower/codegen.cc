@@ -941,9 +941,13 @@ class RegionWriter {
   // [MT][2] arrays filled by the expert's for_each_score_row, one slot per query row the thread
   // owns; column values in [NT][2] arrays by for_each_score_col. Binds each name in `element`
   // to what the element reads: the const, or its row / column slot.
+  // With `outside_walk` (BlockValuesOutsideTheWalk), a block value that reads nothing of the KV
+  // walk (no block index, bound or block let) goes there instead, to the program_lets region:
+  // once per work tile rather than once per KV block.
   absl::StatusOr<std::string> DeclareHoisted(const std::vector<Hoisted>& hoisted,
-                                             EmitScope* element) {
-    EmitScope block = loop_, row = loop_, col = loop_;
+                                             EmitScope* element,
+                                             std::string* outside_walk = nullptr) {
+    EmitScope top = kernel_, block = loop_, row = loop_, col = loop_;
     row.Bind("q_idx", "q_idx", CType::kInt);
     col.Bind("kv_idx", "kv_idx", CType::kInt);
     row.Bind(kQFloat, "static_cast<float>(q_idx)", CType::kFloat);
@@ -952,9 +956,15 @@ class RegionWriter {
     for (const Hoisted& h : hoisted) {
       switch (h.level) {
         case Level::kBlock: {
-          LOWER_ASSIGN_OR_RETURN(value, EmitExpr(h.expr, block));
-          absl::StrAppend(&consts, "const ", CTypeName(value.type), " ", h.name, " = ",
-                          value.text, ";\n");
+          // Values come smallest first (ShareHoisted), so one that reads another moved value
+          // finds it bound in `top`; a KV-walk name fails to emit there and the value stays.
+          absl::StatusOr<CExpr> at_top = outside_walk != nullptr
+                                             ? EmitExpr(h.expr, top)
+                                             : absl::StatusOr<CExpr>(absl::NotFoundError(""));
+          LOWER_ASSIGN_OR_RETURN(value, at_top.ok() ? at_top : EmitExpr(h.expr, block));
+          absl::StrAppend(at_top.ok() ? outside_walk : &consts, "const ", CTypeName(value.type),
+                          " ", h.name, " = ", value.text, ";\n");
+          if (at_top.ok()) top.Bind(h.name, h.name, value.type);
           for (EmitScope* scope : {&block, &row, &col, element}) {
             scope->Bind(h.name, h.name, value.type);
           }
@@ -995,6 +1005,7 @@ class RegionWriter {
   // it: the named rewrites, then its invariants hoisted and declared before the loop.
   struct ElementCode {
     std::string decls;            // the hoisted values, before the loop
+    std::string outside_walk;     // those before the KV walk (BlockValuesOutsideTheWalk)
     ExprPtr expr;                 // what each element evaluates
     std::vector<Hoisted> hoisted;
     CExpr value;                  // `expr` emitted
@@ -1005,9 +1016,11 @@ class RegionWriter {
   // `rows_to_lse`: the value's row terms may move to the LSE (the last score_mod, no sink).
   // `fold_scale`: the value may take the raw score (the first score_mod, an expert with
   // for_each_raw_score); `kv_split`: its key terms may count from the tile's start (the only
-  // score_mod, an expert with for_each_raw_score_kv_split).
+  // score_mod, an expert with for_each_raw_score_kv_split). `outside_walk`: its block values
+  // may move before the KV walk (a score_mod; a mask's run only on the blocks its `when` picks).
   absl::StatusOr<ElementCode> Element(const Stmt& s, bool with_score, bool rows_to_lse = false,
-                                      bool fold_scale = false, bool kv_split = false) {
+                                      bool fold_scale = false, bool kv_split = false,
+                                      bool outside_walk = false) {
     EmitScope scope = ElementScope(with_score);
     ElementCode code;
     LOWER_ASSIGN_OR_RETURN(rewritten, FloatIndices(ReciprocalOfInvariantDivisors(s.value), scope));
@@ -1021,7 +1034,8 @@ class RegionWriter {
     code.expr = hoisted_expr;
     ShareHoisted(&code.hoisted, &code.expr);
     NameHoisted(&code.hoisted, &code.expr);
-    LOWER_ASSIGN_OR_RETURN(decls, DeclareHoisted(code.hoisted, &scope));
+    LOWER_ASSIGN_OR_RETURN(decls, DeclareHoisted(code.hoisted, &scope,
+                                                 outside_walk ? &code.outside_walk : nullptr));
     code.decls = decls;
     if (ExprPtr terms = fold_scale ? TermsBesideTheScore(code.expr) : nullptr) {
       LOWER_ASSIGN_OR_RETURN(t, EmitExpr(terms, scope));
@@ -1049,8 +1063,14 @@ class RegionWriter {
 
   absl::StatusOr<std::string> ScoreMod(const Stmt& s, bool rows_to_lse, bool fold_scale,
                                        bool kv_split) {
-    LOWER_ASSIGN_OR_RETURN(code, Element(s, /*with_score=*/true, rows_to_lse, fold_scale, kv_split));
+    LOWER_ASSIGN_OR_RETURN(code, Element(s, /*with_score=*/true, rows_to_lse, fold_scale, kv_split,
+                                         /*outside_walk=*/true));
     if (code.value.type == CType::kBool) return InvalidAt(s, "score_mod must give a number");
+    if (!code.outside_walk.empty()) {
+      absl::StrAppend(&out_["program_lets"], Origin(s),
+                      "// its values that read nothing of the KV walk: once per work tile\n",
+                      code.outside_walk);
+    }
     if (code.row_terms != nullptr) {
       LOWER_ASSIGN_OR_RETURN(row, EmitExpr(code.row_terms, RowScope()));
       const bool q = cuir::Mentions(code.row_terms, "q_idx");

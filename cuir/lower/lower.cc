@@ -27,7 +27,7 @@ std::string RegionConstruct(const std::string& region) {
       {"workspace", "table workspace and construction"},
       {"head_map", "a changed `let kv_h`"},
       {"head_check", "the head layouts a changed `let kv_h` serves"},
-      {"program_lets", "new top-level lets"},
+      {"program_lets", "new top-level lets; score_mod values outside the KV walk"},
       {"kv_range", "changed KV loop bounds"},
       {"kv_loop", "a table-form KV loop"},
       {"block_class", "new lets in the KV loop"},

@@ -81,10 +81,11 @@ INSTANTIATE_TEST_SUITE_P(
         RegionCase{"sliding_window", {"variant_consts", "kv_range", "block_class", "mask"}},
         RegionCase{"global_window", {"variant_consts", "kv_range", "block_class", "mask"}},
         RegionCase{"document", kTableRegions}, RegionCase{"document_batched", kTableRegions},
-        RegionCase{"softcap_alibi", {"variant_consts", "score_mod", "epilogue_rows"}},
+        RegionCase{"softcap_alibi",
+                   {"variant_consts", "program_lets", "score_mod", "epilogue_rows"}},
         RegionCase{"gqa", {"head_map", "head_check"}},
         RegionCase{"sink", {"variant_consts", "head_map", "head_check", "epilogue_sink"}},
-        RegionCase{"row_terms", {"score_mod", "epilogue_rows"}},
+        RegionCase{"row_terms", {"program_lets", "score_mod", "epilogue_rows"}},
         RegionCase{"renamed_symbols",
                    {"tile_params", "variant_consts", "buffer_check", "variant_bind", "kv_range",
                     "block_class", "mask"}}),
@@ -127,31 +128,44 @@ TEST(Lower, ScoreModsRunInProgramOrderWithFloatConsts) {
   const LoweredKernel k = LowerOrDie("softcap_alibi");
   const std::string mods = RegionText(k, "score_mod");
   const size_t softcap = mods.find("score = (cap * cuir_tanh((score * invariant)));");
-  const size_t alibi = mods.find("exp2f(");
+  const size_t alibi = mods.find("score = (score + (kv_f * invariant_2));");
   ASSERT_NE(softcap, std::string::npos) << mods;
   ASSERT_NE(alibi, std::string::npos) << mods;
   EXPECT_LT(softcap, alibi);
   // -8 * (h + 1) is an int product (64-bit), then true division by H.
-  EXPECT_THAT(mods, HasSubstr("(static_cast<float>(((-8LL) * (h + 1))) / static_cast<float>(H))"));
+  EXPECT_THAT(RegionText(k, "program_lets"),
+              HasSubstr("(static_cast<float>(((-8LL) * (h + 1))) / static_cast<float>(H))"));
   EXPECT_THAT(RegionText(k, "variant_consts"), HasSubstr("constexpr float cap = 20.0f;"));
 }
 
-TEST(Lower, ScoreModInvariantsAreEvaluatedOncePerBlock) {
+// BlockValuesOutsideTheWalk: a score_mod's block values that read nothing of the KV walk (the
+// slope of the head, softcap's reciprocal) are declared once before the walk, in program_lets.
+TEST(Lower, ScoreModInvariantsAreEvaluatedOncePerWorkTile) {
   const LoweredKernel k = LowerOrDie("softcap_alibi");
   const std::string mods = RegionText(k, "score_mod");
-  const size_t slope = mods.find("const float invariant_2 = exp2f(");
-  const size_t alibi_loop = mods.find("const float /*q_f*/, const float kv_f, float& score)");
-  ASSERT_NE(slope, std::string::npos) << mods;
-  ASSERT_NE(alibi_loop, std::string::npos) << mods;
-  EXPECT_LT(slope, alibi_loop);
+  const std::string lets = RegionText(k, "program_lets");
+  ASSERT_THAT(mods, HasSubstr("const float /*q_f*/, const float kv_f, float& score)"));
+  EXPECT_THAT(lets, HasSubstr("const float invariant_2 = exp2f("));
+  EXPECT_THAT(mods, Not(HasSubstr("exp2f(")));
   // The index distance is taken in floats from the visitor's float indices (FloatIndices): no
   // int-to-float conversion per element. Its q_idx part moved to the LSE (SplitRowTerms).
   EXPECT_THAT(mods, HasSubstr("score = (score + (kv_f * invariant_2));"));
   EXPECT_THAT(mods, Not(HasSubstr("static_cast<float>((kv_idx - q_idx))")));
   // The softcap reads the score: only its divisor moves out of the element loop, as a reciprocal
   // (ReciprocalOfInvariantDivisors), so each element multiplies instead of dividing.
-  EXPECT_THAT(mods, HasSubstr("const float invariant = (1.0f / cap);"));
+  EXPECT_THAT(lets, HasSubstr("const float invariant = (1.0f / cap);"));
   EXPECT_THAT(mods, HasSubstr("score = (cap * cuir_tanh((score * invariant)));"));
+  // A value of the block index stays in the walk, beside the slope that leaves it.
+  for (Arch arch : {Arch::kSm80, Arch::kSm90}) {
+    const LoweredKernel rows = LowerOrDie("row_terms", arch);
+    EXPECT_THAT(RegionText(rows, "score_mod"),
+                HasSubstr("const float invariant = static_cast<float>(n_block);"));
+    EXPECT_THAT(RegionText(rows, "program_lets"), HasSubstr("const float invariant_2 = exp2f("));
+    EXPECT_THAT(RegionText(rows, "program_lets"), Not(HasSubstr("static_cast<float>(n_block)")));
+  }
+  // A mask's block values stay under its `when`: prefix[b] is read on partial blocks only
+  // (BlockInvariantPartsOfColumnValuesRunOncePerBlock).
+  EXPECT_EQ(RegionText(LowerOrDie("document_batched"), "program_lets"), "");
 }
 
 // The region's text without the indentation of its first line, on every line.
@@ -288,8 +302,9 @@ TEST(Lower, IndexDistancesAreSummedInFloats) {
   for (Arch arch : {Arch::kSm80, Arch::kSm90}) {
     const LoweredKernel k = LowerOrDie("index_distance", arch);
     const std::string mods = Unindented(RegionText(k, "score_mod"));
-    EXPECT_THAT(mods, HasSubstr("const float invariant = static_cast<float>((seqlen_q - "
-                                "seqlen_kv));\n"));
+    EXPECT_THAT(Unindented(RegionText(k, "program_lets")),
+                HasSubstr("const float invariant = static_cast<float>((seqlen_q - "
+                          "seqlen_kv));\n"));
     EXPECT_THAT(mods, HasSubstr("for_each_score([&](const int /*q_idx*/, const int /*kv_idx*/, "
                                 "const float q_f, const float kv_f, float& score) {\n"
                                 "  score = (score + (((kv_f - q_f) + invariant) * 0.25f));\n"));
