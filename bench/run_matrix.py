@@ -41,9 +41,9 @@ Candidate mode (--candidate DIR2 [DIR3 ...], the same variants lowered at other 
 make_kernels.sh with CUBRIDGE_TILE): what the service's autotuner does for a shape class, per row.
 Every kernel is checked against Flex and all are timed in rotation (2 rounds, rep 20 ms); the
 fastest is then timed as in the plain matrix (alone, then in the final rotation), so the reported
-time is not the selection's own (a max over noisy rounds would lean high). Any failing kernel fails the row. The CuBridge cell
-names the pick's tile (n128, n176, n128s2: BLOCK_N, and the K/V stages where not the expert's
-default 3); everything else is as in the plain matrix.
+time is not the selection's own (a max over noisy rounds would lean high). Any failing kernel
+fails the row. The CuBridge cell names the pick's tile (n128, n176, n128s2: BLOCK_N, and the K/V
+stages where not the expert's default 3); everything else is as in the plain matrix.
 
 Progress goes to stdout (flushed) with elapsed times; with $OUT set, $OUT/matrix_rows.json and
 $OUT/benchmarks_section.md are rewritten after every case, so a run cut short still leaves its rows.
@@ -662,12 +662,12 @@ def run(args):
                 row["status"] = pick_candidate(row, [call_a] + calls)
             elif call_a and not call_b:
                 row["cubridge_ms"] = bench(call_a)
-            if not args.against and row.get("cubridge_ms"):
-                final_rotation(row, calls_by_tile(row, [call_a] + calls), flex_call, sdpa_call)
             elif call_a and call_b:
                 row["cubridge_ms"], row["b_ms"] = alternate([call_a, call_b], args.rounds)
                 row["b_tflops"] = tflops(flops, row["b_ms"])
                 row["b_over_a"] = row["cubridge_ms"] / row["b_ms"]
+            if not args.against and row.get("cubridge_ms"):
+                final_rotation(row, calls_by_tile(row, [call_a] + calls), flex_call, sdpa_call)
             torch.cuda.synchronize()
             if row.get("cubridge_ms"):
                 row["cubridge_tflops"] = tflops(flops, row["cubridge_ms"])
