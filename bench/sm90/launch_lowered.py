@@ -1,11 +1,12 @@
 """Builds one lowered kernel (NAME_sm_90.cu from bench/make_kernels.sh) with nvcc and launches it
-twice at S, 16k tokens, Llama2-7B heads (32/32), bf16, head dim D: a target for ncu
-(bench/sm90/sample.sh profiles the second launch).
-    python3 bench/sm90/launch_lowered.py KERNEL.cu S [D]"""
+twice at S, 16k tokens, HQ / HKV heads (Llama2-7B's 32/32 unless given), bf16, head dim D: a
+target for ncu (bench/sm90/sample.sh and throughput.sh profile the second launch).
+    python3 bench/sm90/launch_lowered.py KERNEL.cu S [D [HQ HKV]]"""
 import ctypes, math, os, subprocess, sys
 
 src, s = sys.argv[1], int(sys.argv[2])
 d = int(sys.argv[3]) if len(sys.argv) > 3 else 128
+hq, hkv = (int(sys.argv[4]), int(sys.argv[5])) if len(sys.argv) > 5 else (32, 32)
 sys.argv = [sys.argv[0], "."]  # check.py reads its own argv at import
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lowered"))
 import torch  # noqa: E402
@@ -17,9 +18,10 @@ subprocess.run(["nvcc", "-shared", "-Xcompiler", "-fPIC", "-std=c++17", *check.a
 lib = ctypes.CDLL(so)
 lib.cubridge_attn_fwd.restype = ctypes.c_int
 lib.cubridge_attn_fwd_workspace_size.restype = ctypes.c_size_t
-b, h = 16384 // s, 32
-q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-o, lse = torch.empty_like(q), torch.empty(b, h, s, device="cuda")
+b = 16384 // s
+q = torch.randn(b, hq, s, d, device="cuda", dtype=torch.bfloat16)
+k, v = (torch.randn(b, hkv, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+o, lse = torch.empty_like(q), torch.empty(b, hq, s, device="cuda")
 # The document masks' one buffer, as the matrix fills it.
 with open(src) as f:
     bufs = [check.bench_documents(s).cuda()] if "// buffer doc: int" in f.read() else []
