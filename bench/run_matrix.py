@@ -667,7 +667,8 @@ def run(args):
                 row["b_tflops"] = tflops(flops, row["b_ms"])
                 row["b_over_a"] = row["cubridge_ms"] / row["b_ms"]
             if not args.against and row.get("cubridge_ms"):
-                final_rotation(row, calls_by_tile(row, [call_a] + calls), flex_call, sdpa_call)
+                final_rotation(row, flops, calls_by_tile(row, [call_a] + calls), flex_call,
+                               sdpa_call)
             torch.cuda.synchronize()
             if row.get("cubridge_ms"):
                 row["cubridge_tflops"] = tflops(flops, row["cubridge_ms"])
@@ -707,7 +708,7 @@ def run(args):
         keys = [""] + prefixes
         return calls[keys.index(row["picked"] + "_")] if row.get("picked", "a") != "a" else calls[0]
 
-    def final_rotation(row, ours, flex_call, sdpa_call):
+    def final_rotation(row, flops, ours, flex_call, sdpa_call):
         """The row's reported times: CuBridge, Flex and SDPA's pick timed in rotation, as A/B mode
         times A and B (why: the module's docstring); the first times stay as *_ms_alone."""
         backend, sdpa_fn = sdpa_call if sdpa_call else (None, None)
@@ -717,7 +718,6 @@ def run(args):
         # so its calls carry no per-call context switch.
         with sdpa_kernel([backend]) if backend is not None else contextlib.nullcontext():
             times = alternate([c for _, c in named], FINAL_ROUNDS, rep=REP_MS)
-        flops = 4 * row["batch"] * row["heads_q"] * row["kept"] * row["head_dim"]
         for (n, _), t in zip(named, times):
             row[n + "_ms_alone"] = row[n + "_ms"]
             row[n + "_ms"] = t

@@ -10,6 +10,7 @@ bf16, head dim 128, batch 16384 // S; full attention, or causal with --causal (e
 compute that). --heat-ms runs bf16 matmuls for that long before each round, as the matrix's eager
 PyTorch runs before its CuBridge timings."""
 import argparse, ctypes, math, os, statistics, subprocess, sys, threading, time
+from concurrent.futures import ThreadPoolExecutor
 
 ap = argparse.ArgumentParser()
 ap.add_argument("s", type=int)
@@ -37,14 +38,11 @@ k, v = (torch.randn(b, hkv, s, D, device="cuda", dtype=torch.bfloat16) for _ in 
 scale = 1 / math.sqrt(D)
 stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
 
-# Build every kernel at once (nvcc takes ~12 s each).
-sos = [os.path.join("/tmp", f"tm{i}_" + os.path.basename(src).replace(".cu", ".so"))
-       for i, src in enumerate(args.kernels)]
-builds = [subprocess.Popen(["nvcc", "-shared", "-Xcompiler", "-fPIC", "-std=c++17",
-                            *check.arch_flags("sm_90"), "-O3", "-o", so, src])
-          for src, so in zip(args.kernels, sos)]
-if any(p.wait() for p in builds):
-    sys.exit("timing_modes: nvcc failed")
+# Build every kernel at once (nvcc takes ~12 s each), as run_matrix.py does: NAME.so beside it.
+with ThreadPoolExecutor() as pool:
+    sos = list(pool.map(lambda src: check.build_from(os.path.dirname(os.path.abspath(src)),
+                                                     os.path.basename(src)[:-len("_sm_90.cu")],
+                                                     "sm_90"), args.kernels))
 
 ref = F.scaled_dot_product_attention(q, k.repeat_interleave(hq // hkv, 1),
                                      v.repeat_interleave(hq // hkv, 1), is_causal=args.causal).float()

@@ -958,13 +958,11 @@ class RegionWriter {
         case Level::kBlock: {
           // Values come smallest first (ShareHoisted), so one that reads another moved value
           // finds it bound in `top`; a KV-walk name fails to emit there and the value stays.
-          absl::StatusOr<CExpr> at_top = outside_walk != nullptr
-                                             ? EmitExpr(h.expr, top)
-                                             : absl::StatusOr<CExpr>(absl::NotFoundError(""));
-          LOWER_ASSIGN_OR_RETURN(value, at_top.ok() ? at_top : EmitExpr(h.expr, block));
-          absl::StrAppend(at_top.ok() ? outside_walk : &consts, "const ", CTypeName(value.type),
-                          " ", h.name, " = ", value.text, ";\n");
-          if (at_top.ok()) top.Bind(h.name, h.name, value.type);
+          const bool to_top = outside_walk != nullptr && EmitExpr(h.expr, top).ok();
+          LOWER_ASSIGN_OR_RETURN(value, EmitExpr(h.expr, to_top ? top : block));
+          absl::StrAppend(to_top ? outside_walk : &consts, "const ", CTypeName(value.type), " ",
+                          h.name, " = ", value.text, ";\n");
+          if (to_top) top.Bind(h.name, h.name, value.type);
           for (EmitScope* scope : {&block, &row, &col, element}) {
             scope->Bind(h.name, h.name, value.type);
           }
