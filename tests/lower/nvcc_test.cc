@@ -242,10 +242,12 @@ int main() {
   }
   // The Hopper scheduler's decode (fa3_sm90/scheduler.cuh) against the order written with plain
   // division: groups of pairs, the last one short where pairs % group != 0, query tile slowest
-  // and last first within a group.
+  // and last first within a group; under MHA (one query head per kv head) every other group,
+  // counted back from the last, first to last.
   long tiles = 0, wrong = 0;
   const int shapes[][5] = {{8, 32, 16, 32, 4 << 20}, {64, 32, 2, 32, 4 << 20}, {8, 64, 16, 8, 512 << 10},
-                           {64, 128, 2, 8, 4 << 20}, {3, 5, 7, 1, 9 << 20}, {1, 1, 1, 1, 1}, {17, 6, 5, 3, 1 << 22}};
+                           {64, 128, 2, 8, 4 << 20}, {3, 5, 7, 1, 9 << 20}, {1, 1, 1, 1, 1}, {17, 6, 5, 3, 1 << 22},
+                           {64, 32, 2, 1, 4 << 20}, {8, 32, 16, 1, 512 << 10}, {5, 7, 3, 1, 1 << 20}};
   for (const auto& sh : shapes) {
     const int m_blocks = sh[0], heads = sh[1], batch = sh[2], per_kv = sh[3];
     const cubridge::fa3::LongestFirst order(m_blocks, heads, batch, sh[4], per_kv);
@@ -254,8 +256,11 @@ int main() {
       const int g = w / (order.group * m_blocks), first = g * order.group;
       const int size = pairs - first < order.group ? pairs - first : order.group;
       const int in = w - first * m_blocks, pair = first + in % size;
+      const int groups = (pairs + order.group - 1) / order.group;
+      const bool descending = per_kv > 1 || (groups - 1 - g) % 2 == 0;
+      const int m_block = descending ? m_blocks - 1 - in / size : in / size;
       const cubridge::fa3::Tile t = order.tile(w);
-      if (t.m_block != m_blocks - 1 - in / size || t.head != pair % heads || t.batch != pair / heads) {
+      if (t.m_block != m_block || t.head != pair % heads || t.batch != pair / heads) {
         if (wrong++ < 5) printf("tile %d of shape %d/%d/%d: %d %d %d\n", w, m_blocks, heads, batch, t.m_block, t.head, t.batch);
       }
     }

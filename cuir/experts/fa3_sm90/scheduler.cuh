@@ -14,7 +14,18 @@
 //    of one length is balanced; with the query tile fastest a CTA striding by gridDim.x met
 //    only two query tiles (132 = 4 mod 8 at S = 1k): one CTA got the longest, another the
 //    shortest, and the last CTA finished 31% after the mean (measured: causal 1k 18% slower);
-//  - without such a mask the order changes nothing but the L2 reuse.
+//  - without such a mask the order changes nothing but the L2 reuse;
+//  - MHA only: every other group, counted back from the last, runs its query tiles from the first
+//    to the last instead. An MHA group holds few pairs (6 at S = 8k, 4 MB of K/V each), so one
+//    pass of the CTAs spans 22 query tiles of very different lengths; with every group longest
+//    first, a group ended on its shortest tiles while the next began on its longest, the static
+//    stride let CTAs run two or three groups apart, and the K/V they read at once outgrew L2
+//    (measured: 59% L2 hits, DRAM 6x the compulsory bytes at causal 8k; a trace model with a
+//    25 MB LRU, one of the H100's two L2 halves, gives 65%). Alternating puts short tiles against
+//    short and long against long at each boundary: 88% hits (model 95%), causal 8k 6.5% faster
+//    at ncu's fixed clock (docs/benchmarks.md, 2026-11-25). GQA
+//    groups hold every query head of their kv heads (48 pairs at Qwen's 64/8) and already met
+//    94-95% hits; alternating them measured 0.94-1.02, so they keep the plain order.
 #pragma once
 
 #include "../common/cuir_platform.cuh"
@@ -42,6 +53,8 @@ constexpr long long kL2GroupBytes = 24ll << 20;
 struct LongestFirst {
   int m_blocks, heads, count;
   int pairs, group;  // (head, batch) pairs; pairs per group
+  int groups;        // cdiv(pairs, group)
+  bool alternate;    // MHA: every other group runs its query tiles first to last (see above)
   // The decode's divisors, fixed per launch: a division per tile cost 3.6% of the samples at
   // S = 1k (bench/sm90/NOTES.md) as the subroutine; the last group may be short.
   cuir_fastdiv by_group_tiles, by_group, by_last_group, by_heads;
@@ -54,6 +67,8 @@ struct LongestFirst {
     const long long kv_heads = kv_head_bytes > 0 ? kL2GroupBytes / kv_head_bytes : pairs;
     group = static_cast<int>(cuir_min<long long>(
         pairs, cuir_max<long long>(1, kv_heads) * cuir_max(1, heads_per_kv)));
+    groups = (pairs + group - 1) / group;
+    alternate = heads_per_kv <= 1;
     by_group_tiles = cuir_fastdiv(group * m_blocks);
     by_group = cuir_fastdiv(group);
     const int last = pairs - (pairs - 1) / group * group;
@@ -64,7 +79,8 @@ struct LongestFirst {
   __device__ __forceinline__ static int next(int w) { return w + static_cast<int>(gridDim.x); }
   // Host and device: tests/lower/nvcc_test.cc checks it against plain division.
   __host__ __device__ __forceinline__ Tile tile(int w) const {
-    const int first_pair = by_group_tiles.div(w) * group;
+    const int group_index = by_group_tiles.div(w);
+    const int first_pair = group_index * group;
     const int in = w - first_pair * m_blocks;
     // The last group may be short. Both divisions, then a select: a divider picked by reference
     // at run time would put *this in local memory.
@@ -73,7 +89,10 @@ struct LongestFirst {
     const int row_last = by_last_group.divmod(in, &slot_last);
     const bool full = first_pair + group <= pairs;
     Tile t;
-    t.m_block = m_blocks - 1 - (full ? row_full : row_last);
+    const int row = full ? row_full : row_last;
+    // The last group always runs longest first, so the tail holds the short tiles.
+    const bool descending = !alternate || ((groups - 1 - group_index) & 1) == 0;
+    t.m_block = descending ? m_blocks - 1 - row : row;
     t.batch = by_heads.divmod(first_pair + (full ? slot_full : slot_last), &head);
     t.head = head;
     return t;
