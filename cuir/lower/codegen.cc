@@ -691,7 +691,9 @@ class RegionWriter {
     const std::string hd = "__host__ __device__ __forceinline__ ";
     const std::string locate = absl::StrCat("  size_t offsets[", tables_.size(), "];\n  variant_workspace(p, offsets);\n  const long long num_n = ", num_n, ";\n");
     return absl::StrCat(
-        "// Block tables, each counts[rows] then entries[rows][num_n], 256-byte aligned.\n", hd,
+        "// Block tables, each counts[rows] then entries[rows][num_n], 256-byte aligned; their rows\n"
+        "// are BLOCK_M-row blocks, which an expert's tile choices must keep.\n",
+        hd, "constexpr bool variant_has_tables() { return true; }\n", hd,
         "size_t variant_workspace(", P, ", size_t* offsets) {\n  size_t bytes = 0;\n", layout,
         "  return bytes;\n}\n", hd, "long long variant_table_tiles(", P, ") {\n  return 0", tiles,
         ";\n}\n", hd, "long long variant_table_rows(", P, ") {\n  return 0", rows, ";\n}\n",

@@ -5,7 +5,7 @@
 // FlashAttention-3 orchestration with warp specialisation: a producer warpgroup (setmaxnreg 24)
 // whose one thread issues TMA bulk tensor copies of the Q tile and of K/V tiles into a STAGES-deep
 // shared-memory ring completing on mbarriers; two consumer warpgroups (setmaxnreg 240) of 64
-// query rows each, running S = Q K^T and O += P V on wgmma (P from registers). Each consumer
+// query rows each (three at 160 registers on 192-row tiles at head dim 64: kBlockM), running S = Q K^T and O += P V on wgmma (P from registers). Each consumer
 // overlaps the softmax of tile n with the P V product of tile n-1 (intra-warpgroup overlap); the
 // two consumers can also take turns at the tensor cores through named barriers (ping-pong,
 // kPingPong, off: measured no faster here). The tile pieces are in pipeline.cuh (smem plan,
@@ -100,28 +100,13 @@ constexpr int WARPS = 12;
 // block wider than its tile is walked tile by tile, the last one cut at the block's end.
 template <int D>
 constexpr int kTileN = D > 128 ? (BLOCK_N < 64 ? BLOCK_N : 64) : (BLOCK_N <= 176 ? BLOCK_N : 128);
-// Shared memory: STAGES K/V stages where they fit (three do up to head dim 128), else two; and a
-// second Q buffer where it fits beside them, so that a persistent CTA's next Q lands while the
-// current tile runs instead of after its last Q K^T. At head dim 128 it fits beside two stages
-// only: STAGES = 2 (tile 128x128w12s2) trades the third stage for it, an autotuning candidate
-// (faster on document masks, slower on long dense rows: docs/benchmarks.md).
-template <int D, int S, int QB>
-constexpr bool kFits =
-    cubridge::fa3::Geometry<__nv_bfloat16, D, BLOCK_M, kTileN<D>, S, QB>::kSmemBytes <= 227 * 1024;
-template <int D>
-constexpr int kStages = kFits<D, STAGES, 1> ? STAGES : 2;
-template <int D>
-constexpr int kQBuffers = kFits<D, kStages<D>, 2> ? 2 : 1;
-template <typename T, int D>
-using Geo = cubridge::fa3::Geometry<T, D, BLOCK_M, kTileN<D>, kStages<D>, kQBuffers<D>>;
 // Ping-pong: the consumers take turns at the tensor cores through named barriers, so one's
 // softmax runs under the other's products. Off: measured on an H100 (docs/benchmarks.md) the
 // two consumers fall into alternation on their own, and the barriers cost 0-4%.
 constexpr bool kPingPong = false;
 static_assert(BLOCK_N == 64 || BLOCK_N == 176 || BLOCK_N % 128 == 0,
               "BLOCK_N: 64, 176 or a multiple of 128 (score tiles of 64, 128 or 176 keys)");
-static_assert(WARPS == 12, "one producer and two consumer warpgroups");
-constexpr int kThreads = 32 * WARPS;
+static_assert(WARPS == 12, "one producer and two consumer warpgroups (three at head dim 64: kBlockM)");
 constexpr int kTableThreads = 128;  // threads of the table-building kernels
 
 // @cuir-region table_kernel
@@ -130,6 +115,7 @@ constexpr int kTableThreads = 128;  // threads of the table-building kernels
 // @cuir-region workspace
 // The program's block tables: their device workspace (offsets[i] receives where table i
 // starts), the tiles the classifier visits, the rows the compaction visits. None here.
+__host__ __device__ __forceinline__ constexpr bool variant_has_tables() { return false; }
 __host__ __device__ __forceinline__ size_t variant_workspace(const cubridge_attn_fwd_params& p,
                                                              size_t* offsets) {
   (void)p, (void)offsets;
@@ -171,9 +157,41 @@ __host__ __device__ __forceinline__ bool variant_buffers_ok(const cubridge_attn_
 // The block-table kernels (classify, then compact), on the regions above.
 #include "../common/table_kernels.cuh"
 
+// Query rows per work tile: BLOCK_M, except at head dim 64 without block tables from
+// kWideFromRows query rows on, where a work tile has 192 rows for three consumer warpgroups.
+// There one exponential costs about as long as its share of the two products, and two consumers
+// (two warps per scheduler) left the tensor pipe at 46% and the issue slots at 43% (ncu, 0.61
+// eligible warps per scheduler: latency-bound); FlashAttention-3 runs head dim 64 the same way.
+// Short sequences keep 128 rows (the third consumer idles): at S = 1k, 192-row tiles ran 13%
+// slower (5.33 tiles per sequence, a third of the last one padding); from 2k on they gain
+// (Llama2-head causal: 2k +1%, 4k +2.5%, 8k +4.6..6.4%; docs/benchmarks.md, 2026-11-25). Block tables keep BLOCK_M:
+// their rows are the lowering's BLOCK_M-row blocks (the table kernels' code is generated with it).
+// kBlockM sizes the instance (threads, shared memory); rows_per_tile is one call's choice.
+template <int D>
+constexpr int kBlockM = D == 64 && !variant_has_tables() ? 192 : BLOCK_M;
+constexpr int kWideFromRows = 2048;
+template <int D>
+__host__ __device__ __forceinline__ int rows_per_tile(int seqlen_q) {
+  return kBlockM<D> > BLOCK_M && seqlen_q >= kWideFromRows ? kBlockM<D> : BLOCK_M;
+}
+// Shared memory: STAGES K/V stages where they fit (three do up to head dim 128), else two; and a
+// second Q buffer where it fits beside them, so that a persistent CTA's next Q lands while the
+// current tile runs instead of after its last Q K^T. At head dim 128 it fits beside two stages
+// only: STAGES = 2 (tile 128x128w12s2) trades the third stage for it, an autotuning candidate
+// (faster on document masks, slower on long dense rows: docs/benchmarks.md).
+template <int D, int S, int QB>
+constexpr bool kFits =
+    cubridge::fa3::Geometry<__nv_bfloat16, D, kBlockM<D>, kTileN<D>, S, QB>::kSmemBytes <= 227 * 1024;
+template <int D>
+constexpr int kStages = kFits<D, STAGES, 1> ? STAGES : 2;
+template <int D>
+constexpr int kQBuffers = kFits<D, kStages<D>, 2> ? 2 : 1;
+template <typename T, int D>
+using Geo = cubridge::fa3::Geometry<T, D, kBlockM<D>, kTileN<D>, kStages<D>, kQBuffers<D>>;
+
 
 template <typename T, int D>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(Geo<T, D>::kThreads, 1)
     attn_fwd_kernel(const __grid_constant__ cubridge_attn_fwd_params p, char* __restrict__ workspace,
                     const __grid_constant__ cubridge_attn_fwd_tma_maps maps) {
   using namespace cubridge::fa3;
@@ -202,16 +220,20 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int wg = threadIdx.x / 128;
   const bool o_wide =
       o_rows_16_byte_aligned(p.o, p.o_batch_stride, p.o_head_stride, p.o_row_stride);
+  // This call's rows per work tile, and the consumer warpgroups that take part (64 rows each).
+  const int BLOCK_M = rows_per_tile<D>(seqlen_q);
+  const int consumers = BLOCK_M / 64;
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int i = 0; i < 3; ++i) tma_prefetch_desc(maps.map[i]);
-    init_barriers(bars, G::kConsumerWGs * 4);
+    init_barriers(bars, consumers * 4);
   }
   __syncthreads();
   // The ring position (KV tiles so far) and the work tiles so far run on across work tiles, so
   // the next tile's Q and K/V loads overlap this tile's last products and epilogue.
   int ring = 0;
   int work_round = 0;
+  static_assert(!kPingPong || G::kConsumerWGs == 2, "ping-pong pairs two consumer warpgroups");
   // grid m_block < cdiv(seqlen_q, BLOCK_M), h < heads_q, b < batch schedule longest_first
   const LongestFirst work(cuir_cdiv(seqlen_q, BLOCK_M), heads_q, batch,
                           2ll * seqlen_kv * D * static_cast<long long>(sizeof(T)),
@@ -504,6 +526,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   } else {
     setmaxnreg_inc<G::kConsumerRegs>();
+    // A consumer beyond this call's rows has no part: no barrier counts its warps.
+    if (wg > consumers) return;
     for (int w = work.first(); w < work.count; w = work.next(w), ++work_round) {
       work_tile(w, ConsumerRole{});
     }
@@ -522,10 +546,10 @@ __host__ __device__ __forceinline__ bool tma_ok(const void* ptr, int64_t row_str
 template <int D>
 __host__ __device__ __forceinline__ void main_launch(cubridge_attn_fwd_launch_plan* plan) {
   using G = Geo<__nv_bfloat16, D>;
-  plan->threads = kThreads;
+  plan->threads = G::kThreads;
   plan->smem_bytes = G::kSmemBytes;
-  // Q, K and V as 64-column (128-byte) swizzled panels of BLOCK_M / kTileN rows.
-  const cubridge_attn_fwd_tma_request q{0, 64, BLOCK_M, 3}, k{1, 64, kTileN<D>, 3}, v{2, 64, kTileN<D>, 3};
+  // Q, K and V as 64-column (128-byte) swizzled panels of kBlockM / kTileN rows.
+  const cubridge_attn_fwd_tma_request q{0, 64, kBlockM<D>, 3}, k{1, 64, kTileN<D>, 3}, v{2, 64, kTileN<D>, 3};
   plan->tma_count = 3;
   plan->tma[0] = q;
   plan->tma[1] = k;
@@ -556,10 +580,11 @@ __host__ __device__ __forceinline__ void cubridge_attn_fwd_make_plan(
       !variant_heads_ok(p) || !variant_buffers_ok(p)) {
     return;
   }
+  int block_m = 0;
   switch (p.head_dim) {
-    case 64: main_launch<64>(plan); break;
-    case 128: main_launch<128>(plan); break;
-    case 256: main_launch<256>(plan); break;
+    case 64: main_launch<64>(plan), block_m = rows_per_tile<64>(p.seqlen_q); break;
+    case 128: main_launch<128>(plan), block_m = rows_per_tile<128>(p.seqlen_q); break;
+    case 256: main_launch<256>(plan), block_m = rows_per_tile<256>(p.seqlen_q); break;
     default: return;
   }
   plan->workspace_bytes = variant_workspace(p, nullptr);
@@ -572,7 +597,7 @@ __host__ __device__ __forceinline__ void cubridge_attn_fwd_make_plan(
   plan->table_threads = kTableThreads;
   // schedule longest_first (scheduler.cuh): one work tile per CTA at most; the kernel strides
   // over them, so a launcher may start fewer CTAs (one per SM: resident_ctas_per_sm).
-  const long long work = static_cast<long long>(cuir_cdiv(p.seqlen_q, BLOCK_M)) * p.heads_q * p.batch;
+  const long long work = static_cast<long long>(cuir_cdiv(p.seqlen_q, block_m)) * p.heads_q * p.batch;
   if (work > INT_MAX) return;
   plan->grid[0] = static_cast<uint32_t>(work);
   plan->grid[1] = plan->grid[2] = 1;

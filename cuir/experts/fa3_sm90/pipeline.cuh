@@ -36,7 +36,8 @@ template <typename T, int D, int BLOCK_M, int TILE_N, int STAGES, int QBUFS>
 struct Geometry {
   static_assert(D == 64 || D == 128 || D == 256, "head dim 64, 128 or 256");
   static_assert(sizeof(T) == 2, "16-bit inputs");
-  static_assert(BLOCK_M == 128, "two consumer warpgroups of 64 query rows");
+  static_assert(BLOCK_M == 128 || (BLOCK_M == 192 && D == 64),
+                "consumer warpgroups of 64 query rows: two, or three at head dim 64");
   static_assert(TILE_N == 64 || TILE_N == 128 || TILE_N == 176,
                 "wgmma n of the score tile: 64, 128 or 176 (the Mma shapes of wgmma.cuh)");
   static_assert(STAGES >= 2 && STAGES <= 4, "2 to 4 K/V stages");
@@ -45,14 +46,16 @@ struct Geometry {
   static constexpr int kQBuffers = QBUFS;
   using Bars = Barriers<STAGES, QBUFS>;
   static constexpr int kPanels = D / 64;  // 128-byte-wide swizzle panels
-  static constexpr int kConsumerWGs = 2;
+  static constexpr int kConsumerWGs = BLOCK_M / 64;
   static constexpr int kThreads = 128 * (1 + kConsumerWGs);
   static constexpr int kProducerRegs = 24;
-  static constexpr int kConsumerRegs = 240;
-  // setmaxnreg moves registers within what the CTA got at launch (168 per thread of 384 under
-  // __launch_bounds__(384, 1)), not within the register file: past it, setmaxnreg.inc waits
-  // forever (a producer at 32 registers beside two 240-register consumers hung the kernel).
-  static_assert(128 * (kProducerRegs + kConsumerWGs * kConsumerRegs) <= kThreads * 168,
+  static constexpr int kConsumerRegs = kConsumerWGs == 2 ? 240 : 160;
+  // setmaxnreg moves registers within what the CTA got at launch (under __launch_bounds__(N, 1):
+  // 168 per thread of 384, 128 per thread of 512), not within the register file: past it,
+  // setmaxnreg.inc waits forever (a producer at 32 registers beside two 240-register consumers
+  // hung the kernel).
+  static constexpr int kLaunchRegs = kThreads == 384 ? 168 : 128;
+  static_assert(128 * (kProducerRegs + kConsumerWGs * kConsumerRegs) <= kThreads * kLaunchRegs,
                 "registers the CTA is launched with");
 
   static constexpr int kQPanelBytes = BLOCK_M * 128;
