@@ -792,15 +792,15 @@ class SkipEager(Exception):
 
 def print_ab(rows, a, b):
     print(f"\nA/B: A = {a}, B = {b} (TFLOP/s on kept elements; B/A = time A / time B)")
-    print("| heads | variant | S | A | B | B/A | Flex | SDPA | A/Flex | B/Flex |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| heads | variant | head dim | S | A | B | B/A | Flex | SDPA | A/Flex | B/Flex |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     ratios = []
     for r in rows:
         fl = r.get("flex_tflops")
         ta, tb = r.get("cubridge_tflops"), r.get("b_tflops")
         if ta and tb:
             ratios.append(r["b_over_a"])
-        print(f"| {r['heads_q']}/{r['heads_kv']} | {r['variant']} | {fmt_s(r['S'])} | {fmt_tf(ta)} | "
+        print(f"| {r['heads_q']}/{r['heads_kv']} | {r['variant']} | {r['head_dim']} | {fmt_s(r['S'])} | {fmt_tf(ta)} | "
               f"{fmt_tf(tb)} | {r.get('b_over_a', 0):.3f} | {fmt_tf(fl)} | {fmt_tf(r.get('sdpa_tflops'))} | "
               f"{(ta / fl) if ta and fl else 0:.2f} | {(tb / fl) if tb and fl else 0:.2f} |")
     if ratios:
