@@ -354,6 +354,18 @@ LoweredKernel LowerOnHopperOrDie(const std::string& name) {
   return k.ok() ? *k : LoweredKernel{};
 }
 
+// The Hopper expert's head-dim-64 instance takes 192-row tiles (kBlockM) only where the program
+// has no block tables, whose rows are BLOCK_M-row blocks: the workspace region says which.
+TEST(Lower, TheWorkspaceRegionSaysWhetherTheProgramHasBlockTables) {
+  EXPECT_THAT(RegionText(LowerOnHopperOrDie("document"), "workspace"),
+              HasSubstr("constexpr bool variant_has_tables() { return true; }"));
+  const LoweredKernel causal = LowerOnHopperOrDie("causal");
+  EXPECT_THAT(RegionText(causal, "workspace"),
+              HasSubstr("constexpr bool variant_has_tables() { return false; }"));
+  EXPECT_THAT(causal.cuda_source,
+              HasSubstr("constexpr int kBlockM = D == 64 && !variant_has_tables() ? 192 : BLOCK_M;"));
+}
+
 TEST(Lower, TheFirstScoreModTakesTheRawScoreWhereTheExpertOffersIt) {
   const std::string mods = Unindented(RegionText(LowerOnHopperOrDie("index_distance"), "score_mod"));
   EXPECT_THAT(mods, HasSubstr("for_each_raw_score([&](const int /*q_idx*/, const int /*kv_idx*/, "

@@ -5,9 +5,9 @@
 // FlashAttention-3 orchestration with warp specialisation: a producer warpgroup (setmaxnreg 24)
 // whose one thread issues TMA bulk tensor copies of the Q tile and of K/V tiles into a STAGES-deep
 // shared-memory ring completing on mbarriers; two consumer warpgroups (setmaxnreg 240) of 64
-// query rows each (three at 160 registers on 192-row tiles at head dim 64: kBlockM), running S = Q K^T and O += P V on wgmma (P from registers). Each consumer
-// overlaps the softmax of tile n with the P V product of tile n-1 (intra-warpgroup overlap); the
-// two consumers can also take turns at the tensor cores through named barriers (ping-pong,
+// query rows each (three at 160 registers on 192-row tiles at head dim 64: kBlockM), running
+// S = Q K^T and O += P V on wgmma (P from registers). Each consumer overlaps the softmax of
+// tile n with the P V product of tile n-1 (intra-warpgroup overlap); the consumers can also take turns at the tensor cores through named barriers (ping-pong,
 // kPingPong, off: measured no faster here). The tile pieces are in pipeline.cuh (smem plan,
 // ring), tma.cuh, wgmma.cuh, mainloop.cuh (the two products), softmax.cuh, mask.cuh, epilogue.cuh
 // and scheduler.cuh, inlined into every lowered kernel.
@@ -106,7 +106,8 @@ constexpr int kTileN = D > 128 ? (BLOCK_N < 64 ? BLOCK_N : 64) : (BLOCK_N <= 176
 constexpr bool kPingPong = false;
 static_assert(BLOCK_N == 64 || BLOCK_N == 176 || BLOCK_N % 128 == 0,
               "BLOCK_N: 64, 176 or a multiple of 128 (score tiles of 64, 128 or 176 keys)");
-static_assert(WARPS == 12, "one producer and two consumer warpgroups (three at head dim 64: kBlockM)");
+static_assert(WARPS == 12,
+              "one producer and two consumer warpgroups (three at head dim 64: kBlockM)");
 constexpr int kTableThreads = 128;  // threads of the table-building kernels
 
 // @cuir-region table_kernel
@@ -164,8 +165,9 @@ __host__ __device__ __forceinline__ bool variant_buffers_ok(const cubridge_attn_
 // eligible warps per scheduler: latency-bound); FlashAttention-3 runs head dim 64 the same way.
 // Short sequences keep 128 rows (the third consumer idles): at S = 1k, 192-row tiles ran 13%
 // slower (5.33 tiles per sequence, a third of the last one padding); from 2k on they gain
-// (Llama2-head causal: 2k +1%, 4k +2.5%, 8k +4.6..6.4%; docs/benchmarks.md, 2026-11-25). Block tables keep BLOCK_M:
-// their rows are the lowering's BLOCK_M-row blocks (the table kernels' code is generated with it).
+// (Llama2-head causal: 2k +1%, 4k +2.5%, 8k +4.6..6.4%; docs/benchmarks.md, 2026-11-25).
+// Block tables keep BLOCK_M: their rows are the lowering's BLOCK_M-row blocks (the table
+// kernels' code is generated with it).
 // kBlockM sizes the instance (threads, shared memory); rows_per_tile is one call's choice.
 template <int D>
 constexpr int kBlockM = D == 64 && !variant_has_tables() ? 192 : BLOCK_M;
@@ -181,14 +183,14 @@ __host__ __device__ __forceinline__ int rows_per_tile(int seqlen_q) {
 // (faster on document masks, slower on long dense rows: docs/benchmarks.md).
 template <int D, int S, int QB>
 constexpr bool kFits =
-    cubridge::fa3::Geometry<__nv_bfloat16, D, kBlockM<D>, kTileN<D>, S, QB>::kSmemBytes <= 227 * 1024;
+    cubridge::fa3::Geometry<__nv_bfloat16, D, kBlockM<D>, kTileN<D>, S, QB>::kSmemBytes <=
+    227 * 1024;
 template <int D>
 constexpr int kStages = kFits<D, STAGES, 1> ? STAGES : 2;
 template <int D>
 constexpr int kQBuffers = kFits<D, kStages<D>, 2> ? 2 : 1;
 template <typename T, int D>
 using Geo = cubridge::fa3::Geometry<T, D, kBlockM<D>, kTileN<D>, kStages<D>, kQBuffers<D>>;
-
 
 template <typename T, int D>
 __global__ void __launch_bounds__(Geo<T, D>::kThreads, 1)
@@ -549,7 +551,8 @@ __host__ __device__ __forceinline__ void main_launch(cubridge_attn_fwd_launch_pl
   plan->threads = G::kThreads;
   plan->smem_bytes = G::kSmemBytes;
   // Q, K and V as 64-column (128-byte) swizzled panels of kBlockM / kTileN rows.
-  const cubridge_attn_fwd_tma_request q{0, 64, kBlockM<D>, 3}, k{1, 64, kTileN<D>, 3}, v{2, 64, kTileN<D>, 3};
+  const cubridge_attn_fwd_tma_request q{0, 64, kBlockM<D>, 3}, k{1, 64, kTileN<D>, 3},
+      v{2, 64, kTileN<D>, 3};
   plan->tma_count = 3;
   plan->tma[0] = q;
   plan->tma[1] = k;
@@ -597,7 +600,8 @@ __host__ __device__ __forceinline__ void cubridge_attn_fwd_make_plan(
   plan->table_threads = kTableThreads;
   // schedule longest_first (scheduler.cuh): one work tile per CTA at most; the kernel strides
   // over them, so a launcher may start fewer CTAs (one per SM: resident_ctas_per_sm).
-  const long long work = static_cast<long long>(cuir_cdiv(p.seqlen_q, block_m)) * p.heads_q * p.batch;
+  const long long work =
+      static_cast<long long>(cuir_cdiv(p.seqlen_q, block_m)) * p.heads_q * p.batch;
   if (work > INT_MAX) return;
   plan->grid[0] = static_cast<uint32_t>(work);
   plan->grid[1] = plan->grid[2] = 1;
