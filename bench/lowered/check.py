@@ -96,6 +96,16 @@ def variants():
 SKV = 333
 
 
+def make_inputs(B, hq, hkv, sq, skv, D, dtype):
+    """Random Q, K, V on the GPU, and O and LSE poisoned with NaN (a row the kernel skips shows)."""
+    q = torch.randn(B, hq, sq, D, device="cuda", dtype=dtype)
+    k = torch.randn(B, hkv, skv, D, device="cuda", dtype=dtype)
+    v = torch.randn(B, hkv, skv, D, device="cuda", dtype=dtype)
+    o = torch.full_like(q, float("nan"))
+    lse = torch.full((B, hq, sq), float("nan"), device="cuda")
+    return q, k, v, o, lse
+
+
 def reference(q, k, v, scale, hq, hkv, mask, smod, bufs):
     B, _, SQ, D = q.shape
     skv = k.shape[2]
@@ -163,11 +173,7 @@ def main():
         for dtype, code in ((torch.bfloat16, 0), (torch.float16, 1)):
             for D in dims:
                 B, SQ = 2, 300
-                q = torch.randn(B, hq, SQ, D, device="cuda", dtype=dtype)
-                k = torch.randn(B, hkv, SKV, D, device="cuda", dtype=dtype)
-                v = torch.randn(B, hkv, SKV, D, device="cuda", dtype=dtype)
-                o = torch.full_like(q, float("nan"))
-                lse = torch.full((B, hq, SQ), float("nan"), device="cuda")
+                q, k, v, o, lse = make_inputs(B, hq, hkv, SQ, SKV, D, dtype)
                 scale = 1.0 / math.sqrt(D)
                 bufs = mkbufs(B, SQ, SKV) if mkbufs else []
                 err, ws, _ = run(lib, q, k, v, o, lse, scale, bufs, code)

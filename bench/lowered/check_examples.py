@@ -37,11 +37,7 @@ for name, (mask, smod) in V.items():
     for D in (64, 128):
         for dtype, code in ((torch.bfloat16, 0), (torch.float16, 1)):
             for (B, hq, hkv, sq, skv) in SHAPES:
-                q = torch.randn(B, hq, sq, D, device="cuda", dtype=dtype)
-                k = torch.randn(B, hkv, skv, D, device="cuda", dtype=dtype)
-                v = torch.randn(B, hkv, skv, D, device="cuda", dtype=dtype)
-                o = torch.full_like(q, float("nan"))
-                lse = torch.full((B, hq, sq), float("nan"), device="cuda")
+                q, k, v, o, lse = check.make_inputs(B, hq, hkv, sq, skv, D, dtype)
                 scale = 1 / math.sqrt(D)
                 err, _, _ = check.run(lib, q, k, v, o, lse, scale, [], code)
                 ro, rl = check.reference(q, k, v, scale, hq, hkv, m, smod, [])
