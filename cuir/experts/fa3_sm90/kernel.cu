@@ -167,10 +167,11 @@ __host__ __device__ __forceinline__ bool variant_buffers_ok(const cubridge_attn_
 // slower (5.33 tiles per sequence, a third of the last one padding); from 2k on they gain
 // (Llama2-head causal: 2k +1%, 4k +2.5%, 8k +4.6..6.4%; docs/benchmarks.md, 2026-11-25).
 // Block tables keep BLOCK_M: their rows are the lowering's BLOCK_M-row blocks (the table
-// kernels' code is generated with it).
+// kernels' code is generated with it). So do score tiles over 128 keys: S, P and O of a 176-key
+// tile do not fit a third consumer's 160 registers (ptxas: spills, wgmma serialised).
 // kBlockM sizes the instance (threads, shared memory); rows_per_tile is one call's choice.
 template <int D>
-constexpr int kBlockM = D == 64 && !variant_has_tables() ? 192 : BLOCK_M;
+constexpr int kBlockM = D == 64 && kTileN<D> <= 128 && !variant_has_tables() ? 192 : BLOCK_M;
 constexpr int kWideFromRows = 2048;
 template <int D>
 __host__ __device__ __forceinline__ int rows_per_tile(int seqlen_q) {
