@@ -252,11 +252,11 @@ int main() {
     const int m_blocks = sh[0], heads = sh[1], batch = sh[2], per_kv = sh[3];
     const cubridge::fa3::LongestFirst order(m_blocks, heads, batch, sh[4], per_kv);
     const int pairs = heads * batch;
+    const int groups = (pairs + order.group - 1) / order.group;
     for (int w = 0; w < order.count; ++w, ++tiles) {
       const int g = w / (order.group * m_blocks), first = g * order.group;
       const int size = pairs - first < order.group ? pairs - first : order.group;
       const int in = w - first * m_blocks, pair = first + in % size;
-      const int groups = (pairs + order.group - 1) / order.group;
       const bool descending = per_kv > 1 || (groups - 1 - g) % 2 == 0;
       const int m_block = descending ? m_blocks - 1 - in / size : in / size;
       const cubridge::fa3::Tile t = order.tile(w);

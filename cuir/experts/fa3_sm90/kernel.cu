@@ -546,8 +546,10 @@ __host__ __device__ __forceinline__ bool tma_ok(const void* ptr, int64_t row_str
          ok(batch_stride);
 }
 
+// The instance's part of the plan; returns the call's rows per work tile.
 template <int D>
-__host__ __device__ __forceinline__ void main_launch(cubridge_attn_fwd_launch_plan* plan) {
+__host__ __device__ __forceinline__ int main_launch(const cubridge_attn_fwd_params& p,
+                                                    cubridge_attn_fwd_launch_plan* plan) {
   using G = Geo<__nv_bfloat16, D>;
   plan->threads = G::kThreads;
   plan->smem_bytes = G::kSmemBytes;
@@ -558,6 +560,7 @@ __host__ __device__ __forceinline__ void main_launch(cubridge_attn_fwd_launch_pl
   plan->tma[0] = q;
   plan->tma[1] = k;
   plan->tma[2] = v;
+  return rows_per_tile<D>(p.seqlen_q);
 }
 
 }  // namespace cubridge_fa3
@@ -586,9 +589,9 @@ __host__ __device__ __forceinline__ void cubridge_attn_fwd_make_plan(
   }
   int block_m = 0;
   switch (p.head_dim) {
-    case 64: main_launch<64>(plan), block_m = rows_per_tile<64>(p.seqlen_q); break;
-    case 128: main_launch<128>(plan), block_m = rows_per_tile<128>(p.seqlen_q); break;
-    case 256: main_launch<256>(plan), block_m = rows_per_tile<256>(p.seqlen_q); break;
+    case 64: block_m = main_launch<64>(p, plan); break;
+    case 128: block_m = main_launch<128>(p, plan); break;
+    case 256: block_m = main_launch<256>(p, plan); break;
     default: return;
   }
   plan->workspace_bytes = variant_workspace(p, nullptr);

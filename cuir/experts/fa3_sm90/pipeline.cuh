@@ -51,10 +51,10 @@ struct Geometry {
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = kConsumerWGs == 2 ? 240 : 160;
   // setmaxnreg moves registers within what the CTA got at launch (under __launch_bounds__(N, 1):
-  // 168 per thread of 384, 128 per thread of 512), not within the register file: past it,
-  // setmaxnreg.inc waits forever (a producer at 32 registers beside two 240-register consumers
-  // hung the kernel).
-  static constexpr int kLaunchRegs = kThreads == 384 ? 168 : 128;
+  // the 64K register file over N threads, in steps of 8: 168 per thread of 384, 128 of 512), not
+  // within the register file: past it, setmaxnreg.inc waits forever (a producer at 32 registers
+  // beside two 240-register consumers hung the kernel).
+  static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
   static_assert(128 * (kProducerRegs + kConsumerWGs * kConsumerRegs) <= kThreads * kLaunchRegs,
                 "registers the CTA is launched with");
 

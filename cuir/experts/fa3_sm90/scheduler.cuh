@@ -23,9 +23,9 @@
 //    (measured: 59% L2 hits, DRAM 6x the compulsory bytes at causal 8k; a trace model with a
 //    25 MB LRU, one of the H100's two L2 halves, gives 65%). Alternating puts short tiles against
 //    short and long against long at each boundary: 88% hits (model 95%), causal 8k 6.5% faster
-//    at ncu's fixed clock (docs/benchmarks.md, 2026-11-25). GQA
-//    groups hold every query head of their kv heads (48 pairs at Qwen's 64/8) and already met
-//    94-95% hits; alternating them measured 0.94-1.02, so they keep the plain order.
+//    at ncu's fixed clock (docs/benchmarks.md, 2026-11-25). GQA groups hold every query head of
+//    their kv heads (48 pairs at Qwen's 64/8) and already met 94-95% hits; alternating them
+//    measured 0.94-1.02, so they keep the plain order.
 #pragma once
 
 #include "../common/cuir_platform.cuh"
@@ -53,7 +53,7 @@ constexpr long long kL2GroupBytes = 24ll << 20;
 struct LongestFirst {
   int m_blocks, heads, count;
   int pairs, group;  // (head, batch) pairs; pairs per group
-  int groups;        // cdiv(pairs, group)
+  int groups;        // groups of pairs, the last one perhaps short
   bool alternate;    // MHA: every other group runs its query tiles first to last (see above)
   // The decode's divisors, fixed per launch: a division per tile cost 3.6% of the samples at
   // S = 1k (bench/sm90/NOTES.md) as the subroutine; the last group may be short.
@@ -67,7 +67,7 @@ struct LongestFirst {
     const long long kv_heads = kv_head_bytes > 0 ? kL2GroupBytes / kv_head_bytes : pairs;
     group = static_cast<int>(cuir_min<long long>(
         pairs, cuir_max<long long>(1, kv_heads) * cuir_max(1, heads_per_kv)));
-    groups = (pairs + group - 1) / group;
+    groups = cuir_cdiv(pairs, group);
     alternate = heads_per_kv <= 1;
     by_group_tiles = cuir_fastdiv(group * m_blocks);
     by_group = cuir_fastdiv(group);
