@@ -411,10 +411,7 @@ def run(args):
 
     def get_lib(kname, folder=args.dir):
         if (kname, folder) not in libs:
-            lib = ctypes.CDLL(builds[(kname, folder)].result())
-            lib.cubridge_attn_fwd.restype = ctypes.c_int
-            lib.cubridge_attn_fwd_workspace_size.restype = ctypes.c_size_t
-            libs[(kname, folder)] = lib
+            libs[(kname, folder)] = check.load(builds[(kname, folder)].result())
         return libs[(kname, folder)]
 
     def bench(fn, rep=REP_MS):

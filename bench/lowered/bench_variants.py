@@ -6,7 +6,6 @@ DIR holds NAME_sm_90.cu, the kernel.cu that `cubridge-cli adapt examples/specs/N
 prefix=2048). Llama2-7B heads (32/32), hdim 128, bf16, S=8192, batch 2 (16k tokens). TFLOP/s count
 kept elements only. Each CuBridge output is compared with FlexAttention's before it is timed.
 """
-import ctypes
 import importlib.util
 import math
 import os
@@ -86,9 +85,7 @@ def main():
         ref = flex(q, k, v, score_mod=score_mod, block_mask=block_mask)
         f_ms = bench(lambda: flex(q, k, v, score_mod=score_mod, block_mask=block_mask))
 
-        lib = ctypes.CDLL(libs[name])
-        lib.cubridge_attn_fwd.restype = ctypes.c_int
-        lib.cubridge_attn_fwd_workspace_size.restype = ctypes.c_size_t
+        lib = check.load(libs[name])
         o, lse = torch.empty_like(q), torch.empty(B, H, S, device="cuda")
         bufs = [doc] if uses_doc else []  # already on the GPU: no copy inside the timing
         err, _, _ = check.run(lib, q, k, v, o, lse, scale, bufs, 0)

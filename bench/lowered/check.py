@@ -41,6 +41,14 @@ def build(name):
     return build_from(HERE, name)
 
 
+def load(so):
+    """A built kernel's C launcher, with the return types of its entry points declared."""
+    lib = ctypes.CDLL(so)
+    lib.cubridge_attn_fwd.restype = ctypes.c_int
+    lib.cubridge_attn_fwd_workspace_size.restype = ctypes.c_size_t
+    return lib
+
+
 def make_doc(n, seed):
     g = torch.Generator().manual_seed(seed)
     lens = []
@@ -166,9 +174,7 @@ def main():
     failures = 0
     torch.manual_seed(0)
     for name, (hq, hkv, mkbufs, mask, smod) in variants().items():
-        lib = ctypes.CDLL(libs[name])
-        lib.cubridge_attn_fwd_workspace_size.restype = ctypes.c_size_t
-        lib.cubridge_attn_fwd.restype = ctypes.c_int
+        lib = load(libs[name])
         dims = (64, 128, 256) if name in ("base", "causal", "document") else (128,)
         for dtype, code in ((torch.bfloat16, 0), (torch.float16, 1)):
             for D in dims:
@@ -189,8 +195,7 @@ def main():
                       f"max|dO|={do:.2e} max|dLSE|={dl:.2e} -inf rows match={inf_ok} nan={nan_o} "
                       f"empty rows={int((~finite).sum())}")
     # Launcher refusals: a missing buffer, a too-short buffer, a missing workspace.
-    lib = ctypes.CDLL(libs["document"])
-    lib.cubridge_attn_fwd.restype = ctypes.c_int
+    lib = load(libs["document"])
     q = torch.randn(1, 2, 100, 64, device="cuda", dtype=torch.bfloat16)
     o = torch.empty_like(q)
     lse = torch.empty(1, 2, 100, device="cuda")

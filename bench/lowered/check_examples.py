@@ -4,7 +4,7 @@ head dims 64 and 128, bf16 and fp16, MHA and GQA, against check.py's dense fp32 
 switch to 192-row tiles at head dim 64, with seqlen_q != seqlen_kv and single rows among them.
     python3 bench/lowered/check_examples.py DIR
 Prints each failing case and "N failures of M"; exits non-zero on a failure."""
-import ctypes, math, os, sys
+import math, os, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 if len(sys.argv) != 2:
     sys.exit(__doc__)
@@ -30,9 +30,7 @@ SHAPES = ((2, 4, 4, 300, 300), (1, 8, 2, 577, 577), (3, 2, 2, 1, 65), (1, 4, 4, 
 fails = total = 0
 torch.manual_seed(1)
 for name, (mask, smod) in V.items():
-    lib = ctypes.CDLL(check.build_from(DIR, name))
-    lib.cubridge_attn_fwd_workspace_size.restype = ctypes.c_size_t
-    lib.cubridge_attn_fwd.restype = ctypes.c_int
+    lib = check.load(check.build_from(DIR, name))
     m = (lambda b, h, q, kv, B, f=mask: f(b, h, q, kv)) if mask else None
     for D in (64, 128):
         for dtype, code in ((torch.bfloat16, 0), (torch.float16, 1)):

@@ -24,9 +24,7 @@ r = subprocess.run(["nvcc", "-shared", "-Xcompiler", "-fPIC", "-std=c++17", *che
 if r.returncode != 0:
     print(r.stderr)
     sys.exit(2)
-lib = ctypes.CDLL(so)
-lib.cubridge_attn_fwd.restype = ctypes.c_int
-lib.cubridge_attn_fwd_workspace_size.restype = ctypes.c_size_t
+lib = check.load(so)
 
 if "--profile" in sys.argv:
     d = int(sys.argv[sys.argv.index("--profile") + 1])

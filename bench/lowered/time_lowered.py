@@ -1,6 +1,6 @@
 """Times lowered kernels (the .so files check.py built in DIR) at S=8k, 16k tokens, bf16:
 python3 bench/lowered/time_lowered.py DIR"""
-import ctypes, math, os, sys
+import math, os, sys
 import torch
 from triton.testing import do_bench
 
@@ -9,9 +9,7 @@ import check  # noqa: E402  (same folder: Params and run())
 
 DIR = os.path.abspath(sys.argv[1])
 for name, causal, d in (("base", False, 128), ("causal", True, 128), ("sliding_window", None, 128)):
-    lib = ctypes.CDLL(os.path.join(DIR, f"{name}.so"))
-    lib.cubridge_attn_fwd.restype = ctypes.c_int
-    lib.cubridge_attn_fwd_workspace_size.restype = ctypes.c_size_t
+    lib = check.load(os.path.join(DIR, f"{name}.so"))
     s, b, h = 8192, 2, 32
     q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     o, lse = torch.empty_like(q), torch.empty(b, h, s, device="cuda")

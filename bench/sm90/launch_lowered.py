@@ -2,7 +2,7 @@
 twice at S, 16k tokens, HQ / HKV heads (Llama2-7B's 32/32 unless given), bf16, head dim D: a
 target for ncu (bench/sm90/sample.sh and throughput.sh profile the second launch).
     python3 bench/sm90/launch_lowered.py KERNEL.cu S [D [HQ HKV]]"""
-import ctypes, math, os, subprocess, sys
+import math, os, subprocess, sys
 
 src, s = sys.argv[1], int(sys.argv[2])
 d = int(sys.argv[3]) if len(sys.argv) > 3 else 128
@@ -15,9 +15,7 @@ import check  # noqa: E402
 so = os.path.join("/tmp", os.path.basename(src).replace(".cu", ".so"))
 subprocess.run(["nvcc", "-shared", "-Xcompiler", "-fPIC", "-std=c++17", *check.arch_flags("sm_90"), "-O3",
                 "-lineinfo", "-o", so, src], check=True)
-lib = ctypes.CDLL(so)
-lib.cubridge_attn_fwd.restype = ctypes.c_int
-lib.cubridge_attn_fwd_workspace_size.restype = ctypes.c_size_t
+lib = check.load(so)
 b = 16384 // s
 q = torch.randn(b, hq, s, d, device="cuda", dtype=torch.bfloat16)
 k, v = (torch.randn(b, hkv, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))

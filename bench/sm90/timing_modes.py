@@ -48,9 +48,7 @@ ref = F.scaled_dot_product_attention(q, k.repeat_interleave(hq // hkv, 1),
                                      v.repeat_interleave(hq // hkv, 1), is_causal=args.causal).float()
 calls = {}
 for src, so in zip(args.kernels, sos):
-    lib = ctypes.CDLL(so)
-    lib.cubridge_attn_fwd.restype = ctypes.c_int
-    lib.cubridge_attn_fwd_workspace_size.restype = ctypes.c_size_t
+    lib = check.load(so)
     o = torch.full_like(q, float("nan"))
     lse = torch.empty(b, hq, s, device="cuda", dtype=torch.float32)
     p, ws, _ = check.make_params(lib, q, k, v, o, lse, scale, [])
