@@ -38,11 +38,12 @@ sequential runs of one kernel set differed by up to 10% per row on an H100). Eag
 the row gets b_ms / b_tflops / b_status and b_over_a, and a summary table closes the log.
 
 Candidate mode (--candidate DIR2 [DIR3 ...], the same variants lowered at other tiles:
-make_kernels.sh with CUBRIDGE_TILE): what the service's autotuner does for a shape class, per row.
+make_kernels.sh with CUBRIDGE_TILE): what the service's autotuner does for a shape class, per row,
+among the sets whose tile it would try at the row's head dim (SM90_TILES; the first set always).
 Every kernel is checked against Flex and all are timed in rotation (2 rounds, rep 20 ms); the
 fastest is then timed as in the plain matrix (alone, then in the final rotation), so the reported
 time is not the selection's own (a max over noisy rounds would lean high). Any failing kernel
-fails the row. The CuBridge cell names the pick's tile (n128, n176, n128s2: BLOCK_N, and the K/V
+fails the row. The CuBridge cell names the pick's tile (n128, n176, n80, n128s2: BLOCK_N, and the K/V
 stages where not the expert's default 3); everything else is as in the plain matrix.
 
 Progress goes to stdout (flushed) with elapsed times; with $OUT set, $OUT/matrix_rows.json and
@@ -82,6 +83,11 @@ EAGER_MAX_CALL_S = 0.5
 WARMUP_MS, REP_MS, EAGER_REP_MS = 10, 60, 30
 AB_REP_MS = 20
 FINAL_ROUNDS = 3
+# The Hopper autotuner's candidates per head dim (worker/gpu/autotune.cc, CandidateTiles), as
+# tile_label names them: in candidate mode a row plays only the sets whose tile the service would
+# try at its head dim (the first set, DIR, always).
+SM90_TILES = {64: {"n128", "n176", "n64"}, 128: {"n128", "n176", "n128s2", "n64"},
+              256: {"n80", "n128", "n64"}}
 
 
 def tile_label(folder, kname):
@@ -653,7 +659,8 @@ def run(args):
 
         try:
             call_a = prepare(args.dir, "")
-            calls = [prepare(f, pre) for f, pre in zip(others, prefixes)]
+            calls = [prepare(f, pre) if offered(f, st["kname"], d) else None
+                     for f, pre in zip(others, prefixes)]
             call_b = calls[0] if calls else None
             if args.candidate:
                 row["status"] = pick_candidate(row, [call_a] + calls)
@@ -684,9 +691,15 @@ def run(args):
                 times[k].append(bench(calls[k], rep=rep))
         return tuple(statistics.median(t) for t in times)
 
+    def offered(folder, kname, d):
+        """Whether a row at head dim d plays `folder`: always outside candidate mode."""
+        return not args.candidate or tile_label(folder, kname) in SM90_TILES.get(d, ())
+
     def pick_candidate(row, calls):
         """Candidate mode: the fastest of the verified kernels, then timed alone; the row's status."""
         folders, keys = [args.dir] + others, [""] + prefixes
+        played = [i == 0 or offered(f, row["kernel"], row["head_dim"]) for i, f in enumerate(folders)]
+        folders, keys, calls = ([x for x, p in zip(xs, played) if p] for xs in (folders, keys, calls))
         labels = [tile_label(f, row["kernel"]) for f in folders]
         bad = [f"{t}: {row.get(k + 'status', 'not run')}" for t, k in zip(labels, keys)
                if row.get(k + "status") != "ok"]

@@ -1,14 +1,23 @@
 """Ragged-shape check of the example kernels from bench/make_kernels.sh (DIR/NAME_sm_90.cu) at
-head dims 64 and 128, bf16 and fp16, MHA and GQA, against check.py's dense fp32 reference
-(outputs poisoned with NaN first). The shapes run both sides of the Hopper expert's 2048-row
-switch to 192-row tiles at head dim 64, with seqlen_q != seqlen_kv and single rows among them.
-    python3 bench/lowered/check_examples.py DIR
+head dims 64 and 128 (or --hdims), bf16 and fp16, MHA and GQA, against check.py's dense fp32
+reference (outputs poisoned with NaN first). The shapes run both sides of the Hopper expert's
+2048-row switch to 192-row tiles at head dim 64, with seqlen_q != seqlen_kv and single rows among
+them.
+    python3 bench/lowered/check_examples.py DIR [--hdims 64,128,256]
 Prints each failing case and "N failures of M"; exits non-zero on a failure."""
 import math, os, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-if len(sys.argv) != 2:
+args = sys.argv[1:]
+HDIMS = (64, 128)
+if len(args) == 3 and args[1] == "--hdims":
+    try:
+        HDIMS = tuple(int(d) for d in args[2].split(","))
+    except ValueError:
+        sys.exit(f"--hdims takes head dims separated by commas, e.g. 64,128,256 (got {args[2]!r})")
+    args = args[:1]
+if len(args) != 1:
     sys.exit(__doc__)
-sys.argv, DIR = [sys.argv[0], "."], os.path.abspath(sys.argv[1])  # check.py reads argv at import
+sys.argv, DIR = [sys.argv[0], "."], os.path.abspath(args[0])  # check.py reads argv at import
 import torch  # noqa: E402
 import check  # noqa: E402
 
@@ -32,7 +41,7 @@ torch.manual_seed(1)
 for name, (mask, smod) in V.items():
     lib = check.load(check.build_from(DIR, name))
     m = (lambda b, h, q, kv, B, f=mask: f(b, h, q, kv)) if mask else None
-    for D in (64, 128):
+    for D in HDIMS:
         for dtype, code in ((torch.bfloat16, 0), (torch.float16, 1)):
             for (B, hq, hkv, sq, skv) in SHAPES:
                 q, k, v, o, lse = check.make_inputs(B, hq, hkv, sq, skv, D, dtype)

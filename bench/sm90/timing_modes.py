@@ -4,11 +4,12 @@ rep lengths, in rotation, while nvidia-smi samples the SM clock and the board po
 the matrix's candidate mode, whose pick (timed in rotation at rep 20 ms) came out 7-8% slower when
 timed alone at rep 60 ms in the 405B-head 8k rows only.
     python3 bench/sm90/timing_modes.py S HQ HKV KERNEL.cu [KERNEL2.cu ...] [--rounds N]
-        [--reps 20,60,200] [--causal] [--heat-ms MS]
+        [--reps 20,60,200] [--causal] [--heat-ms MS] [--no-check]
 Prints one line per timing and a summary per (kernel, rep): median TFLOP/s, mean SM clock, power.
 bf16, head dim 128, batch 16384 // S; full attention, or causal with --causal (every kernel must
-compute that). --heat-ms runs bf16 matmuls for that long before each round, as the matrix's eager
-PyTorch runs before its CuBridge timings."""
+compute that, unless --no-check: then a kernel's O is only checked for NaN, for score mods and
+experiments that compute something else at the same shape). --heat-ms runs bf16 matmuls for that
+long before each round, as the matrix's eager PyTorch runs before its CuBridge timings."""
 import argparse, ctypes, math, os, statistics, subprocess, sys, threading, time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -21,6 +22,7 @@ ap.add_argument("--rounds", type=int, default=3)
 ap.add_argument("--reps", default="20,60,200")
 ap.add_argument("--causal", action="store_true")
 ap.add_argument("--heat-ms", type=float, default=0)
+ap.add_argument("--no-check", action="store_true")
 args = ap.parse_args()
 sys.argv = [sys.argv[0], "."]  # check.py reads its own argv at import
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lowered"))
@@ -55,7 +57,7 @@ for src, so in zip(args.kernels, sos):
     err = lib.cubridge_attn_fwd(ctypes.byref(p), stream)
     torch.cuda.synchronize()
     diff = (o.float() - ref).abs().max().item()
-    if err or not diff < 2e-2:
+    if err or not (diff < 2e-2 or (args.no_check and not torch.isnan(o).any().item())):
         sys.exit(f"timing_modes: {src} launcher {err}, max |O - O_sdpa| {diff:.2e}")
     name = os.path.basename(os.path.dirname(os.path.abspath(src))) + "/" + os.path.basename(src)
     keep = (lib, p, ws, o, lse)

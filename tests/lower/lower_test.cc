@@ -342,13 +342,9 @@ TEST(Lower, RowTermsOfTheLastScoreModMoveToTheLse) {
 // of another form (softcap), and an expert without the raw visitor (fa2_sm80) keep the scaled
 // score.
 LoweredKernel LowerOnHopperOrDie(const std::string& name) {
-  auto sm80 = LiftExpert("fa2_sm80");
-  auto hopper = LiftExpert("fa3_sm90");
-  EXPECT_TRUE(sm80.ok() && hopper.ok());
-  auto program = LoadTestProgram(name);
-  EXPECT_TRUE(program.ok()) << program.status();
-  auto moved = Rebase(*program, sm80->base, hopper->base);
+  auto moved = testing::LoadTestProgramOnHopper(name);
   EXPECT_TRUE(moved.ok()) << moved.status();
+  if (!moved.ok()) return LoweredKernel{};
   auto k = Lower(*moved, cuir::AttentionConfig{}, Arch::kSm90);
   EXPECT_TRUE(k.ok()) << name << ": " << k.status();
   return k.ok() ? *k : LoweredKernel{};

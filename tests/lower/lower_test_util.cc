@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "cuir/lower/lift.h"
 
 namespace cubridge::lower::testing {
 namespace fs = std::filesystem;
@@ -23,6 +24,16 @@ absl::StatusOr<cuir::Program> LoadTestProgram(const std::string& name) {
   std::stringstream ss;
   ss << in.rdbuf();
   return cuir::ParseProgram(ss.str(), path.string());
+}
+
+absl::StatusOr<cuir::Program> LoadTestProgramOnHopper(const std::string& name) {
+  auto program = LoadTestProgram(name);
+  if (!program.ok()) return program.status();
+  auto sm80 = LiftExpert("fa2_sm80");
+  if (!sm80.ok()) return sm80.status();
+  auto hopper = LiftExpert("fa3_sm90");
+  if (!hopper.ok()) return hopper.status();
+  return Rebase(*program, sm80->base, hopper->base);
 }
 
 std::string FindNvcc() {

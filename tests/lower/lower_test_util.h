@@ -12,6 +12,10 @@ namespace cubridge::lower::testing {
 // tests/lower/data/<name>.cuir, or the expert's base program for name "base".
 absl::StatusOr<cuir::Program> LoadTestProgram(const std::string& name);
 
+// The same test program moved from the sm_80 expert's base onto the Hopper expert's (fa3_sm90),
+// so that it lowers to that expert's kernel.
+absl::StatusOr<cuir::Program> LoadTestProgramOnHopper(const std::string& name);
+
 // The nvcc to use: the build's CUBRIDGE_NVCC, else /usr/local/cuda/bin/nvcc; empty if neither
 // exists.
 std::string FindNvcc();

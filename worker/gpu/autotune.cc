@@ -34,11 +34,13 @@ bool Fits(const TileConfig& t, const cuir::AttentionConfig& config, lower::Arch 
           std::string* rule) {
   if (pipeline::ExpertFor(arch) == "fa3_sm90") {
     // The Hopper kernel's own static_asserts (kernel.cu): two consumer warpgroups of 64 rows,
-    // blocks of 64, 176 or a multiple of 128 keys (walked as 64-key tiles at head dim 256), and
-    // 2 to 4 K/V stages (it drops to two by itself where more do not fit).
-    *rule = "BLOCK_M 128, 12 warps, BLOCK_N 64, 176 or a multiple of 128, stages 2 to 4";
+    // blocks of 64, 80, 176 or a multiple of 128 keys (walked as 64-key tiles at head dim 256,
+    // except 80-key blocks), and 2 to 4 K/V stages (it drops to two by itself where more do not
+    // fit).
+    *rule = "BLOCK_M 128, 12 warps, BLOCK_N 64, 80, 176 or a multiple of 128, stages 2 to 4";
     return t.block_m == 128 && t.warps == 12 &&
-           (t.block_n == 64 || t.block_n == 176 || (t.block_n > 0 && t.block_n % 128 == 0)) &&
+           (t.block_n == 64 || t.block_n == 80 || t.block_n == 176 ||
+            (t.block_n > 0 && t.block_n % 128 == 0)) &&
            (t.stages == 0 || (t.stages >= 2 && t.stages <= 4));
   }
   *rule = absl::StrCat("BLOCK_M a multiple of 16 rows per warp, BLOCK_N a multiple of 16, (BLOCK_M + "
@@ -107,12 +109,16 @@ std::vector<TileConfig> CandidateTiles(const cuir::AttentionConfig& config, lowe
   // document masks (docs/benchmarks.md), so it is a candidate, not the default. At head dim 128
   // a 128-key tile with two K/V stages instead of three has room for a second Q buffer: measured
   // faster on document masks (short KV walks per query tile), slower on long dense rows.
+  // At head dim 256 the 80-key block (one 80-key score tile, FlashAttention-3's choice there)
+  // comes first: against the 64-key tiles the expert walks its own 128-key blocks in, causal 8k
+  // ran 13.8% faster and 1k 1.4% (docs/benchmarks.md, 2026-11-25), so the `ir` level, which
+  // takes the first candidate unprofiled, gets it too.
   if (pipeline::ExpertFor(arch) == "fa3_sm90") {
     if (config.head_dim == 128) {
       return {{128, 128, 12}, {128, 176, 12}, {128, 128, 12, 2}, {128, 64, 12}};
     }
     if (config.head_dim < 128) return {{128, 128, 12}, {128, 176, 12}, {128, 64, 12}};
-    return {{128, 128, 12}, {128, 64, 12}};
+    return {{128, 80, 12}, {128, 128, 12}, {128, 64, 12}};
   }
   const std::vector<TileConfig> all = {{128, 64, 4}, {128, 128, 8}, {64, 64, 4}, {128, 32, 4},
                                        {64, 128, 4}};

@@ -96,16 +96,17 @@ constexpr int WARPS = 12;
 
 // The KV tile one wgmma step takes: the whole BLOCK_N block up to 176 keys (the widest score tile
 // whose S, P and O fit in a consumer's 240 registers at head dim 128), else 128 keys; at head dim
-// 256, where a 128-key score tile next to the 256-wide output accumulator would not fit, 64. A
-// block wider than its tile is walked tile by tile, the last one cut at the block's end.
+// 256, where a 128-key score tile next to the 256-wide output accumulator would not fit, 64, or
+// the whole block of an 80-key tile (S 40 + P 20 + O 128 registers). A block wider than its tile
+// is walked tile by tile, the last one cut at the block's end.
 template <int D>
-constexpr int kTileN = D > 128 ? (BLOCK_N < 64 ? BLOCK_N : 64) : (BLOCK_N <= 176 ? BLOCK_N : 128);
+constexpr int kTileN = D > 128 ? (BLOCK_N == 80 ? 80 : 64) : (BLOCK_N <= 176 ? BLOCK_N : 128);
 // Ping-pong: the consumers take turns at the tensor cores through named barriers, so one's
 // softmax runs under the other's products. Off: measured on an H100 (docs/benchmarks.md) the
 // two consumers fall into alternation on their own, and the barriers cost 0-4%.
 constexpr bool kPingPong = false;
-static_assert(BLOCK_N == 64 || BLOCK_N == 176 || BLOCK_N % 128 == 0,
-              "BLOCK_N: 64, 176 or a multiple of 128 (score tiles of 64, 128 or 176 keys)");
+static_assert(BLOCK_N == 64 || BLOCK_N == 80 || BLOCK_N == 176 || BLOCK_N % 128 == 0,
+              "BLOCK_N: 64, 80, 176 or a multiple of 128 (score tiles of 64, 80, 128 or 176 keys)");
 static_assert(WARPS == 12,
               "one producer and two consumer warpgroups (three at head dim 64: kBlockM)");
 constexpr int kTableThreads = 128;  // threads of the table-building kernels
@@ -609,10 +610,11 @@ __host__ __device__ __forceinline__ void cubridge_attn_fwd_make_plan(
   if (work > INT_MAX) return;
   plan->grid[0] = static_cast<uint32_t>(work);
   plan->grid[1] = plan->grid[2] = 1;
-  // Not at head dim 256: there a persistent CTA ran causal 8k 10% slower than one CTA per tile
-  // (same-run A/B, docs/benchmarks.md; its 256-wide epilogue stays unhidden either way, and the
-  // hardware's dispatch then balances the tiles better), while hdim 64 / 128 gained 2-24%.
-  plan->resident_ctas_per_sm = p.head_dim == 256 ? 0 : 1;
+  // Not at head dim 256 with 64-key tiles: there a persistent CTA ran causal 8k 10% slower than
+  // one CTA per tile (same-run A/B, docs/benchmarks.md; its 256-wide epilogue stays unhidden
+  // either way, and the hardware's dispatch then balances the tiles better), while hdim 64 / 128
+  // gained 2-24%. With 80-key tiles it gains there too (causal 1k +16%, 8k +2%).
+  plan->resident_ctas_per_sm = p.head_dim == 256 && kTileN<256> != 80 ? 0 : 1;
   plan->status = 0;
 }
 

@@ -38,8 +38,8 @@ struct Geometry {
   static_assert(sizeof(T) == 2, "16-bit inputs");
   static_assert(BLOCK_M == 128 || (BLOCK_M == 192 && D == 64),
                 "consumer warpgroups of 64 query rows: two, or three at head dim 64");
-  static_assert(TILE_N == 64 || TILE_N == 128 || TILE_N == 176,
-                "wgmma n of the score tile: 64, 128 or 176 (the Mma shapes of wgmma.cuh)");
+  static_assert(TILE_N == 64 || TILE_N == 80 || TILE_N == 128 || TILE_N == 176,
+                "wgmma n of the score tile: 64, 80, 128 or 176 (the Mma shapes of wgmma.cuh)");
   static_assert(STAGES >= 2 && STAGES <= 4, "2 to 4 K/V stages");
   static_assert(QBUFS == 1 || QBUFS == 2, "one or two Q buffers");
   static constexpr int kStages = STAGES;
