@@ -435,10 +435,10 @@ class RegionWriter {
         base_(base),
         namer_(expert.code_identifiers),
         params_type_(absl::StrCat("cubridge_", base.kernel, "_params")),
-        lse_rows_(std::any_of(expert.source.regions.begin(), expert.source.regions.end(),
-                              [](const Region& r) { return r.name == "epilogue_rows"; })),
+        lse_rows_(expert.source.Find("epilogue_rows") != nullptr),
         raw_scores_(expert.code_identifiers.count("for_each_raw_score") > 0),
-        kv_split_scores_(expert.code_identifiers.count("for_each_raw_score_kv_split") > 0) {}
+        kv_split_scores_(expert.code_identifiers.count("for_each_raw_score_kv_split") > 0),
+        kv_walk_region_(expert.source.Find("kv_walk") != nullptr) {}
 
   absl::StatusOr<std::map<std::string, std::string>> Run() {
     LOWER_RETURN_IF_ERROR(Params());
@@ -734,6 +734,15 @@ class RegionWriter {
     const Stmt& loop = *plan_.loop;
     loop_ = kernel_;
     loop_.Bind(loop.name, loop.name, CType::kInt);
+    // An expert that orders tiles by whether their KV walks are all alike hears that they are
+    // not wherever the walk is narrowed or comes from a table.
+    if (kv_walk_region_ && (plan_.table_loop || plan_.range_changed)) {
+      out_["kv_walk"] = absl::StrCat(
+          "// The KV walk differs between work tiles (",
+          plan_.table_loop ? "a block table" : "narrowed bounds", ": kv_loop / kv_range).\n",
+          "__host__ __device__ __forceinline__ constexpr bool variant_kv_walk_is_whole() { "
+          "return false; }\n");
+    }
     if (plan_.table_loop) return TableLoop(loop);
     if (!plan_.range_changed) return absl::OkStatus();
     // The expert's kv_loop iterates `kv_blocks`, a KvUnion<N> of half-open block intervals.
@@ -1193,6 +1202,7 @@ class RegionWriter {
   const bool lse_rows_;  // the expert has region epilogue_rows (shift_lse_rows)
   const bool raw_scores_;  // the expert offers for_each_raw_score (TermsBesideTheScore)
   const bool kv_split_scores_;  // ... and for_each_raw_score_kv_split (KvTermFromTileStart)
+  const bool kv_walk_region_;   // the expert has a `kv_walk` region (variant_kv_walk_is_whole)
   EmitScope ns_;      // namespace scope: params, consts
   EmitScope kernel_;  // kernel body before the loop
   EmitScope loop_;    // inside the KV loop

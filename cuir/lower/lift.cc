@@ -47,7 +47,7 @@ absl::StatusOr<std::map<std::string, int64_t>> ConstexprInts(const std::string& 
 const std::vector<std::string>& KnownRegions() {
   static const std::vector<std::string> kRegions = {
       "abi",        "tile_params", "variant_consts", "table_kernel", "workspace",
-      "head_check", "buffer_check", "variant_bind",  "head_map",     "program_lets",
+      "kv_walk",    "head_check",  "buffer_check",   "variant_bind", "head_map",  "program_lets",
       "kv_range",   "kv_loop",     "block_class",    "qk_scale",     "score_mod",
       "mask",       "epilogue_sink", "epilogue_rows"};
   return kRegions;

@@ -25,6 +25,7 @@ std::string RegionConstruct(const std::string& region) {
       {"buffer_check", "buffer declarations (length checks)"},
       {"table_kernel", "table declarations"},
       {"workspace", "table workspace and construction"},
+      {"kv_walk", "whether every work tile walks the whole KV range"},
       {"head_map", "a changed `let kv_h`"},
       {"head_check", "the head layouts a changed `let kv_h` serves"},
       {"program_lets", "new top-level lets; score_mod values outside the KV walk"},

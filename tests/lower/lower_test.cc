@@ -363,6 +363,30 @@ TEST(Lower, TheWorkspaceRegionSaysWhetherTheProgramHasBlockTables) {
                         "!variant_has_tables() ? 192 : BLOCK_M;"));
 }
 
+// The Hopper scheduler takes small groups under MHA where every work tile walks the same KV
+// blocks; the kv_walk region says which: the expert's own (true) where the program keeps the base
+// range, false where it narrows the range or walks a block table. An expert without the region
+// (fa2_sm80) is not told.
+TEST(Lower, TheKvWalkRegionSaysWhetherEveryTileWalksTheWholeRange) {
+  const std::string whole = "constexpr bool variant_kv_walk_is_whole() { return true; }";
+  const std::string narrowed = "constexpr bool variant_kv_walk_is_whole() { return false; }";
+  for (const char* name : {"causal", "sliding_window", "global_window", "document"}) {
+    const LoweredKernel k = LowerOnHopperOrDie(name);
+    EXPECT_THAT(RegionText(k, "kv_walk"), HasSubstr(narrowed)) << name;
+    EXPECT_THAT(k.generated_regions, Contains("kv_walk")) << name;
+  }
+  for (const char* name : {"softcap_alibi", "position_scale", "gqa"}) {
+    const LoweredKernel k = LowerOnHopperOrDie(name);
+    EXPECT_THAT(RegionText(k, "kv_walk"), HasSubstr(whole)) << name;
+    EXPECT_THAT(k.copied_regions, Contains("kv_walk")) << name;
+  }
+  auto causal = LoadTestProgram("causal");
+  ASSERT_TRUE(causal.ok()) << causal.status();
+  auto on_sm80 = Lower(*causal, cuir::AttentionConfig{}, Arch::kSm80);
+  ASSERT_TRUE(on_sm80.ok()) << on_sm80.status();
+  EXPECT_THAT(on_sm80->cuda_source, Not(HasSubstr("variant_kv_walk_is_whole")));
+}
+
 TEST(Lower, TheFirstScoreModTakesTheRawScoreWhereTheExpertOffersIt) {
   const std::string mods = Unindented(RegionText(LowerOnHopperOrDie("index_distance"), "score_mod"));
   EXPECT_THAT(mods, HasSubstr("for_each_raw_score([&](const int /*q_idx*/, const int /*kv_idx*/, "

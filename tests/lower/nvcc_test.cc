@@ -280,15 +280,22 @@ int main() {
   // The Hopper scheduler's decode (fa3_sm90/scheduler.cuh) against the order written with plain
   // division: groups of pairs, the last one short where pairs % group != 0, query tile slowest
   // and last first within a group; under MHA (one query head per kv head) every other group,
-  // counted back from the last, first to last.
+  // counted back from the last, first to last; under MHA with whole KV walks (last column 1)
+  // groups of two pairs.
   long tiles = 0, wrong = 0;
-  const int shapes[][5] = {{8, 32, 16, 32, 4 << 20}, {64, 32, 2, 32, 4 << 20}, {8, 64, 16, 8, 512 << 10},
-                           {64, 128, 2, 8, 4 << 20}, {3, 5, 7, 1, 9 << 20}, {1, 1, 1, 1, 1}, {17, 6, 5, 3, 1 << 22},
-                           {64, 32, 2, 1, 4 << 20}, {8, 32, 16, 1, 512 << 10}, {5, 7, 3, 1, 1 << 20}};
+  const int shapes[][6] = {{8, 32, 16, 32, 4 << 20, 0}, {64, 32, 2, 32, 4 << 20, 0}, {8, 64, 16, 8, 512 << 10, 0},
+                           {64, 128, 2, 8, 4 << 20, 0}, {3, 5, 7, 1, 9 << 20, 0}, {1, 1, 1, 1, 1, 0}, {17, 6, 5, 3, 1 << 22, 0},
+                           {64, 32, 2, 1, 4 << 20, 0}, {8, 32, 16, 1, 512 << 10, 0}, {5, 7, 3, 1, 1 << 20, 0},
+                           {8, 32, 16, 1, 512 << 10, 1}, {64, 7, 3, 1, 4 << 20, 1}, {1, 1, 1, 1, 1, 1},
+                           {8, 64, 16, 8, 512 << 10, 1}};
   for (const auto& sh : shapes) {
     const int m_blocks = sh[0], heads = sh[1], batch = sh[2], per_kv = sh[3];
-    const cubridge::fa3::LongestFirst order(m_blocks, heads, batch, sh[4], per_kv);
+    const cubridge::fa3::LongestFirst order(m_blocks, heads, batch, sh[4], per_kv, sh[5] != 0);
     const int pairs = heads * batch;
+    const int mha_whole = sh[5] != 0 && per_kv <= 1 ? (pairs < 2 ? pairs : 2) : 0;
+    if (mha_whole != 0 && order.group != mha_whole) {
+      if (wrong++ < 5) printf("shape %d/%d/%d: group %d, want %d\n", m_blocks, heads, batch, order.group, mha_whole);
+    }
     const int groups = (pairs + order.group - 1) / order.group;
     for (int w = 0; w < order.count; ++w, ++tiles) {
       const int g = w / (order.group * m_blocks), first = g * order.group;

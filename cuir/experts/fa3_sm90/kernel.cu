@@ -141,6 +141,13 @@ __device__ __forceinline__ void variant_compact_row(const cubridge_attn_fwd_para
 }
 // @cuir-end workspace
 
+// @cuir-region kv_walk
+// Whether every work tile walks the same KV blocks: the base program's whole range. The lowering
+// says false where a program narrows the range or walks a block table. The scheduler orders such
+// tiles for L2 reuse alone (scheduler.cuh).
+__host__ __device__ __forceinline__ constexpr bool variant_kv_walk_is_whole() { return true; }
+// @cuir-end kv_walk
+
 // @cuir-region head_check
 // The head layouts the head mapping serves: this one maps query head h to kv head h (MHA only).
 __host__ __device__ __forceinline__ bool variant_heads_ok(const cubridge_attn_fwd_params& p) {
@@ -241,7 +248,7 @@ __global__ void __launch_bounds__(Geo<T, D>::kThreads, 1)
   // grid m_block < cdiv(seqlen_q, BLOCK_M), h < heads_q, b < batch schedule longest_first
   const LongestFirst work(cuir_cdiv(seqlen_q, BLOCK_M), heads_q, batch,
                           2ll * seqlen_kv * D * static_cast<long long>(sizeof(T)),
-                          heads_q / max(1, heads_kv));
+                          heads_q / max(1, heads_kv), variant_kv_walk_is_whole());
   // One work tile in one role. Each role runs its own loop over it (below), so the code of each
   // lies after that role's setmaxnreg, and ptxas gives it that role's register budget.
   auto work_tile = [&](const int w, auto role) {

@@ -26,6 +26,12 @@
 //    at ncu's fixed clock (docs/benchmarks.md, 2026-11-25). GQA groups hold every query head of
 //    their kv heads (48 pairs at Qwen's 64/8) and already met 94-95% hits; alternating them
 //    measured 0.94-1.02, so they keep the plain order.
+//  - MHA where every work tile walks the same KV blocks (the program keeps the base range and
+//    has no block table: `whole_walks`): groups of kWholeWalkMhaPairs pairs. Tiles of one length
+//    balance under any static stride, so the groups need not be large, and small ones keep a
+//    pair's query tiles in flight together: at S = 1k +3..+6% on full attention, relative
+//    position, ALiBi and softcap at Llama2 heads, at 8k -1.1..+1.7% (A/B, docs/benchmarks.md,
+//    2026-11-25; one-pair groups: 1k +2.5..+7.2%, 8k -2.3..+0.6%).
 #pragma once
 
 #include "../common/cuir_platform.cuh"
@@ -49,6 +55,8 @@ struct Tile {
 // K/V bytes one group of (head, batch) pairs may bring to L2: under half of an H100's 50 MB, so
 // the next group's first tiles and the O stores find room.
 constexpr long long kL2GroupBytes = 24ll << 20;
+// Pairs per group under MHA when every tile walks the same KV blocks (see above).
+constexpr int kWholeWalkMhaPairs = 2;
 
 struct LongestFirst {
   int m_blocks, heads, count;
@@ -59,14 +67,18 @@ struct LongestFirst {
   // S = 1k (bench/sm90/NOTES.md) as the subroutine; the last group may be short.
   cuir_fastdiv by_group_tiles, by_group, by_last_group, by_heads;
 
-  // kv_head_bytes: K and V of one kv head; heads_per_kv: query heads sharing it (GQA).
+  // kv_head_bytes: K and V of one kv head; heads_per_kv: query heads sharing it (GQA);
+  // whole_walks: every tile walks the same KV blocks.
   __host__ __device__ __forceinline__ LongestFirst(int m_blocks_, int heads_, int batch,
-                                          long long kv_head_bytes, int heads_per_kv)
+                                          long long kv_head_bytes, int heads_per_kv,
+                                          bool whole_walks)
       : m_blocks(m_blocks_), heads(heads_), count(m_blocks_ * heads_ * batch),
         pairs(heads_ * batch) {
     const long long kv_heads = kv_head_bytes > 0 ? kL2GroupBytes / kv_head_bytes : pairs;
-    group = static_cast<int>(cuir_min<long long>(
-        pairs, cuir_max<long long>(1, kv_heads) * cuir_max(1, heads_per_kv)));
+    group = whole_walks && heads_per_kv <= 1
+                ? cuir_min(pairs, kWholeWalkMhaPairs)
+                : static_cast<int>(cuir_min<long long>(
+                      pairs, cuir_max<long long>(1, kv_heads) * cuir_max(1, heads_per_kv)));
     groups = cuir_cdiv(pairs, group);
     alternate = heads_per_kv <= 1;
     by_group_tiles = cuir_fastdiv(group * m_blocks);
