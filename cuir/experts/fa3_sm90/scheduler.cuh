@@ -29,9 +29,9 @@
 //  - MHA where every work tile walks the same KV blocks (the program keeps the base range and
 //    has no block table: `whole_walks`): groups of kWholeWalkMhaPairs pairs. Tiles of one length
 //    balance under any static stride, so the groups need not be large, and small ones keep a
-//    pair's query tiles in flight together: at S = 1k +3..+6% on full attention, relative
-//    position, ALiBi and softcap at Llama2 heads, at 8k -1.1..+1.7% (A/B, docs/benchmarks.md,
-//    2026-11-25; one-pair groups: 1k +2.5..+7.2%, 8k -2.3..+0.6%).
+//    pair's query tiles in flight together: at S = 1k +3.5..+7.5% on full attention, relative
+//    position, ALiBi and softcap at Llama2 heads, at 8k 0.98-1.01 (A/B, docs/benchmarks.md,
+//    2026-11-25; one-pair groups by hand: 1k +2.5..+7.2%, 8k -2.3..+0.6%).
 #pragma once
 
 #include "../common/cuir_platform.cuh"
