@@ -53,6 +53,7 @@ Merge mode (no GPU, no torch) renders one section from the JSON files of several
 import argparse
 import contextlib
 import ctypes
+import functools
 import importlib.util
 import json
 import math
@@ -90,6 +91,7 @@ SM90_TILES = {64: {"n128", "n176", "n64"}, 128: {"n128", "n176", "n128s2", "n64"
               256: {"n80", "n128", "n64"}}
 
 
+@functools.lru_cache(maxsize=None)  # candidate mode asks per row and per set; the file is fixed
 def tile_label(folder, kname):
     """The tile a lowered kernel was built for (its tile_params region): n<BLOCK_N>, plus
     s<STAGES> where the stages are not the Hopper expert's default 3."""

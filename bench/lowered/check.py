@@ -1,7 +1,7 @@
 # Runs lowered kernels (NAME_sm_90.cu in the folder given, as written by lower_tests with
 # CUBRIDGE_KEEP_TEST_FILES=1) through their C launcher against a dense torch reference on the GPU.
 #   python3 bench/lowered/check.py DIR [sm_90]
-import ctypes, math, os, subprocess, sys, concurrent.futures as cf
+import collections, ctypes, math, os, subprocess, sys, concurrent.futures as cf
 import torch
 
 HERE = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
@@ -114,6 +114,22 @@ def make_inputs(B, hq, hkv, sq, skv, D, dtype):
     return q, k, v, o, lse
 
 
+Comparison = collections.namedtuple("Comparison", "ok max_do max_dlse inf_rows_match nan_o")
+
+
+def compare(err, o, lse, ro, rl):
+    """One call's O and LSE against the reference's: ok when the launcher returned 0, |dO| < 2e-2,
+    |dLSE| < 1e-3 over the rows with keys, the rows without (-inf LSE) are the same rows, and O
+    has no NaN (the outputs are poisoned with NaN before the call)."""
+    max_do = (o.float() - ro).abs().max().item()
+    finite = torch.isfinite(rl)
+    max_dlse = (lse[finite] - rl[finite]).abs().max().item() if finite.any() else 0.0
+    inf_rows_match = bool(torch.equal(torch.isneginf(lse), torch.isneginf(rl)))
+    nan_o = bool(torch.isnan(o).any())
+    ok = err == 0 and max_do < 2e-2 and max_dlse < 1e-3 and inf_rows_match and not nan_o
+    return Comparison(ok, max_do, max_dlse, inf_rows_match, nan_o)
+
+
 def reference(q, k, v, scale, hq, hkv, mask, smod, bufs):
     B, _, SQ, D = q.shape
     skv = k.shape[2]
@@ -184,16 +200,12 @@ def main():
                 bufs = mkbufs(B, SQ, SKV) if mkbufs else []
                 err, ws, _ = run(lib, q, k, v, o, lse, scale, bufs, code)
                 ro, rl = reference(q, k, v, scale, hq, hkv, mask, smod, bufs)
-                do = (o.float() - ro).abs().max().item()
-                finite = torch.isfinite(rl)
-                dl = (lse[finite] - rl[finite]).abs().max().item() if finite.any() else 0.0
-                inf_ok = bool(torch.equal(torch.isneginf(lse), torch.isneginf(rl)))
-                nan_o = bool(torch.isnan(o).any())
-                ok = err == 0 and do < 2e-2 and dl < 1e-3 and inf_ok and not nan_o
-                failures += not ok
-                print(f"{'OK  ' if ok else 'FAIL'} {name:18s} {str(dtype):15s} D={D:3d} err={err} ws={ws} "
-                      f"max|dO|={do:.2e} max|dLSE|={dl:.2e} -inf rows match={inf_ok} nan={nan_o} "
-                      f"empty rows={int((~finite).sum())}")
+                c = compare(err, o, lse, ro, rl)
+                failures += not c.ok
+                print(f"{'OK  ' if c.ok else 'FAIL'} {name:18s} {str(dtype):15s} D={D:3d} err={err} ws={ws} "
+                      f"max|dO|={c.max_do:.2e} max|dLSE|={c.max_dlse:.2e} "
+                      f"-inf rows match={c.inf_rows_match} nan={c.nan_o} "
+                      f"empty rows={int((~torch.isfinite(rl)).sum())}")
     # Launcher refusals: a missing buffer, a too-short buffer, a missing workspace.
     lib = load(libs["document"])
     q = torch.randn(1, 2, 100, 64, device="cuda", dtype=torch.bfloat16)

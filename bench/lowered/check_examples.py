@@ -48,15 +48,11 @@ for name, (mask, smod) in V.items():
                 scale = 1 / math.sqrt(D)
                 err, _, _ = check.run(lib, q, k, v, o, lse, scale, [], code)
                 ro, rl = check.reference(q, k, v, scale, hq, hkv, m, smod, [])
-                do = (o.float() - ro).abs().max().item()
-                fin = torch.isfinite(rl)
-                dl = (lse[fin] - rl[fin]).abs().max().item() if fin.any() else 0.0
-                ok = err == 0 and do < 2e-2 and dl < 1e-3 and not torch.isnan(o).any().item() and \
-                    bool(torch.equal(torch.isneginf(lse), torch.isneginf(rl)))
+                c = check.compare(err, o, lse, ro, rl)
                 total += 1
-                fails += not ok
-                if not ok:
+                fails += not c.ok
+                if not c.ok:
                     print(f"FAIL {name} D={D} {dtype} {(B, hq, hkv, sq, skv)} err={err} "
-                          f"dO={do:.2e} dLSE={dl:.2e}")
+                          f"dO={c.max_do:.2e} dLSE={c.max_dlse:.2e}")
 print(f"{fails} failures of {total}")
 sys.exit(1 if fails else 0)

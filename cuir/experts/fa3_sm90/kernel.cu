@@ -1,16 +1,18 @@
 // Expert forward-attention kernel for sm_90a (H100 / H200): the CUDA behind
 // cuir/experts/fa3_sm90/base.cuir. Persistent CTAs (one per SM; one per work tile at head dim
-// 256) stride over the (m_block, h, b) work tiles in the longest-first order (scheduler.cuh).
+// 256 with 64-key tiles) stride over the (m_block, h, b) work tiles in the longest-first order
+// (scheduler.cuh).
 //
 // FlashAttention-3 orchestration with warp specialisation: a producer warpgroup (setmaxnreg 24)
 // whose one thread issues TMA bulk tensor copies of the Q tile and of K/V tiles into a STAGES-deep
 // shared-memory ring completing on mbarriers; two consumer warpgroups (setmaxnreg 240) of 64
 // query rows each (three at 160 registers on 192-row tiles at head dim 64: kBlockM), running
 // S = Q K^T and O += P V on wgmma (P from registers). Each consumer overlaps the softmax of
-// tile n with the P V product of tile n-1 (intra-warpgroup overlap); the consumers can also take turns at the tensor cores through named barriers (ping-pong,
-// kPingPong, off: measured no faster here). The tile pieces are in pipeline.cuh (smem plan,
-// ring), tma.cuh, wgmma.cuh, mainloop.cuh (the two products), softmax.cuh, mask.cuh, epilogue.cuh
-// and scheduler.cuh, inlined into every lowered kernel.
+// tile n with the P V product of tile n-1 (intra-warpgroup overlap); the consumers can also take
+// turns at the tensor cores through named barriers (ping-pong, kPingPong, off: measured no
+// faster here). The tile pieces are in pipeline.cuh (smem plan, ring), tma.cuh, wgmma.cuh,
+// mainloop.cuh (the two products), softmax.cuh, mask.cuh, epilogue.cuh and scheduler.cuh,
+// inlined into every lowered kernel.
 //
 // Regions: each `// @cuir-region NAME` ... `// @cuir-end NAME` pair implements one CuIR construct
 // of base.cuir, as in every expert (docs/lowering.md): copied when the program's construct equals
