@@ -2,7 +2,8 @@
 head dims 64 and 128 (or --hdims), bf16 and fp16, MHA and GQA, against check.py's dense fp32
 reference (outputs poisoned with NaN first). The shapes run both sides of the Hopper expert's
 2048-row switch to 192-row tiles at head dim 64, with seqlen_q != seqlen_kv and single rows among
-them.
+them, and the last-wave split of whole KV walks (one wave plus a few tiles, and fewer tiles than
+SMs).
     python3 bench/lowered/check_examples.py DIR [--hdims 64,128,256]
 Prints each failing case and "N failures of M"; exits non-zero on a failure."""
 import math, os, sys
@@ -36,6 +37,11 @@ V = {
 SHAPES = ((2, 4, 4, 300, 300), (1, 8, 2, 577, 577), (3, 2, 2, 1, 65), (1, 4, 4, 191, 385),
           (2, 6, 3, 385, 192), (1, 2, 1, 1100, 1100), (1, 4, 4, 2500, 2500), (1, 8, 2, 2049, 3001),
           (2, 2, 2, 4100, 700), (1, 3, 3, 2048, 1))
+# One wave and a few tiles more (1000 rows: 8 work tiles per head at 128 rows): where every tile
+# walks the whole KV range, the kernel splits the last wave's walks (TailSplit); fewer tiles than
+# SMs (most shapes above) split too.
+_SMS = torch.cuda.get_device_properties(0).multi_processor_count
+SHAPES += ((1, _SMS // 8 + 1, _SMS // 8 + 1, 1000, 1000),)
 fails = total = 0
 torch.manual_seed(1)
 for name, (mask, smod) in V.items():

@@ -4,6 +4,8 @@
 // body, in the launch order of the grid's schedule (cuir/ir/schedule.h). Roles are declarations:
 // the interpreter is one thread of control that runs each program's body once, sequentially,
 // however the kernel splits it among warp roles; `pipeline` depths do not change results either.
+// A `split` loop runs as two halves, each from a fresh online-softmax state, whose states are
+// merged before the epilogue (the same results up to rounding), as a kernel splitting it would.
 // Programs are independent and their control flow depends only on scalars, so the launch first
 // dry-runs each grid point's scalar statements (lets, loop bounds, load ranges, `when`
 // conditions) into a trace; points with equal traces form a group that executes as one batch
@@ -14,6 +16,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstddef>
 #include <limits>
 #include <string>
 #include <utility>
@@ -401,6 +404,12 @@ class Interpreter {
 
   // ---- loops ----
 
+  // One run of the loop body: the block and, in the table form, whether it is full.
+  struct BlockVisit {
+    int64_t block;
+    bool full;
+  };
+
   // The union of the loop's [lo, hi) intervals as sorted disjoint intervals.
   absl::StatusOr<std::vector<int64_t>> MergedRanges(const Stmt& s, const cuir::ScalarEnv& env) {
     std::vector<std::pair<int64_t, int64_t>> ranges;
@@ -429,12 +438,13 @@ class Interpreter {
       per_member.push_back(std::move(merged));
     }
     INTERP_ASSIGN_OR_RETURN(std::vector<int64_t> merged, Agree(g, s, std::move(per_member)));
+    std::vector<BlockVisit> visits;
     for (size_t i = 0; i < merged.size(); i += 2) {
       for (int64_t block = merged[i]; block < merged[i + 1]; ++block) {
-        INTERP_RETURN_IF_ERROR(RunIteration(s, g, block, nullptr));
+        visits.push_back({block, false});
       }
     }
-    return absl::OkStatus();
+    return RunLoop(s, g, visits);
   }
 
   absl::Status ExecTableFor(const Stmt& s, Group& g) {
@@ -456,20 +466,44 @@ class Interpreter {
       per_member.push_back(std::move(flat));
     }
     INTERP_ASSIGN_OR_RETURN(std::vector<int64_t> row, Agree(g, s, std::move(per_member)));
-    for (size_t i = 0; i < row.size(); i += 2) {
-      const bool full = row[i + 1] != 0;
-      INTERP_RETURN_IF_ERROR(RunIteration(s, g, row[i], &full));
+    std::vector<BlockVisit> visits;
+    for (size_t i = 0; i < row.size(); i += 2) visits.push_back({row[i], row[i + 1] != 0});
+    return RunLoop(s, g, visits);
+  }
+
+  // Runs the loop body once per visit, in order. A `split` loop runs the first half of its
+  // visits and then the second half as two parts, each from a fresh softmax state, and merges
+  // their states into the one the loop started from. Dry runs record scalar decisions only, which
+  // a split does not change, so they visit the blocks as an unsplit loop does.
+  absl::Status RunLoop(const Stmt& s, Group& g, const std::vector<BlockVisit>& visits) {
+    if (!s.split || g.dry() || !g.softmax.active) {
+      return RunVisits(s, g, visits.begin(), visits.end());
     }
+    const SoftmaxState start = g.softmax;
+    const auto middle = visits.begin() + static_cast<std::ptrdiff_t>(visits.size() / 2);
+    std::vector<SoftmaxState> parts;
+    for (const auto& [first, last] : {std::pair{visits.begin(), middle},
+                                      std::pair{middle, visits.end()}}) {
+      ResetSoftmax(g.softmax, g.size());  // new tensors: `start` keeps its own
+      INTERP_RETURN_IF_ERROR(RunVisits(s, g, first, last));
+      parts.push_back(g.softmax);
+    }
+    g.softmax = start;
+    MergeSoftmax(g.softmax, parts);
     return absl::OkStatus();
   }
 
-  absl::Status RunIteration(const Stmt& s, Group& g, int64_t block, const bool* full) {
-    for (auto& env : g.envs) {
-      env.vars[s.name] = block;
-      if (full != nullptr) env.vars[s.full_var] = *full;
+  absl::Status RunVisits(const Stmt& s, Group& g, std::vector<BlockVisit>::const_iterator first,
+                         std::vector<BlockVisit>::const_iterator last) {
+    for (auto it = first; it != last; ++it) {
+      for (auto& env : g.envs) {
+        env.vars[s.name] = it->block;
+        if (!s.full_var.empty()) env.vars[s.full_var] = it->full;
+      }
+      if (stats_ != nullptr && !g.dry()) stats_->blocks_visited += g.size();
+      INTERP_RETURN_IF_ERROR(ExecList(s.body, g));
     }
-    if (stats_ != nullptr && !g.dry()) stats_->blocks_visited += g.size();
-    return ExecList(s.body, g);
+    return absl::OkStatus();
   }
 
   // ---- tile math ----
@@ -498,10 +532,35 @@ class Interpreter {
     sm.heads = q.heads;
     sm.row0 = q.row0;
     sm.rows = q.rows();
-    sm.m = torch::full({g.size(), sm.rows}, kNegInf, torch::kFloat);
-    sm.l = torch::zeros({g.size(), sm.rows}, torch::kFloat);
-    sm.acc = torch::zeros({g.size(), sm.rows, config_.head_dim}, torch::kFloat);
+    ResetSoftmax(sm, g.size());
     return absl::OkStatus();
+  }
+
+  // m = -inf, l = 0, acc = 0 in new tensors of the state's shape.
+  void ResetSoftmax(SoftmaxState& sm, int64_t members) const {
+    sm.m = torch::full({members, sm.rows}, kNegInf, torch::kFloat);
+    sm.l = torch::zeros({members, sm.rows}, torch::kFloat);
+    sm.acc = torch::zeros({members, sm.rows, config_.head_dim}, torch::kFloat);
+  }
+
+  // Folds the states of disjoint sets of KV blocks into `sm`: m = max m_i,
+  // l = sum l_i exp(m_i - m), acc = sum acc_i exp(m_i - m). As in softmax.online, rows with
+  // nothing unmasked anywhere (m = -inf) subtract 0 instead, so they keep l = 0 and acc = 0.
+  void MergeSoftmax(SoftmaxState& sm, const std::vector<SoftmaxState>& parts) const {
+    torch::Tensor m = sm.m;
+    for (const SoftmaxState& part : parts) m = torch::maximum(m, part.m);
+    const torch::Tensor m_use = torch::where(torch::isfinite(m), m, zero_);
+    torch::Tensor alpha = torch::exp(sm.m - m_use);
+    torch::Tensor l = sm.l * alpha;
+    torch::Tensor acc = sm.acc * alpha.unsqueeze(2);
+    for (const SoftmaxState& part : parts) {
+      alpha = torch::exp(part.m - m_use);
+      l = l + part.l * alpha;
+      acc = acc + part.acc * alpha.unsqueeze(2);
+    }
+    sm.m = std::move(m);
+    sm.l = std::move(l);
+    sm.acc = std::move(acc);
   }
 
   absl::Status ExecQK(const Stmt& s, Group& g) {

@@ -27,7 +27,7 @@ bool SameStmt(const Stmt& a, const Stmt& b) {
          Equal(a.aux, b.aux) && a.attr == b.attr && a.operands == b.operands &&
          a.names == b.names && SameExprs(a.exprs, b.exprs) && SameRanges(a.ranges, b.ranges) &&
          a.table == b.table && a.full_var == b.full_var && Equal(a.pipeline, b.pipeline) &&
-         SameStmts(a.body, b.body);
+         a.split == b.split && SameStmts(a.body, b.body);
 }
 
 bool SameStmts(const std::vector<Stmt>& a, const std::vector<Stmt>& b) {

@@ -63,8 +63,8 @@ enum class StmtKind {
   kLoad,         // load NAME = TENSOR[EXPR_b, EXPR_h, EXPR_lo:EXPR_hi]
                  //   operands = {TENSOR} (q | k | v), exprs = {b, h, lo, hi}
   kSoftmaxInit,  // softmax.init                    running max = -inf, sum = 0, acc = 0
-  kFor,          // for VAR in RANGES [pipeline EXPR] { BODY }
-                 // for VAR, FULL in table T[EXPR, ...] [pipeline EXPR] { BODY }
+  kFor,          // for VAR in RANGES [pipeline EXPR] [split] { BODY }
+                 // for VAR, FULL in table T[EXPR, ...] [pipeline EXPR] [split] { BODY }
   kQK,           // NAME = qk Q, K scale EXPR       S = (Q K^T) * scale, fp32 accumulate
                  //   operands = {Q, K}, value = scale
   kScoreMod,     // score_mod S = EXPR              elementwise; `score`, q_idx, kv_idx in scope
@@ -106,6 +106,9 @@ struct Stmt {
   std::string table;               // table form: table name (ranges empty)
   std::string full_var;            // table form: bool bound to "this block is full"
   ExprPtr pipeline;                // stages; null = 1
+  // `split`: the blocks may run as contiguous parts from fresh softmax states, merged before the
+  // epilogue (same results up to rounding), so an expert may spread a last wave's walks over SMs.
+  bool split = false;
   std::vector<Stmt> body;
 };
 

@@ -180,8 +180,8 @@ void PrintLoad(const Stmt& s, StmtPrinter& out) {
 }
 
 // ----- for: range form and table form ---------------------------------------------------------
-//   for VAR in [LO, HI) (union [LO, HI))* [pipeline EXPR] {
-//   for VAR, FULL in table NAME[EXPR (, EXPR)*] [pipeline EXPR] {
+//   for VAR in [LO, HI) (union [LO, HI))* [pipeline EXPR] [split] {
+//   for VAR, FULL in table NAME[EXPR (, EXPR)*] [pipeline EXPR] [split] {
 
 absl::Status ParseRange(Parser& p, BlockRange* r) {
   CUIR_RETURN_IF_ERROR(p.ExpectPunct("["));
@@ -222,6 +222,7 @@ absl::Status ParseFor(Parser& p, Stmt& s) {
   CUIR_RETURN_IF_ERROR(p.ExpectKeyword("in"));
   CUIR_RETURN_IF_ERROR(ParseForIteration(p, s));
   CUIR_RETURN_IF_ERROR(ParseOptionalClause(p, "pipeline", &s.pipeline));
+  s.split = p.AcceptKeyword("split");
   return p.ParseBlock(&s.body);
 }
 
@@ -234,7 +235,7 @@ void PrintFor(const Stmt& s, StmtPrinter& out) {
     for (const BlockRange& r : s.ranges) ranges.push_back(StrCat("[", E(r.lo), ", ", E(r.hi), ")"));
     absl::StrAppend(&header, " in ", absl::StrJoin(ranges, " union "));
   }
-  absl::StrAppend(&header, OptionalClause("pipeline", s.pipeline));
+  absl::StrAppend(&header, OptionalClause("pipeline", s.pipeline), s.split ? " split" : "");
   out.OpenBlock(header);
   out.Stmts(s.body);
   out.CloseBlock();

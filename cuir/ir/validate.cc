@@ -720,6 +720,15 @@ absl::Status Validator::VerifyFor(const Stmt& s) {
                                   "KV blocks in flight (drop the clause for a single stage)"));
     }
   }
+  // A split loop's parts are merged as online-softmax states; without softmax.online there are
+  // none to merge.
+  if (s.split && std::none_of(s.body.begin(), s.body.end(), [](const Stmt& b) {
+        return b.kind == StmtKind::kSoftmaxOnline;
+      })) {
+    return ErrorAt(s.loc, "`split` lets the KV loop run as parts whose online-softmax states are "
+                          "merged, but this loop has no `softmax.online` in its body; add one "
+                          "(e.g. `P = softmax.online S`) or drop `split`");
+  }
   frames_.emplace_back();
   absl::Status status = Declare(s.name, Symbol{SymKind::kLoopVar, Type::kInt, s.loc});
   if (status.ok() && !s.full_var.empty()) {

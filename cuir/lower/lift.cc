@@ -170,6 +170,19 @@ std::vector<const cuir::Stmt*> Declarations(const cuir::Program& p, bool expert_
   return out;
 }
 
+// A KV loop's `split` is its expert's (the scheduler that splits tail walks decides it), so
+// the bases' bodies compare without it and a moved loop takes the target base's.
+bool SameBodyStmt(const cuir::Stmt& a, const cuir::Stmt& b) {
+  cuir::Stmt a_unsplit = a, b_unsplit = b;
+  a_unsplit.split = b_unsplit.split = false;
+  return SameStmt(a_unsplit, b_unsplit);
+}
+
+bool LoopSplit(const cuir::Program& p) {
+  const cuir::Stmt* loop = cuir::FindKvLoop(p);
+  return loop != nullptr && loop->split;
+}
+
 }  // namespace
 
 absl::StatusOr<cuir::Program> Rebase(const cuir::Program& program, const cuir::Program& from,
@@ -177,7 +190,7 @@ absl::StatusOr<cuir::Program> Rebase(const cuir::Program& program, const cuir::P
   const auto from_body = Declarations(from, false), to_body = Declarations(to, false);
   bool same_body = from_body.size() == to_body.size();
   for (size_t i = 0; same_body && i < from_body.size(); ++i) {
-    same_body = SameStmt(*from_body[i], *to_body[i]);
+    same_body = SameBodyStmt(*from_body[i], *to_body[i]);
   }
   if (!same_body) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -200,10 +213,18 @@ absl::StatusOr<cuir::Program> Rebase(const cuir::Program& program, const cuir::P
           "`), so it cannot move to another expert's base"));
     }
   }
+  if (const cuir::Stmt* loop = cuir::FindKvLoop(program); loop && loop->split != LoopSplit(from)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        loop->loc.ToString(), ": kernel `", program.kernel, "` ", loop->split ? "added" : "dropped",
+        " the `split` of its base's KV loop, so it cannot move to another expert's base"));
+  }
   cuir::Program out = program;
   out.stmts.clear();
   for (const cuir::Stmt* d : Declarations(to, true)) out.stmts.push_back(*d);
-  for (const cuir::Stmt* s : Declarations(program, false)) out.stmts.push_back(*s);
+  for (const cuir::Stmt* s : Declarations(program, false)) {
+    out.stmts.push_back(*s);
+    if (s->kind == cuir::StmtKind::kFor) out.stmts.back().split = LoopSplit(to);
+  }
   return out;
 }
 

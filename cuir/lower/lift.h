@@ -34,10 +34,11 @@ std::string KernelNameFromPath(const std::string& path);
 
 // `program`, transferred from the base program `from` (one expert's), moved onto the base `to` of
 // another expert: experts whose bases differ only in their declarations (expert, params, roles,
-// grid) run the same body, so the transferred body is kept and the declarations become `to`'s.
-// The service transfers once per spec and lowers the result for every arch's expert this way.
-// FAILED_PRECONDITION when the bodies of the two bases differ, or when the program changed a
-// declaration of `from` other than a param's value (`to`'s would silently undo it).
+// grid) and their KV loop's `split` run the same body, so the transferred body is kept and the
+// declarations and the loop's `split` become `to`'s. The service transfers once per spec and
+// lowers the result for every arch's expert this way. FAILED_PRECONDITION when the bodies of the
+// two bases differ, or when the program changed a declaration of `from` other than a param's
+// value, or its loop's `split` (`to`'s would silently undo it).
 absl::StatusOr<cuir::Program> Rebase(const cuir::Program& program, const cuir::Program& from,
                                      const cuir::Program& to);
 

@@ -152,6 +152,12 @@ class Matcher {
       return Unimplemented(s, "a different pipeline depth",
                            "the expert's pipeline depth is fixed by its params");
     }
+    if (s.split != b->split) {
+      return Unimplemented(s, "a different `split`",
+                           absl::StrCat("the expert's tail split is fixed by its scheduler; ",
+                                        b->split ? "add" : "drop", " `split` as in its base loop `",
+                                        StmtHeader(*b), "`"));
+    }
     plan_.table_loop = !s.table.empty();
     plan_.range_changed = plan_.table_loop || !SameStmt(s, *b, /*header_only=*/true);
     for (const Stmt& inner : s.body) {

@@ -19,7 +19,7 @@ constexpr char kRole[] = R"(You are the transfer proposer of CuBridge. CuBridge 
 
 How to answer:
 - Reply with ONE complete CuIR program in a single fenced block that starts with ```cuir and ends with ```. Text outside the block is ignored.
-- Start from the base program. Keep its `expert` line, its `param` declarations, its roles, grid and KV-loop pipeline; change only what the variant needs (mask, score_mod, head mapping, KV block ranges, block tables, the epilogue).
+- Start from the base program. Keep its `expert` line, its `param` declarations, its roles, grid and KV-loop `pipeline` and `split` clauses; change only what the variant needs (mask, score_mod, head mapping, KV block ranges, block tables, the epilogue).
 - Declare the spec's parameters as `const` declarations holding the job's values.
 - Prefer constructs that skip work: KV ranges or block tables for masks, `when !full` on mask predicates.
 - Your program is parsed, validated, run by the CuIR interpreter on random inputs at several ragged shapes and compared element by element with the user's own PyTorch code, then lowered to CUDA. If any step rejects it you get the exact error (with line:col in your program, or the worst mismatching positions); answer with the whole corrected program.)";

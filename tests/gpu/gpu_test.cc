@@ -227,6 +227,56 @@ TEST_F(Gpu, TheSinkProgramVerifiesAgainstItsReference) {
   }
 }
 
+// The last partial wave split across idle SMs (TailSplit, fa3_sm90/scheduler.cuh; CuIR `for ...
+// split`): shapes whose work tiles end in a partial wave and walk at least four KV blocks, so the
+// kernel splits their walks and its combine kernel merges the parts. Fewer tiles than SMs (4
+// heads x 700 rows: 24 tiles; 4 x 2100 at head dim 64: 44 tiles of 192 rows) and one wave plus a
+// few (17 heads x 1000 rows: 136 tiles on 132 SMs), bf16 and fp16, head dims 64 / 128 / 256.
+// Relative position moves its row terms into the LSE, which every part shifts alike; the sink
+// program adds its sink to one part only (a sink in every part fails its LSE and O).
+TEST_F(Gpu, TailTilesSplitAcrossIdleSmsVerify) {
+  if (arch_ != lower::Arch::kSm90) GTEST_SKIP() << "the last-wave split is the sm_90 expert's";
+  GpuAutotuner tuner(Options({}, false));
+  ASSERT_TRUE(tuner.Probe(arch_).ok());
+  const std::string root = CUBRIDGE_SOURCE_ROOT;
+  auto config = [](int64_t hq, int64_t hkv, int64_t s, int64_t d, cuir::DType dtype) {
+    auto c = Config(1, hq, hkv, s);
+    c.head_dim = d;
+    c.dtype = dtype;
+    return c;
+  };
+  const std::tuple<const char*, cuir::AttentionConfig> cases[] = {
+      {"full", config(17, 17, 1000, 128, cuir::DType::kBF16)},
+      {"full", config(4, 4, 2100, 64, cuir::DType::kFP16)},
+      {"relative_position", config(4, 2, 700, 256, cuir::DType::kBF16)},
+      {"relative_position", config(17, 17, 1000, 128, cuir::DType::kFP16)},
+  };
+  for (const auto& [spec, c] : cases) {
+    Prepared p = Prepare(spec, c);
+    lower::LoweredKernel kernel;
+    auto r = tuner.CheckTile(Input(p, spec, c), Tile(), &kernel);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(r->value("passed", false)) << spec << " " << c.ToString() << " " << r->dump(2);
+  }
+  std::ifstream in(root + "/examples/llm/sink_attention.cuir");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto proposed = cuir::ParseProgram(ss.str(), "sink_attention.cuir");
+  ASSERT_TRUE(proposed.ok()) << proposed.status();
+  auto sm80 = lower::LiftExpert("fa2_sm80");
+  auto sm90 = lower::LiftExpert(pipeline::ExpertFor(arch_));
+  ASSERT_TRUE(sm80.ok() && sm90.ok());
+  auto rebased = lower::Rebase(*proposed, sm80->base, sm90->base);
+  ASSERT_TRUE(rebased.ok()) << rebased.status();
+  const auto c = config(4, 2, 700, 128, cuir::DType::kBF16);
+  pipeline::GpuStageInput input{*rebased, sm90->base, root + "/examples/llm/sink_attention.py",
+                                {}, {}, c, arch_, 78, {}, nullptr};
+  lower::LoweredKernel kernel;
+  auto r = tuner.CheckTile(input, Tile(), &kernel);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->value("passed", false)) << r->dump(2);
+}
+
 TEST_F(Gpu, Fp16AndHeadDims64And256Verify) {
   for (int64_t d : {64, 256}) {
     auto c = Config(1, 4, 4, 190);

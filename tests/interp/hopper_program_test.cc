@@ -102,10 +102,13 @@ INSTANTIATE_TEST_SUITE_P(DtypesAndHeadDims, Fa3VsOracle,
                          ParamName);
 
 // ... and, with the sm_80 tile sizes, it is the sm_80 program bit for bit: roles, the schedule,
-// the pipeline depth and the expert name change nothing the interpreter computes.
+// the pipeline depth and the expert name change nothing the interpreter computes. (A `split` on
+// its loop would: the interpreter merges the halves' softmax states, which rounds differently;
+// tests/interp/split_test.cc holds that to the unsplit loop, so it is dropped here.)
 TEST(HopperProgram, WithTheSm80TileSizesItIsTheSm80ProgramBitForBit) {
-  const std::string fa3_bn64 =
-      Replace(Fa3Text(), "param BLOCK_N: int = 128", "param BLOCK_N: int = 64");
+  const std::string fa3_bn64 = absl::StrReplaceAll(
+      Replace(Fa3Text(), "param BLOCK_N: int = 128", "param BLOCK_N: int = 64"),
+      {{" split {", " {"}});
   for (const auto& config :
        {kRagged, Config(cuir::DType::kFP16, 128, 257, 300, 4, 4, 1)}) {
     SCOPED_TRACE(config.ToString());
@@ -137,7 +140,7 @@ TEST(HopperProgram, RolesAndPipelineDepthDoNotChangeResults) {
   std::string one_role = Replace(base, "  role producer warps 4 regs 24\n", "");
   one_role = Replace(one_role, "role consumer warps WARPS - 4 regs 240",
                      "role compute warps WARPS");
-  const std::string no_pipeline = Replace(base, " pipeline STAGES {", " {");
+  const std::string no_pipeline = Replace(base, " pipeline STAGES split {", " split {");
   const spec::AttentionInputs inputs = Inputs(kRagged);
   const spec::AttentionOutputs want = Interp(base, kRagged, inputs);
   ExpectSameBits(Interp(one_role, kRagged, inputs), want);

@@ -52,7 +52,7 @@ std::string ProgramText(const Pieces& p) {
       "  let q_hi: int = min(q_lo + BLOCK_M, seqlen_q)\n"
       "  load Q = q[b, h, q_lo:q_hi]\n"
       "  softmax.init\n"
-      "  for ", p.loop, " pipeline STAGES {\n",
+      "  for ", p.loop, " pipeline STAGES", p.split ? " split" : "", " {\n",
       "    let kv_lo: int = n_block * BLOCK_N\n"
       "    let kv_hi: int = min(kv_lo + BLOCK_N, seqlen_kv)\n",
       Lines(p.block_lets, "    "),
@@ -85,6 +85,15 @@ cuir::AttentionConfig Config(cuir::DType dtype, int64_t head_dim, int64_t seqlen
   c.heads_kv = heads_kv;
   c.batch = batch;
   return c;
+}
+
+spec::AttentionInputs RandomInputs(const cuir::AttentionConfig& c, uint64_t seed) {
+  torch::manual_seed(seed);
+  const auto dtype = c.dtype == cuir::DType::kBF16 ? torch::kBFloat16 : torch::kHalf;
+  return {torch::randn({c.batch, c.heads_q, c.seqlen_q, c.head_dim}).to(dtype),
+          torch::randn({c.batch, c.heads_kv, c.seqlen_kv, c.head_dim}).to(dtype),
+          torch::randn({c.batch, c.heads_kv, c.seqlen_kv, c.head_dim}).to(dtype),
+          {}};
 }
 
 Errors MaxErrors(const torch::Tensor& got, const torch::Tensor& want) {

@@ -29,6 +29,7 @@ struct Pieces {
   std::vector<std::string> tables;  // after `grid`
   std::string kv_head = "h";        // right side of `let kv_h: int = ...`
   std::string loop = "n_block in [0, cdiv(seqlen_kv, BLOCK_N))";
+  bool split = false;                   // ends the loop header with `split`
   std::vector<std::string> block_lets;  // after `let kv_hi`
   std::string k_rows = "kv_lo:kv_hi";   // row range of `load K`
   std::vector<std::string> after_qk;    // score_mod / mask statements
@@ -42,6 +43,9 @@ cuir::Program Parse(const std::string& text);
 cuir::AttentionConfig Config(cuir::DType dtype, int64_t head_dim, int64_t seqlen_q,
                              int64_t seqlen_kv, int64_t heads_q = 2, int64_t heads_kv = 2,
                              int64_t batch = 1);
+
+// Standard-normal Q, K, V in the config's dtype and shape, no buffers.
+spec::AttentionInputs RandomInputs(const cuir::AttentionConfig& c, uint64_t seed);
 
 // Max abs / rel error; equal infinities count as equal, NaN anywhere as infinitely wrong.
 struct Errors {

@@ -14,15 +14,6 @@ using cuir::DType;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-spec::AttentionInputs RandomInputs(const cuir::AttentionConfig& c, uint64_t seed) {
-  torch::manual_seed(seed);
-  const auto dtype = c.dtype == DType::kBF16 ? torch::kBFloat16 : torch::kHalf;
-  return {torch::randn({c.batch, c.heads_q, c.seqlen_q, c.head_dim}).to(dtype),
-          torch::randn({c.batch, c.heads_kv, c.seqlen_kv, c.head_dim}).to(dtype),
-          torch::randn({c.batch, c.heads_kv, c.seqlen_kv, c.head_dim}).to(dtype),
-          {}};
-}
-
 // softmax([S, sink[h]]) [V; 0] in float64; `anti_causal` keeps only keys after the query, which
 // leaves the last rows with no key at all.
 spec::AttentionOutputs Direct(const cuir::AttentionConfig& c, const spec::AttentionInputs& in,

@@ -131,7 +131,7 @@ TEST(ParsePrint, DataFilesCoverEveryStatementForm) {
   std::set<StmtKind> kinds;
   bool table_loop = false, union_range = false, mask_when = false, mask_always = false;
   bool role_regs = false, grid_schedule = false, table_per = false, loop_no_pipeline = false;
-  bool epilogue_sink = false;
+  bool epilogue_sink = false, loop_split = false, loop_no_split = false;
   for (const std::string& file : DataFiles()) {
     Program p = ParseOrDie(ReadFileOrDie(file), file);
     CollectKinds(p.stmts, &kinds);
@@ -145,6 +145,8 @@ TEST(ParsePrint, DataFilesCoverEveryStatementForm) {
       table_loop |= !loop->table.empty();
       union_range |= loop->ranges.size() > 1;
       loop_no_pipeline |= loop->pipeline == nullptr;
+      loop_split |= loop->split;
+      loop_no_split |= !loop->split;
       for (const Stmt& s : loop->body) {
         mask_when |= s.kind == StmtKind::kMask && s.aux != nullptr;
         mask_always |= s.kind == StmtKind::kMask && s.aux == nullptr;
@@ -161,6 +163,8 @@ TEST(ParsePrint, DataFilesCoverEveryStatementForm) {
   EXPECT_TRUE(table_per);
   EXPECT_TRUE(loop_no_pipeline);
   EXPECT_TRUE(epilogue_sink);
+  EXPECT_TRUE(loop_split);
+  EXPECT_TRUE(loop_no_split);
 }
 
 TEST(ParsePrint, EpilogueSinkKeepsItsExpression) {
@@ -203,6 +207,8 @@ TEST(ParsePrint, TableLoopAndTableDeclaration) {
   EXPECT_TRUE(loop->ranges.empty());
   EXPECT_EQ(loop->table, "T");
   EXPECT_EQ(loop->full_var, "full");
+  EXPECT_TRUE(Equal(loop->pipeline, Var("STAGES")));
+  EXPECT_TRUE(loop->split);
   ASSERT_EQ(loop->exprs.size(), 2u);
   EXPECT_TRUE(Equal(loop->exprs[0], Var("h")));
   const Stmt& mask = loop->body[5];
@@ -223,6 +229,38 @@ TEST(ParsePrint, UnionRangesKeepTheirOrder) {
   ASSERT_EQ(loop->ranges.size(), 2u);
   EXPECT_EQ(PrintExpr(loop->ranges[0].hi), "min(cdiv(G, BLOCK_N), n_hi)");
   EXPECT_EQ(PrintExpr(loop->ranges[1].lo), "max(q_lo - W, 0) // BLOCK_N");
+}
+
+// `split` is the last word of a loop header, after the optional pipeline clause, in both loop
+// forms; it is part of the statement (equality, printing) like the pipeline clause.
+TEST(ParsePrint, LoopSplitRoundTripsOnBothLoopForms) {
+  struct Case {
+    const char* header;
+    const char* pipeline;  // printed pipeline expression, "" for none
+  };
+  for (const Case& c : {Case{"for n_block in [0, 2) union [3, 4) pipeline 2 split {", "2"},
+                        Case{"for n_block in [0, n) split {", ""},
+                        Case{"for n_block, full in table T[h, m_block] pipeline STAGES split {",
+                             "STAGES"},
+                        Case{"for n_block, full in table T[m_block] split {", ""}}) {
+    SCOPED_TRACE(c.header);
+    const std::string text = std::string("cuir 1\nkernel k {\n  ") + c.header +
+                             "\n    P = softmax.online S\n  }\n}\n";
+    Program p = ParseOrDie(text);
+    const Stmt* loop = FindKvLoop(p);
+    ASSERT_NE(loop, nullptr);
+    EXPECT_TRUE(loop->split);
+    EXPECT_EQ(loop->pipeline ? PrintExpr(loop->pipeline) : "", c.pipeline);
+    EXPECT_EQ(loop->body.size(), 1u);
+    EXPECT_EQ(PrintProgram(p), text);
+    EXPECT_TRUE(Equal(ParseOrDie(PrintProgram(p)), p));
+
+    Program unsplit = p;
+    FindKvLoop(unsplit)->split = false;
+    EXPECT_FALSE(Equal(p, unsplit));
+    EXPECT_EQ(PrintProgram(unsplit).find("split"), std::string::npos);
+    EXPECT_TRUE(Equal(ParseOrDie(PrintProgram(unsplit)), unsplit));
+  }
 }
 
 TEST(ParsePrint, LayoutAndCommentsDoNotMatter) {
@@ -265,6 +303,9 @@ TEST(ParsePrint, EqualityIsStructural) {
   EXPECT_FALSE(Equal(a, changed));
   changed = b;
   FindKvLoop(changed)->pipeline = nullptr;
+  EXPECT_FALSE(Equal(a, changed));
+  changed = b;
+  FindKvLoop(changed)->split = true;
   EXPECT_FALSE(Equal(a, changed));
   changed = b;
   changed.stmts.pop_back();
@@ -413,6 +454,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"RangeLoopWithFullVar", "  for n, full in [0, 4) {\n  }\n}\n",
                  "3:18: expected 'table' (a loop binding 'VAR, FULL' walks a block table), found "
                  "'['"},
+        BadInput{"SplitBeforePipeline", "  for n in [0, 4) split pipeline 2 {\n  }\n}\n",
+                 "3:25: expected '{', found 'pipeline'"},
+        BadInput{"SplitTakesNoExpression", "  for n in [0, 4) split 2 {\n  }\n}\n",
+                 "3:25: expected '{', found '2'"},
         BadInput{"IntLiteralTooLarge", "  let x: int = 9223372036854775808\n}\n",
                  "3:16: integer literal 9223372036854775808 does not fit in a 64-bit signed int"},
         BadInput{"DotInName", "  let soft.max: int = 1\n}\n",

@@ -489,5 +489,30 @@ TEST(ValidateTest, PipelineDepthIsAtLeastOne) {
   EXPECT_TRUE(ValidateText(text).ok()) << ValidateText(text);
 }
 
+// `split` lets the loop run as parts whose online-softmax states are merged: it needs a
+// softmax.online in the loop, in either loop form.
+TEST(ValidateTest, SplitNeedsTheOnlineSoftmaxInItsLoop) {
+  const std::string split = Replace(BaseText(), "pipeline STAGES {", "pipeline STAGES split {");
+  EXPECT_TRUE(ValidateText(split).ok()) << ValidateText(split);
+  const std::string table = Replace(DocumentMask(kDocTable, "m_block"), "pipeline STAGES {",
+                                    "pipeline STAGES split {");
+  EXPECT_TRUE(ValidateText(table).ok()) << ValidateText(table);
+
+  // The same loops without their softmax.online (and the pv that reads it) are valid unsplit ...
+  const auto without_softmax = [](std::string text) {
+    text = Replace(text, "    P = softmax.online S\n", "");
+    return Replace(text, "    pv P, V\n", "");
+  };
+  EXPECT_TRUE(ValidateText(without_softmax(BaseText())).ok())
+      << ValidateText(without_softmax(BaseText()));
+  // ... and not split.
+  for (const std::string& text : {without_softmax(split), without_softmax(table)}) {
+    ExpectInvalid(text, PosOf(text, "for n_block"),
+                  {"`split` lets the KV loop run as parts whose online-softmax states are merged",
+                   "this loop has no `softmax.online`", "e.g. `P = softmax.online S`",
+                   "or drop `split`"});
+  }
+}
+
 }  // namespace
 }  // namespace cubridge::cuir

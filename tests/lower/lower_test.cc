@@ -2,6 +2,7 @@
 // code says, and the errors for programs the expert cannot express.
 #include "cuir/lower/lower.h"
 #include "cuir/lower/lift.h"
+#include "cuir/lower/plan.h"
 
 #include <algorithm>
 #include <set>
@@ -573,6 +574,44 @@ TEST(LowerErrors, ChangedQTileIsUnimplemented) {
   EXPECT_THAT(st.message(), HasSubstr("let q_hi"));
 }
 
+// Whether an expert splits its KV walks is its scheduler's business (the Hopper expert splits
+// those of its last wave): a program's loop keeps its base's `split`, like its pipeline depth.
+TEST(LowerErrors, ADifferentSplitIsUnimplemented) {
+  auto base = LoadTestProgram("base");
+  ASSERT_TRUE(base.ok()) << base.status();
+  cuir::Program split_base = *base;
+  cuir::FindKvLoop(split_base)->split = true;
+
+  // Against a base whose loop splits, a program whose loop does not is refused ...
+  auto plan = MatchToBase(*base, split_base);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kUnimplemented) << plan.status();
+  EXPECT_THAT(plan.status().message(),
+              AllOf(HasSubstr(cuir::FindKvLoop(*base)->loc.ToString() + ": "),
+                    HasSubstr("the lowering does not know a different `split`"),
+                    HasSubstr("the expert's tail split is fixed by its scheduler"),
+                    HasSubstr("add `split` as in its base loop `for n_block in [0, "
+                              "cdiv(seqlen_kv, BLOCK_N)) pipeline STAGES split`")));
+  // ... one that splits too matches, and an equal `split` is no change of the walked range.
+  plan = MatchToBase(split_base, split_base);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_FALSE(plan->range_changed);
+  auto causal = LoadTestProgram("causal");
+  ASSERT_TRUE(causal.ok()) << causal.status();
+  cuir::FindKvLoop(*causal)->split = true;
+  plan = MatchToBase(*causal, split_base);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan->range_changed);
+
+  // The sm_80 expert does not split: a program that does is refused, at its loop.
+  const std::string text =
+      absl::StrReplaceAll(BaseText(), {{" pipeline STAGES {", " pipeline STAGES split {"}});
+  const absl::Status st = LowerText(text);
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
+  EXPECT_THAT(st.message(), AllOf(HasSubstr("variant.cuir:"), HasSubstr("a different `split`"),
+                                  HasSubstr("drop `split`")));
+}
+
 TEST(LowerErrors, MissingExpertIsNotFound) {
   const std::string text = absl::StrReplaceAll(BaseText(), {{"\"fa2_sm80\"", "\"no_such_expert\""}});
   const absl::Status st = LowerText(text);
@@ -717,6 +756,45 @@ TEST(Rebase, ATransferredProgramMovesOntoTheHopperExpert) {
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_TRUE(cuir::Equal(*back, *again));
   EXPECT_EQ(back->stmts.size(), program->stmts.size());
+}
+
+// A KV loop's `split` belongs to its expert, like the declarations: the bases may differ in it,
+// and a moved program's loop takes the target base's.
+TEST(Rebase, TheMovedLoopTakesTheTargetBasesSplit) {
+  auto sm80 = LiftExpert("fa2_sm80");
+  auto hopper = LiftExpert("fa3_sm90");
+  ASSERT_TRUE(sm80.ok() && hopper.ok());
+  cuir::Program split_hopper = hopper->base;
+  cuir::FindKvLoop(split_hopper)->split = true;
+  auto program = LoadTestProgram("document");
+  ASSERT_TRUE(program.ok()) << program.status();
+  ASSERT_FALSE(cuir::FindKvLoop(*program)->split);
+
+  auto moved = Rebase(*program, sm80->base, split_hopper);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_TRUE(cuir::FindKvLoop(*moved)->split);
+  EXPECT_TRUE(cuir::Validate(*moved).ok()) << cuir::Validate(*moved);
+  EXPECT_THAT(cuir::PrintProgram(*moved),
+              HasSubstr("for n_block, full in table T[m_block] pipeline STAGES split {"));
+  auto plan = MatchToBase(*moved, split_hopper);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+
+  auto back = Rebase(*moved, split_hopper, sm80->base);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_FALSE(cuir::FindKvLoop(*back)->split);
+  auto again = Rebase(*program, sm80->base, sm80->base);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(cuir::Equal(*back, *again));
+
+  // A program that changed its base's `split` stays: the target's would undo the change.
+  cuir::Program added = *program;
+  cuir::FindKvLoop(added)->split = true;
+  auto refused = Rebase(added, sm80->base, split_hopper);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(),
+              AllOf(HasSubstr(cuir::FindKvLoop(added)->loc.ToString() + ": "),
+                    HasSubstr("added the `split` of its base's KV loop")));
 }
 
 TEST(Rebase, AProgramThatChangedItsBasesDeclarationsStays) {

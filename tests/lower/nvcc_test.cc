@@ -247,6 +247,21 @@ TEST(Nvcc, EmittedExpressionsComputeWhatTheEvaluatorComputes) {
 // same header: every small divisor with every small numerator, the edges of its stated range
 // (n < 2^31, d < 2^31), and pseudo-random pairs; then the scheduler's decode itself against the
 // order written with plain division. The program prints the number of mismatches.
+// Builds `program` (host code over the experts' headers) with nvcc, runs it, and expects exit 0
+// and output starting with `first_words` (its count of mismatches).
+void ExpectHostProgramReports(const std::string& nvcc, const std::string& name,
+                              const std::string& program, const std::string& first_words) {
+  const std::string dir = MakeTempDir(absl::StrCat("cubridge_", name, "_"));
+  WriteFile(absl::StrCat(dir, "/", name, ".cu"), program);
+  const CommandResult build = RunCommand(absl::StrCat(nvcc, " -std=c++17 -O2 -o ", dir, "/", name,
+                                                      " ", dir, "/", name, ".cu"));
+  ASSERT_EQ(build.exit_code, 0) << build.output;
+  const CommandResult run = RunCommand(absl::StrCat(dir, "/", name));
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(absl::StartsWith(run.output, first_words)) << run.output;
+  CleanUpTempDir(dir, ::testing::Test::HasFailure());
+}
+
 TEST(Nvcc, FastDivisionMatchesIntegerDivision) {
   const std::string nvcc = FindNvcc();
   if (nvcc.empty()) GTEST_SKIP() << "no nvcc (CUBRIDGE_NVCC unset, /usr/local/cuda/bin/nvcc absent)";
@@ -314,15 +329,75 @@ int main() {
   return bad == 0 ? 0 : 1;
 }
 )");
-  const std::string dir = MakeTempDir("cubridge_fastdiv_");
-  WriteFile(dir + "/fastdiv.cu", program);
-  const CommandResult build = RunCommand(
-      absl::StrCat(nvcc, " -std=c++17 -O2 -o ", dir, "/fastdiv ", dir, "/fastdiv.cu"));
-  ASSERT_EQ(build.exit_code, 0) << build.output;
-  const CommandResult run = RunCommand(dir + "/fastdiv");
-  EXPECT_EQ(run.exit_code, 0) << run.output;
-  EXPECT_TRUE(absl::StartsWith(run.output, "0 mismatches of")) << run.output;
-  CleanUpTempDir(dir, HasFailure());
+  ExpectHostProgramReports(nvcc, "fastdiv", program, "0 mismatches of");
+}
+
+// The last-wave split (TailSplit, fa3_sm90/scheduler.cuh), on the host over many launches: the
+// whole tiles fill whole waves, every split unit runs in the last one, every tail tile's parts
+// cover its KV blocks once, in order, at least kMinSplitBlocks each, and the unit decode visits
+// each work tile once (whole) or once per part. Llama2 heads at S = 8k (4096 tiles, 132 CTAs, 64
+// KV blocks) split their 4 tail tiles 16 ways.
+TEST(Nvcc, TailSplitCoversEveryTileOnce) {
+  const std::string nvcc = FindNvcc();
+  if (nvcc.empty()) GTEST_SKIP() << "no nvcc (CUBRIDGE_NVCC unset, /usr/local/cuda/bin/nvcc absent)";
+  const std::string program = absl::StrCat(
+      "#include <stdio.h>\n#include <vector>\n#include \"", ExpertsDir(),
+      "/common/cuir_scalar.cuh\"\n#include \"", ExpertsDir(), "/fa3_sm90/scheduler.cuh\"\n", R"split(
+using cubridge::fa3::TailSplit;
+static long bad = 0, launches = 0, split = 0;
+#define EXPECT(c, ...) do { if (!(c)) { if (bad++ < 8) { printf(__VA_ARGS__); printf("\n"); } } } while (0)
+static void check(int tiles, int ctas, int blocks, bool whole_walks) {
+  ++launches;
+  const TailSplit s(tiles, ctas, blocks, whole_walks);
+  const int tail = ctas > 0 ? tiles % ctas : 0;
+  if (!s.active()) {
+    EXPECT(s.units == tiles && s.whole == tiles, "%d/%d/%d: inactive but %d units", tiles, ctas, blocks, s.units);
+    EXPECT(!whole_walks || tail == 0 || ctas / tail < 2 || blocks / cubridge::fa3::kMinSplitBlocks < 2 ||
+           cubridge::fa3::kMaxSplitUnits / tail < 2,
+           "%d/%d/%d: could split", tiles, ctas, blocks);
+    return;
+  }
+  ++split;
+  EXPECT(whole_walks && tail > 0 && s.whole == tiles - tail && s.whole % ctas == 0,
+         "%d/%d/%d: whole %d", tiles, ctas, blocks, s.whole);
+  EXPECT(s.parts >= 2 && s.parts <= cubridge::fa3::kMaxSplitParts && tail * s.parts <= ctas &&
+         tail * s.parts <= cubridge::fa3::kMaxSplitUnits && s.units == s.whole + tail * s.parts,
+         "%d/%d/%d: %d parts", tiles, ctas, blocks, s.parts);
+  EXPECT(ctas / tail < 2 * s.parts || s.parts == cubridge::fa3::kMaxSplitParts ||
+         blocks / cubridge::fa3::kMinSplitBlocks == s.parts || cubridge::fa3::kMaxSplitUnits / tail == s.parts,
+         "%d/%d/%d: only %d parts", tiles, ctas, blocks, s.parts);
+  std::vector<int> seen(tiles, 0);
+  for (int u = 0; u < s.units; ++u) {
+    const int w = s.tile_of(u), k = s.part_of(u);
+    EXPECT(w >= 0 && w < tiles, "%d/%d/%d: unit %d tile %d", tiles, ctas, blocks, u, w);
+    if (w < 0 || w >= tiles) continue;
+    if (w < s.whole) {
+      EXPECT(k == -1 && s.first_block(k) == 0, "%d/%d/%d: whole tile %d part %d", tiles, ctas, blocks, w, k);
+    } else {
+      EXPECT(k == seen[w], "%d/%d/%d: tile %d part %d, want %d", tiles, ctas, blocks, w, k, seen[w]);
+      EXPECT(u / ctas == s.whole / ctas, "%d/%d/%d: unit %d not in the last wave", tiles, ctas, blocks, u);
+      const int lo = s.first_block(k), hi = s.end_block(k);
+      EXPECT(hi - lo >= cubridge::fa3::kMinSplitBlocks && lo == (k == 0 ? 0 : s.end_block(k - 1)) &&
+             (k != s.parts - 1 || hi == blocks), "%d/%d/%d: part %d blocks [%d, %d)", tiles, ctas, blocks, k, lo, hi);
+    }
+    ++seen[w];
+  }
+  for (int w = 0; w < tiles; ++w)
+    EXPECT(seen[w] == (w < s.whole ? 1 : s.parts), "%d/%d/%d: tile %d seen %d times", tiles, ctas, blocks, w, seen[w]);
+}
+int main() {
+  const TailSplit llama(4096, 132, 64, true);
+  EXPECT(llama.active() && llama.whole == 4092 && llama.parts == 16 && llama.units == 4156,
+         "Llama2 8k: whole %d parts %d units %d", llama.whole, llama.parts, llama.units);
+  for (int ctas : {1, 2, 7, 114, 132, 144, 160, 200})
+    for (int tiles = 1; tiles < 700; tiles += (tiles < 300 ? 1 : 7))
+      for (int blocks : {1, 2, 3, 5, 8, 64, 513})
+        for (bool whole : {true, false}) check(tiles, ctas, blocks, whole);
+  printf("%ld mismatches (%ld launches, %ld split)\n", bad, launches, split);
+  return bad == 0 && split > 0 ? 0 : 1;
+}
+)split");
+  ExpectHostProgramReports(nvcc, "tailsplit", program, "0 mismatches");
 }
 
 // FloatIndices (docs/lowering.md): ALiBi's index distance is summed in floats, so the Hopper

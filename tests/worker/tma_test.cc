@@ -119,20 +119,31 @@ LaunchPlan GoodPlan(int version = kPlanVersion) {
   return plan;
 }
 
-TEST(LaunchPlanCheck, ReadsVersionsOneAndTwo) {
-  LaunchPlan v2 = GoodPlan();
+TEST(LaunchPlanCheck, ReadsVersionsOneToThree) {
+  LaunchPlan v3 = GoodPlan();
+  v3.split_workspace_bytes = 4096;
+  v3.combine_grid = 264;
+  v3.combine_threads = 128;
+  ASSERT_TRUE(CheckLaunchPlan(v3).ok());
+  EXPECT_EQ(v3.tma_count, 3);
+  EXPECT_EQ(v3.combine_grid, 264u);
+  LaunchPlan v2 = v3;
+  v2.version = 2;  // the split fields are version 3's: not the kernel's
   ASSERT_TRUE(CheckLaunchPlan(v2).ok());
   EXPECT_EQ(v2.tma_count, 3);
+  EXPECT_EQ(v2.split_workspace_bytes, 0u);
+  EXPECT_EQ(v2.combine_grid, 0u);
+  EXPECT_EQ(v2.combine_threads, 0u);
   LaunchPlan v1 = GoodPlan(1);
   v1.tma_count = 2;  // not a version-1 field: not the kernel's
   ASSERT_TRUE(CheckLaunchPlan(v1).ok());
   EXPECT_EQ(v1.tma_count, 0);
-  for (int version : {0, 3, -1}) {
+  for (int version : {0, 4, -1}) {
     LaunchPlan p = GoodPlan();
     p.version = version;
     auto s = CheckLaunchPlan(p);
     EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << version;
-    EXPECT_THAT(s.message(), HasSubstr("versions 1 and 2"));
+    EXPECT_THAT(s.message(), HasSubstr("versions 1 to 3"));
   }
   LaunchPlan refused = GoodPlan();
   refused.status = 1;

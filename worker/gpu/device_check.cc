@@ -102,9 +102,10 @@ absl::StatusOr<LaunchPlan> PlanCall(const KernelModule& m, const cuir::Attention
                                     CallTensors& t, const torch::Tensor& scratch) {
   auto plan = m.Plan(MakeParams(c, t), Ptr(scratch));
   if (!plan.ok()) return plan.status();
-  if (plan->workspace_bytes > 0 &&
-      (!t.workspace.defined() || static_cast<uint64_t>(t.workspace.numel()) < plan->workspace_bytes)) {
-    t.workspace = torch::empty({static_cast<int64_t>(plan->workspace_bytes)},
+  // The tables' bytes, and those with which the kernel splits its last wave (optional, taken).
+  const uint64_t bytes = plan->workspace_bytes + plan->split_workspace_bytes;
+  if (bytes > 0 && (!t.workspace.defined() || static_cast<uint64_t>(t.workspace.numel()) < bytes)) {
+    t.workspace = torch::empty({static_cast<int64_t>(bytes)},
                                torch::TensorOptions().dtype(torch::kUInt8).device(kCuda));
   }
   return plan;

@@ -10,7 +10,7 @@
 namespace cubridge::gpu {
 namespace {
 
-const char* const kRoles[] = {"plan", "classify", "compact", "attention"};
+const char* const kRoles[] = {"plan", "classify", "compact", "attention", "combine"};
 
 std::string ElementType(int dtype) { return dtype == 1 ? "__half" : "__nv_bfloat16"; }
 
@@ -172,13 +172,18 @@ absl::Status CheckLaunchPlan(LaunchPlan& plan) {
   if (plan.version < kMinPlanVersion || plan.version > kPlanVersion) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the kernel's launch plan has version ", plan.version, "; this worker reads versions ",
-        kMinPlanVersion, " and ", kPlanVersion,
+        kMinPlanVersion, " to ", kPlanVersion,
         " (rebuild the worker and the kernel from one source tree)"));
   }
   if (plan.version < 2) {
     // Not the kernel's fields (the loader zero-filled them): a version-1 kernel takes no maps.
     plan.tma_count = 0;
     std::memset(plan.tma, 0, sizeof(plan.tma));
+  }
+  if (plan.version < 3) {
+    // Nor these: before version 3 no kernel split its last wave.
+    plan.split_workspace_bytes = 0;
+    plan.combine_grid = plan.combine_threads = 0;
   }
   if (plan.status != 0) {
     return absl::InvalidArgumentError(
@@ -220,12 +225,13 @@ absl::StatusOr<KernelModule> KernelModule::Load(const CompiledModule& compiled,
     return s;
   }
   const auto expressions = EntryExpressions(entries, dtype, head_dim);
-  CUfunction* slots[] = {&m.plan_, &m.classify_, &m.compact_, &m.attention_};
-  for (int i = 0; i < 4; ++i) {
+  CUfunction* slots[] = {&m.plan_, &m.classify_, &m.compact_, &m.attention_, &m.combine_};
+  for (int i = 0; i < 5; ++i) {
     auto expr = expressions.find(kRoles[i]);
-    // Block-table kernels exist only where the program has tables (a lifted user kernel has
-    // none); Enqueue refuses a plan that asks for them without the entries.
-    const bool optional = i == 1 || i == 2;
+    // Block-table kernels exist only where the program has tables, a combine kernel only where
+    // the expert splits its last wave (a lifted user kernel has neither); Enqueue refuses a plan
+    // that asks for them without the entries.
+    const bool optional = i == 1 || i == 2 || i == 4;
     if (expr == expressions.end() && optional) continue;
     if (expr == expressions.end()) {
       return absl::InvalidArgumentError(
@@ -254,6 +260,7 @@ KernelModule::KernelModule(KernelModule&& o) noexcept
       classify_(o.classify_),
       compact_(o.compact_),
       attention_(o.attention_),
+      combine_(o.combine_),
       head_dim_(o.head_dim_),
       dtype_(o.dtype_),
       sm_count_(o.sm_count_),
@@ -319,6 +326,11 @@ absl::Status KernelModule::Enqueue(const AttnParams& p, const LaunchPlan& plan,
         "the launch plan asks for block-table kernels the module does not declare "
         "(`@cuir-entry classify` and `compact`)");
   }
+  if (plan.combine_grid > 0 && combine_ == nullptr) {
+    return absl::InvalidArgumentError(
+        "the launch plan asks for a combine kernel the module does not declare "
+        "(`@cuir-entry combine`)");
+  }
   if (plan.classify_grid > 0) {
     for (auto [fn, grid, what] : {std::tuple{classify_, plan.classify_grid, "launch classify"},
                                   std::tuple{compact_, plan.compact_grid, "launch compact"}}) {
@@ -341,10 +353,18 @@ absl::Status KernelModule::Enqueue(const AttnParams& p, const LaunchPlan& plan,
   if (plan.resident_ctas_per_sm > 0 && sm_count_ > 0) {
     grid_x = std::min<unsigned>(grid_x, static_cast<unsigned>(sm_count_) * plan.resident_ctas_per_sm);
   }
-  return cu_->Check(cu_->LaunchKernel(attention_, grid_x, plan.grid[1], plan.grid[2],
-                                      plan.threads, 1, 1, plan.smem_bytes, stream,
-                                      plan.tma_count > 0 ? attention_args : args, nullptr),
-                    "launch attention");
+  if (auto s = cu_->Check(cu_->LaunchKernel(attention_, grid_x, plan.grid[1], plan.grid[2],
+                                            plan.threads, 1, 1, plan.smem_bytes, stream,
+                                            plan.tma_count > 0 ? attention_args : args, nullptr),
+                          "launch attention");
+      !s.ok()) {
+    return s;
+  }
+  // The combine of a split last wave; where the launch did not split it returns at once.
+  if (plan.combine_grid == 0) return absl::OkStatus();
+  return cu_->Check(cu_->LaunchKernel(combine_, plan.combine_grid, 1, 1, plan.combine_threads, 1,
+                                      1, 0, stream, args, nullptr),
+                    "launch combine");
 }
 
 }  // namespace cubridge::gpu

@@ -79,7 +79,8 @@ class KernelModule {
   KernelModule() = default;
   const Driver* cu_ = nullptr;
   CUmodule module_ = nullptr;
-  CUfunction plan_ = nullptr, classify_ = nullptr, compact_ = nullptr, attention_ = nullptr;
+  CUfunction plan_ = nullptr, classify_ = nullptr, compact_ = nullptr, attention_ = nullptr,
+             combine_ = nullptr;
   int head_dim_ = 0, dtype_ = 0;
   int sm_count_ = 0;  // of the current context's device: bounds a persistent kernel's grid
   int registers_ = 0, local_bytes_ = 0;

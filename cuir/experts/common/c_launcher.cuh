@@ -33,8 +33,14 @@ static int enqueue(const cubridge_attn_fwd_params* p, cudaStream_t stream, bool 
 
 }  // namespace cubridge_c_launcher
 
+// The tables' bytes and, where the plan offers it, those with which the kernel splits its last
+// partial wave (plan version 3): the size that makes the call fastest.
 extern "C" size_t cubridge_attn_fwd_workspace_size(const cubridge_attn_fwd_params* p) {
-  return p == nullptr ? 0 : CUBRIDGE_EXPERT_NS::variant_workspace(*p, nullptr);
+  if (p == nullptr) return 0;
+  cubridge_attn_fwd_launch_plan plan;
+  cubridge_attn_fwd_make_plan(*p, &plan);
+  if (plan.status != 0) return CUBRIDGE_EXPERT_NS::variant_workspace(*p, nullptr);
+  return plan.workspace_bytes + plan.split_workspace_bytes;
 }
 extern "C" int cubridge_attn_fwd(const cubridge_attn_fwd_params* p, cudaStream_t stream) {
   return cubridge_c_launcher::enqueue(p, stream, true, true);

@@ -17,6 +17,9 @@
 //              T is __nv_bfloat16 or __half, D the head dim. A kernel whose plan asks for TMA
 //              tensor maps (plan version 2, tma_count > 0) takes them as a third parameter,
 //              `const __grid_constant__ cubridge_attn_fwd_tma_maps maps`.
+// Experts name more, optional ones: `classify` and `compact` (block tables, before the
+// attention) and `combine` (after it, plan version 3), each __global__ void NAME(params, char*
+// workspace).
 // The guard and every type carry the kernel's name (the lowering renames `cubridge_attn_fwd...`
 // after the program's kernel), so the headers of several lowered kernels go in one file.
 #ifndef cubridge_attn_fwd_LAUNCH_ABI_CUH_
@@ -31,7 +34,7 @@
 #endif
 
 #define CUBRIDGE_MAX_BUFFERS 8
-#define CUBRIDGE_PLAN_VERSION 2
+#define CUBRIDGE_PLAN_VERSION 3
 #define CUBRIDGE_MAX_TMA 4
 
 // One forward attention call: q, k, v, o are [batch, heads, seqlen, head_dim] with unit stride
@@ -101,6 +104,15 @@ typedef struct cubridge_attn_fwd_launch_plan {
   // CTAs' worth, grid[1] = grid[2] = 1), so a launcher may start only
   // min(grid[0], SMs x resident_ctas_per_sm) CTAs; starting all of them is correct too.
   uint32_t resident_ctas_per_sm;
+  // Version 3: a persistent kernel whose last wave is partial may split its tail tiles' KV walks
+  // across the idle CTAs when the workspace holds split_workspace_bytes more after
+  // workspace_bytes (optional: with less the call runs unsplit), and then a combine kernel
+  // (`@cuir-entry combine`, same parameters as the block-table kernels) must run after the
+  // attention with combine_grid x combine_threads (0: none). It returns at once where the
+  // launch did not split.
+  uint64_t split_workspace_bytes;
+  uint32_t combine_grid;
+  uint32_t combine_threads;
 } cubridge_attn_fwd_launch_plan;
 
 #endif  // cubridge_attn_fwd_LAUNCH_ABI_CUH_

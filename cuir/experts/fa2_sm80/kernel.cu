@@ -37,7 +37,8 @@ extern "C" {
 
 struct CUstream_st;  // cudaStream_t without the CUDA headers
 
-// Bytes of device workspace the call needs (0 when the program has no block table).
+// Bytes of device workspace for the call: its block tables' (0 without tables; less is refused)
+// and, where the kernel can split its last partial wave, the bytes that let it (optional).
 size_t cubridge_attn_fwd_workspace_size(const cubridge_attn_fwd_params* p);
 // Enqueues the attention on `stream`; returns a cudaError_t value (0 = cudaSuccess).
 // cudaErrorInvalidValue (1) for unusable parameters.

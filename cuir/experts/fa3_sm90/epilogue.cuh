@@ -45,6 +45,20 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&v)[4], int t) {
   }
 }
 
+// Row r (0 or 1) of this thread: 1 / l for O (0 where l = 0: the row kept nothing) and the
+// natural-log LSE (-inf there). Every lane of the quad must call it (shuffles).
+struct RowResult {
+  bool empty;
+  float inv, lse;
+};
+template <int TILE_N, int D>
+__device__ __forceinline__ RowResult row_result(const OnlineSoftmax<TILE_N, D>& sm, int r) {
+  constexpr float kLn2 = 0.6931471805599453f;
+  const float l = quad_sum(sm.row_sum[r]);
+  const bool empty = !(l > 0.f);
+  return {empty, empty ? 0.f : 1.f / l, empty ? -INFINITY : sm.row_max[r] * kLn2 + logf(l)};
+}
+
 // o_rows / lse_rows point at this thread's first row (row0); row0 + 8 is its second. `wide`:
 // o_rows_16_byte_aligned holds (uniform over the grid).
 template <typename T, int TILE_N, int D>
@@ -52,13 +66,11 @@ __device__ __forceinline__ void store_output(const float (&o)[D / 2],
                                              const OnlineSoftmax<TILE_N, D>& sm, T* o_row0,
                                              int64_t o_row_stride, float* lse_row0, int row0,
                                              int q_hi, int t, bool wide) {
-  constexpr float kLn2 = 0.6931471805599453f;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const float l = quad_sum(sm.row_sum[r]);
-    const bool empty = !(l > 0.f);
-    const float inv = empty ? 0.f : 1.f / l;
-    const bool in_rows = row0 + 8 * r < q_hi;
+    const RowResult res = row_result(sm, r);
+    const bool empty = res.empty, in_rows = row0 + 8 * r < q_hi;
+    const float inv = res.inv;
     T* const dst = o_row0 + 8 * r * o_row_stride;
     // Column pair 8j + 2t of the row, scaled (an empty row is 0 whatever the accumulator holds).
     auto pair = [&](int j) {
@@ -77,8 +89,63 @@ __device__ __forceinline__ void store_output(const float (&o)[D / 2],
 #pragma unroll
       for (int j = 0; j < D / 8; ++j) *reinterpret_cast<uint32_t*>(dst + 8 * j + 2 * t) = pair(j);
     }
-    if (in_rows && t == 0) lse_row0[8 * r] = empty ? -INFINITY : sm.row_max[r] * kLn2 + logf(l);
+    if (in_rows && t == 0) lse_row0[8 * r] = res.lse;
   }
+}
+
+// A split unit's result (TailSplit, scheduler.cuh) for the combine: O = acc / l and the LSE in
+// fp32, its rows in a workspace slot as o[rows][D] and lse[rows]. row_local: this thread's first
+// row within the work tile. Rows past the sequence are stored too (the combine skips them).
+template <int TILE_N, int D>
+__device__ __forceinline__ void store_partial(const float (&o)[D / 2],
+                                              const OnlineSoftmax<TILE_N, D>& sm, float* slot_o,
+                                              float* slot_lse, int row_local, int t) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const RowResult res = row_result(sm, r);
+    float* const dst = slot_o + static_cast<size_t>(row_local + 8 * r) * D;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      *reinterpret_cast<float2*>(dst + 8 * j + 2 * t) =
+          make_float2(o[4 * j + 2 * r] * res.inv, o[4 * j + 2 * r + 1] * res.inv);
+    }
+    if (t == 0) slot_lse[row_local + 8 * r] = res.lse;
+  }
+}
+
+// One query row of a split tile, by one warp: its parts' results (store_partial; part i's row at
+// o + i * part_stride, its LSE at lse + i * part_stride) merged as the online softmax merges
+// states, O = sum_i e^(LSE_i - LSE) O_i with LSE = log sum_i e^(LSE_i); a row no part kept
+// anything of stays O = 0, LSE = -inf. Lane k takes columns [k * D / 32, (k + 1) * D / 32).
+template <typename T, int D>
+__device__ __forceinline__ void combine_row(const float* o, const float* lse, size_t part_stride,
+                                            int parts, T* o_row, float* lse_out, int lane) {
+  constexpr int C = D / 32;
+  static_assert(C % 2 == 0, "head dims of 64 and up: column pairs per lane");
+  float m = -INFINITY;
+  for (int i = 0; i < parts; ++i) m = fmaxf(m, lse[i * part_stride]);
+  float acc[C], l = 0.f;
+#pragma unroll
+  for (int c = 0; c < C; ++c) acc[c] = 0.f;
+  if (m != -INFINITY) {
+    for (int i = 0; i < parts; ++i) {
+      const float w = expf(lse[i * part_stride] - m);
+      const float* const src = o + i * part_stride + lane * C;
+      l += w;
+#pragma unroll
+      for (int c = 0; c < C; c += 2) {
+        const float2 v = *reinterpret_cast<const float2*>(src + c);
+        acc[c] = fmaf(w, v.x, acc[c]);
+        acc[c + 1] = fmaf(w, v.y, acc[c + 1]);
+      }
+    }
+  }
+  const float inv = l > 0.f ? 1.f / l : 0.f;
+#pragma unroll
+  for (int c = 0; c < C; c += 2) {
+    *reinterpret_cast<uint32_t*>(o_row + lane * C + c) = pack2<T>(acc[c] * inv, acc[c + 1] * inv);
+  }
+  if (lane == 0) *lse_out = l > 0.f ? m + logf(l) : -INFINITY;
 }
 
 }  // namespace fa3

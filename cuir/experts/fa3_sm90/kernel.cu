@@ -31,6 +31,7 @@
 // @cuir-entry classify cubridge_fa3::cubridge_attn_fwd_classify
 // @cuir-entry compact cubridge_fa3::cubridge_attn_fwd_compact
 // @cuir-entry attention cubridge_fa3::attn_fwd_kernel<{T}, {D}>
+// @cuir-entry combine cubridge_fa3::cubridge_attn_fwd_combine
 
 // @cuir-region abi
 #ifndef cubridge_attn_fwd_ABI_H_
@@ -45,7 +46,8 @@ extern "C" {
 
 struct CUstream_st;  // cudaStream_t without the CUDA headers
 
-// Bytes of device workspace the call needs (0 when the program has no block table).
+// Bytes of device workspace for the call: its block tables' (0 without tables; less is refused)
+// and, where the kernel can split its last partial wave, the bytes that let it (optional).
 size_t cubridge_attn_fwd_workspace_size(const cubridge_attn_fwd_params* p);
 // Enqueues the attention on `stream`; returns a cudaError_t value (0 = cudaSuccess).
 // cudaErrorInvalidValue (1) for unusable parameters.
@@ -203,6 +205,58 @@ constexpr int kQBuffers = kFits<D, kStages<D>, 2> ? 2 : 1;
 template <typename T, int D>
 using Geo = cubridge::fa3::Geometry<T, D, kBlockM<D>, kTileN<D>, kStages<D>, kQBuffers<D>>;
 
+// Whether the instance runs persistent CTAs (cubridge_attn_fwd_make_plan): not at head dim 256
+// with 64-key tiles, where one CTA per work tile measured faster.
+template <int D>
+constexpr bool kPersistent = !(D == 256 && kTileN<256> != 80);
+
+// The work tiles' order (scheduler.cuh), the same for the attention and the combine kernel.
+template <int D>
+__host__ __device__ __forceinline__ cubridge::fa3::LongestFirst work_order(
+    const cubridge_attn_fwd_params& p, int block_m) {
+  // K and V of one kv head: 2 bytes per element in bf16 and fp16 alike.
+  return cubridge::fa3::LongestFirst(cuir_cdiv(p.seqlen_q, block_m), p.heads_q, p.batch,
+                                     2ll * p.seqlen_kv * D * 2, p.heads_q / max(1, p.heads_kv),
+                                     variant_kv_walk_is_whole());
+}
+
+// The split units' workspace (TailSplit, scheduler.cuh), after the block tables: a header that
+// the attention kernel fills with its CTA count, from which the combine kernel recomputes the
+// split, then kMaxSplitUnits slots of rows x (D + 1) fp32 (store_partial). Only programs whose
+// tiles all walk the whole KV range split, and only on persistent instances; the plan asks for
+// these bytes beside the tables' (split_workspace_bytes), and with less workspace the call
+// simply does not split.
+struct SplitHeader {
+  int ctas;
+};
+constexpr size_t kSplitHeaderBytes = 256;
+template <int D>
+__host__ __device__ __forceinline__ size_t split_slot_floats(int block_m) {
+  return static_cast<size_t>(block_m) * (D + 1);
+}
+template <int D>
+constexpr bool kSplits = variant_kv_walk_is_whole() && kPersistent<D>;
+template <int D>
+__host__ __device__ __forceinline__ size_t split_workspace_bytes(const cubridge_attn_fwd_params& p) {
+  if (!kSplits<D>) return 0;
+  return kSplitHeaderBytes + cubridge::fa3::kMaxSplitUnits *
+                                 split_slot_floats<D>(rows_per_tile<D>(p.seqlen_q)) * sizeof(float);
+}
+__host__ __device__ __forceinline__ size_t split_workspace_offset(const cubridge_attn_fwd_params& p) {
+  return (variant_workspace(p, nullptr) + 255) / 256 * 256;
+}
+// The split area of this call's workspace, or null where the call has none (then no split).
+template <int D>
+__host__ __device__ __forceinline__ char* split_area(const cubridge_attn_fwd_params& p,
+                                                     char* workspace) {
+  const size_t bytes = split_workspace_bytes<D>(p);
+  if (bytes == 0 || workspace == nullptr ||
+      p.workspace_size < split_workspace_offset(p) + bytes) {
+    return nullptr;
+  }
+  return workspace + split_workspace_offset(p);
+}
+
 template <typename T, int D>
 __global__ void __launch_bounds__(Geo<T, D>::kThreads, 1)
     attn_fwd_kernel(const __grid_constant__ cubridge_attn_fwd_params p, char* __restrict__ workspace,
@@ -248,12 +302,21 @@ __global__ void __launch_bounds__(Geo<T, D>::kThreads, 1)
   int work_round = 0;
   static_assert(!kPingPong || G::kConsumerWGs == 2, "ping-pong pairs two consumer warpgroups");
   // grid m_block < cdiv(seqlen_q, BLOCK_M), h < heads_q, b < batch schedule longest_first
-  const LongestFirst work(cuir_cdiv(seqlen_q, BLOCK_M), heads_q, batch,
-                          2ll * seqlen_kv * D * static_cast<long long>(sizeof(T)),
-                          heads_q / max(1, heads_kv), variant_kv_walk_is_whole());
-  // One work tile in one role. Each role runs its own loop over it (below), so the code of each
-  // lies after that role's setmaxnreg, and ptxas gives it that role's register budget.
-  auto work_tile = [&](const int w, auto role) {
+  const LongestFirst work = work_order<D>(p, BLOCK_M);
+  // for ... split: the last partial wave's tiles walk their KV blocks in parts (TailSplit).
+  char* const split_ws = kSplits<D> ? split_area<D>(p, workspace) : nullptr;
+  const TailSplit split(work.count, split_ws != nullptr ? static_cast<int>(gridDim.x) : 0,
+                        cuir_cdiv(seqlen_kv, BLOCK_N), variant_kv_walk_is_whole());
+  if (split_ws != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
+    reinterpret_cast<SplitHeader*>(split_ws)->ctas = static_cast<int>(gridDim.x);
+  }
+  // One work unit (a work tile, or one part of a split tile's walk) in one role. Each role runs
+  // its own loop over them (below), so the code of each lies after that role's setmaxnreg, and
+  // ptxas gives it that role's register budget.
+  auto work_tile = [&](const int unit, auto role) {
+    const int w = split.tile_of(unit);
+    const int part = kSplits<D> ? split.part_of(unit) : -1;  // -1: the whole walk
+    const int part_lo = split.first_block(part), part_hi = split.end_block(part);
     const Tile tile = work.tile(w);
     const RingPos<G::kQBuffers> q_at(work_round);  // this work tile's Q buffer
     const int m_block = tile.m_block;
@@ -281,6 +344,9 @@ __global__ void __launch_bounds__(Geo<T, D>::kThreads, 1)
         n_next = kv_blocks.next(n_block + 1);
       // @cuir-end kv_loop
         (void)n_next;  // the TMA producer runs ahead on its own; no prefetch hint needed
+        // A split unit walks its part's blocks only (whole walks: ascending from block 0).
+        if (n_block < part_lo) continue;
+        if (n_block >= part_hi) break;
         const int kv_lo = n_block * BLOCK_N;
         const int kv_hi = min(kv_lo + BLOCK_N, seqlen_kv);
         // @cuir-region block_class
@@ -508,8 +574,11 @@ __global__ void __launch_bounds__(Geo<T, D>::kThreads, 1)
       }
       if (kPingPong && cw == 0) named_bar_sync<kBarIssueWG0, kPingPongThreads>();
 
+      // A sink's mass joins one part of a split walk only; the combine adds the parts.
+      if (part <= 0) {
       // @cuir-region epilogue_sink
       // @cuir-end epilogue_sink
+      }
       // f(q_idx, q_f) per row this thread owns, in score units, added to that row's LSE only: a
       // score_mod's terms that are the same along a row (docs/lowering.md, SplitRowTerms).
       auto shift_lse_rows = [&](auto&& f) {
@@ -522,6 +591,15 @@ __global__ void __launch_bounds__(Geo<T, D>::kThreads, 1)
       (void)shift_lse_rows;
       // @cuir-region epilogue_rows
       // @cuir-end epilogue_rows
+      // Row terms shift every part's LSE alike, so the merged LSE carries them once.
+      if (kSplits<D> && part >= 0) {
+        const size_t slot_floats = split_slot_floats<D>(BLOCK_M);
+        float* const slot = reinterpret_cast<float*>(split_ws + kSplitHeaderBytes) +
+                            static_cast<size_t>(unit - split.whole) * slot_floats;
+        store_partial<TILE_N, D>(acc, softmax, slot, slot + static_cast<size_t>(BLOCK_M) * D,
+                                 row0 - q_lo, t);
+        return;
+      }
       // epilogue: O = acc / l (0 where l = 0), LSE = m + log(l) (-inf where l = 0)
       T* const o_row0 = static_cast<T*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride +
                         static_cast<int64_t>(row0) * p.o_row_stride;
@@ -534,15 +612,15 @@ __global__ void __launch_bounds__(Geo<T, D>::kThreads, 1)
   if (wg == 0) {
     setmaxnreg_dec<G::kProducerRegs>();
     if (threadIdx.x != 0) return;
-    for (int w = work.first(); w < work.count; w = work.next(w), ++work_round) {
-      work_tile(w, ProducerRole{});
+    for (int u = work.first(); u < split.units; u = work.next(u), ++work_round) {
+      work_tile(u, ProducerRole{});
     }
   } else {
     setmaxnreg_inc<G::kConsumerRegs>();
     // A consumer beyond this call's rows has no part: no barrier counts its warps.
     if (wg > consumers) return;
-    for (int w = work.first(); w < work.count; w = work.next(w), ++work_round) {
-      work_tile(w, ConsumerRole{});
+    for (int u = work.first(); u < split.units; u = work.next(u), ++work_round) {
+      work_tile(u, ConsumerRole{});
     }
   }
 }
@@ -570,7 +648,57 @@ __host__ __device__ __forceinline__ int main_launch(const cubridge_attn_fwd_para
   plan->tma[0] = q;
   plan->tma[1] = k;
   plan->tma[2] = v;
+  plan->split_workspace_bytes = split_workspace_bytes<D>(p);
   return rows_per_tile<D>(p.seqlen_q);
+}
+
+// The combine of a split launch (TailSplit, scheduler.cuh): one warp per query row of a split
+// tile merges that row's parts into O and LSE. It reads the attention launch's CTA count from
+// the workspace header and recomputes the split from it, so a launch that did not split (or a
+// call without the workspace for it) makes it return at once.
+template <typename T, int D>
+__device__ __forceinline__ void combine_split(const cubridge_attn_fwd_params& p, char* workspace) {
+  using namespace cubridge::fa3;
+  char* const area = split_area<D>(p, workspace);
+  if (area == nullptr) return;
+  const int block_m = rows_per_tile<D>(p.seqlen_q);
+  const LongestFirst work = work_order<D>(p, block_m);
+  const TailSplit split(work.count, reinterpret_cast<const SplitHeader*>(area)->ctas,
+                        cuir_cdiv(p.seqlen_kv, BLOCK_N), variant_kv_walk_is_whole());
+  if (!split.active()) return;
+  const size_t slot_floats = split_slot_floats<D>(block_m);
+  const float* const slots = reinterpret_cast<const float*>(area + kSplitHeaderBytes);
+  const int rows = (split.units - split.whole) / split.parts * block_m;
+  const int warps = static_cast<int>(gridDim.x * (blockDim.x / 32));
+  const int lane = threadIdx.x & 31;
+  for (int row = static_cast<int>(blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32); row < rows;
+       row += warps) {
+    const int k = row / block_m, r = row - k * block_m;
+    const Tile tile = work.tile(split.whole + k);
+    const int q = tile.m_block * block_m + r;
+    if (q >= p.seqlen_q) continue;
+    const float* const first = slots + static_cast<size_t>(k) * split.parts * slot_floats;
+    T* const o_row = static_cast<T*>(p.o) + tile.batch * p.o_batch_stride +
+                     tile.head * p.o_head_stride + static_cast<int64_t>(q) * p.o_row_stride;
+    float* const lse = p.lse + tile.batch * p.lse_batch_stride + tile.head * p.lse_head_stride + q;
+    combine_row<T, D>(first + static_cast<size_t>(r) * D,
+                      first + static_cast<size_t>(block_m) * D + r, slot_floats, split.parts,
+                      o_row, lse, lane);
+  }
+}
+
+constexpr int kCombineThreads = 128;
+
+__global__ void __launch_bounds__(kCombineThreads)
+    cubridge_attn_fwd_combine(const __grid_constant__ cubridge_attn_fwd_params p,
+                              char* __restrict__ workspace) {
+  const bool fp16 = p.dtype == 1;
+  switch (p.head_dim) {
+    case 64: return fp16 ? combine_split<__half, 64>(p, workspace) : combine_split<__nv_bfloat16, 64>(p, workspace);
+    case 128: return fp16 ? combine_split<__half, 128>(p, workspace) : combine_split<__nv_bfloat16, 128>(p, workspace);
+    case 256: return fp16 ? combine_split<__half, 256>(p, workspace) : combine_split<__nv_bfloat16, 256>(p, workspace);
+    default: return;
+  }
 }
 
 }  // namespace cubridge_fa3
@@ -618,12 +746,24 @@ __host__ __device__ __forceinline__ void cubridge_attn_fwd_make_plan(
       static_cast<long long>(cuir_cdiv(p.seqlen_q, block_m)) * p.heads_q * p.batch;
   if (work > INT_MAX) return;
   plan->grid[0] = static_cast<uint32_t>(work);
+  // Fewer tiles than SMs leave SMs idle that a split walk can use (TailSplit): offer enough CTAs
+  // for every tile's parts; those past the split's units exit at once.
+  if (plan->split_workspace_bytes > 0 && work < cubridge::fa3::kMaxSplitUnits) {
+    plan->grid[0] = static_cast<uint32_t>(
+        cuir_min<long long>(work * cubridge::fa3::kMaxSplitParts, cubridge::fa3::kMaxSplitUnits));
+  }
   plan->grid[1] = plan->grid[2] = 1;
   // Not at head dim 256 with 64-key tiles: there a persistent CTA ran causal 8k 10% slower than
   // one CTA per tile (same-run A/B, docs/benchmarks.md; its 256-wide epilogue stays unhidden
   // either way, and the hardware's dispatch then balances the tiles better), while hdim 64 / 128
   // gained 2-24%. With 80-key tiles it gains there too (causal 1k +16%, 8k +2%).
-  plan->resident_ctas_per_sm = p.head_dim == 256 && kTileN<256> != 80 ? 0 : 1;
+  plan->resident_ctas_per_sm = p.head_dim == 256 && !kPersistent<256> ? 0 : 1;
+  // The combine of a split last wave (for ... split): 264 CTAs of four warps, a warp per split
+  // row in a grid-stride loop (at most 80 tail tiles of 192 rows).
+  if (plan->split_workspace_bytes > 0) {
+    plan->combine_grid = 264;
+    plan->combine_threads = kCombineThreads;
+  }
   plan->status = 0;
 }
 
@@ -700,8 +840,17 @@ static int launch(const cubridge_attn_fwd_params* p, const cubridge_attn_fwd_lau
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess) {
     grid.x = cuir_min<unsigned>(grid.x, static_cast<unsigned>(sms) * plan.resident_ctas_per_sm);
   }
-  attn_fwd_kernel<T, D><<<grid, plan.threads, plan.smem_bytes, stream>>>(
-      *p, static_cast<char*>(p->workspace), maps);
+  char* const workspace = static_cast<char*>(p->workspace);
+  attn_fwd_kernel<T, D><<<grid, plan.threads, plan.smem_bytes, stream>>>(*p, workspace, maps);
+  // The combine only where this launch splits (the kernel decides the same from its gridDim).
+  const cubridge::fa3::TailSplit split(
+      work_order<D>(*p, rows_per_tile<D>(p->seqlen_q)).count,
+      split_area<D>(*p, workspace) != nullptr ? static_cast<int>(grid.x) : 0,
+      cuir_cdiv(p->seqlen_kv, BLOCK_N), variant_kv_walk_is_whole());
+  if (split.active() && plan.combine_grid > 0) {
+    cubridge_attn_fwd_combine<<<plan.combine_grid, plan.combine_threads, 0, stream>>>(*p,
+                                                                                     workspace);
+  }
   return cudaGetLastError();
 }
 

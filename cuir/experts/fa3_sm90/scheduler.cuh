@@ -111,5 +111,60 @@ struct LongestFirst {
   }
 };
 
+// The last wave split (`for ... split`, base.cuir). Where every work tile walks the same KV
+// blocks, tiles cost alike, and `tiles` tiles on `ctas` persistent CTAs end in a partial wave:
+// tiles % ctas CTAs run one more tile while the rest idle (Llama2 heads at S = 8k: 4096 tiles,
+// 31.03 waves on 132 SMs; 33 heads, 32 waves even, ran 2.7% faster, for cuDNN alike). Instead
+// the tail tiles' KV walks are cut into `parts` runs of consecutive blocks, each a work unit of
+// its own after every whole tile; each unit stores its O and LSE (fp32) in the workspace and a
+// combine kernel merges them (kernel.cu). Units in order: the `whole` tiles first (a multiple
+// of ctas, so the split units all run in the last wave), then tail tile k's parts 0..parts-1.
+constexpr int kMaxSplitParts = 16;   // the combine reads parts x 4 B per output element
+constexpr int kMinSplitBlocks = 2;   // KV blocks per part at least
+constexpr int kMaxSplitUnits = 160;  // partial results the workspace holds (>= any H100's SMs)
+
+struct TailSplit {
+  int whole;  // work tiles run whole, first
+  int parts;  // runs per tail tile's KV walk (1: no split)
+  int units;  // work units in all
+  int kv_blocks;
+
+  __host__ __device__ __forceinline__ TailSplit(int tiles, int ctas, int kv_blocks_,
+                                                bool whole_walks)
+      : whole(tiles), parts(1), units(tiles), kv_blocks(kv_blocks_) {
+    if (!whole_walks || ctas <= 0 || tiles <= 0) return;
+    const int tail = tiles % ctas;
+    if (tail == 0) return;
+    // s = min(ctas / tail, kMaxSplitParts, kv_blocks / kMinSplitBlocks, kMaxSplitUnits / tail),
+    // counted up: written with those divisions, the attention kernel's entry computed 1 on an
+    // H100 where this loop and the same code in its consumer branch compute 8 (16 tiles, 132
+    // CTAs, 128 blocks; the PTX computes 8; not understood, docs/benchmarks.md 2026-11-25).
+    int s = 1;
+    while (s < kMaxSplitParts && (s + 1) * tail <= ctas && (s + 1) * tail <= kMaxSplitUnits &&
+           (s + 1) * kMinSplitBlocks <= kv_blocks) {
+      ++s;
+    }
+    if (s < 2) return;
+    whole = tiles - tail;
+    parts = s;
+    units = whole + tail * s;
+  }
+  __host__ __device__ __forceinline__ bool active() const { return parts > 1; }
+  // Unit u's work tile (LongestFirst::tile's index) and part (-1: the whole walk).
+  __host__ __device__ __forceinline__ int tile_of(int u) const {
+    return u < whole ? u : whole + (u - whole) / parts;
+  }
+  __host__ __device__ __forceinline__ int part_of(int u) const {
+    return u < whole ? -1 : (u - whole) % parts;
+  }
+  // Part k's KV blocks [first_block(k), first_block(k + 1)); the whole walk for k = -1.
+  __host__ __device__ __forceinline__ int first_block(int k) const {
+    return k < 0 ? 0 : static_cast<int>(static_cast<long long>(k) * kv_blocks / parts);
+  }
+  __host__ __device__ __forceinline__ int end_block(int k) const {
+    return k < 0 ? INT_MAX : first_block(k + 1);
+  }
+};
+
 }  // namespace fa3
 }  // namespace cubridge
