@@ -1,7 +1,9 @@
 // Expert forward-attention kernel for sm_90a (H100 / H200): the CUDA behind
 // cuir/experts/fa3_sm90/base.cuir. Persistent CTAs (one per SM; one per work tile at head dim
 // 256 with 64-key tiles) stride over the (m_block, h, b) work tiles in the longest-first order
-// (scheduler.cuh).
+// (scheduler.cuh). Where every tile walks the whole KV range and the last wave is partial, the
+// tail tiles' walks are split across the idle CTAs (`for ... split`, TailSplit) and a combine
+// kernel merges the parts.
 //
 // FlashAttention-3 orchestration with warp specialisation: a producer warpgroup (setmaxnreg 24)
 // whose one thread issues TMA bulk tensor copies of the Q tile and of K/V tiles into a STAGES-deep
@@ -26,7 +28,8 @@
 //
 // Device entry points by role, for loaders of the NVRTC-compiled module (worker/gpu/module.h);
 // {T} and {D} are the element type and head dim of the instance. The launch plan asks the loader
-// for three TMA maps (Q, K, V), which the attention kernel takes as its third parameter.
+// for three TMA maps (Q, K, V), which the attention kernel takes as its third parameter, and
+// names the combine kernel that runs after it where the call may split (plan version 3).
 // @cuir-entry plan cubridge_attn_fwd_plan
 // @cuir-entry classify cubridge_fa3::cubridge_attn_fwd_classify
 // @cuir-entry compact cubridge_fa3::cubridge_attn_fwd_compact
