@@ -192,26 +192,35 @@ TEST_F(Gpu, RowTermsMovedToTheLseVerifyOnBothExperts) {
 // A program an LLM proposes for a spec the rules do not cover: softmax with an attention sink
 // (examples/llm), lowered with the generated epilogue_sink region, checked against the spec's
 // reference function itself at ragged GQA shapes, bf16 and fp16, head dims 64 to 256.
-TEST_F(Gpu, TheSinkProgramVerifiesAgainstItsReference) {
-  const std::string root = CUBRIDGE_SOURCE_ROOT;
-  std::ifstream in(root + "/examples/llm/sink_attention.cuir");
+// examples/llm/sink_attention.cuir as proposed (on the sm_80 expert's base) and the same program
+// moved onto this arch's expert (its declarations swapped for that base's, lower::Rebase).
+struct SinkPrograms {
+  cuir::Program proposed, rebased, base;  // base: this arch's expert's
+};
+void LoadSinkPrograms(lower::Arch arch, SinkPrograms* out) {
+  std::ifstream in(std::string(CUBRIDGE_SOURCE_ROOT) + "/examples/llm/sink_attention.cuir");
   std::stringstream ss;
   ss << in.rdbuf();
   auto proposed = cuir::ParseProgram(ss.str(), "sink_attention.cuir");
   ASSERT_TRUE(proposed.ok()) << proposed.status();
-  auto lifted = lower::LiftExpert(pipeline::ExpertFor(arch_));
+  auto lifted = lower::LiftExpert(pipeline::ExpertFor(arch));
   ASSERT_TRUE(lifted.ok()) << lifted.status();
-  // The program as proposed (on the sm_80 expert's base) and the same program moved onto this
-  // arch's expert (its declarations swapped for that base's, lower::Rebase).
   auto sm80 = lower::LiftExpert("fa2_sm80");
   ASSERT_TRUE(sm80.ok()) << sm80.status();
   auto rebased = lower::Rebase(*proposed, sm80->base, lifted->base);
   ASSERT_TRUE(rebased.ok()) << rebased.status();
+  *out = {*proposed, *rebased, lifted->base};
+}
+
+TEST_F(Gpu, TheSinkProgramVerifiesAgainstItsReference) {
+  const std::string root = CUBRIDGE_SOURCE_ROOT;
+  SinkPrograms sink;
+  ASSERT_NO_FATAL_FAILURE(LoadSinkPrograms(arch_, &sink));
   GpuAutotuner tuner(Options({}, false));
   ASSERT_TRUE(tuner.Probe(arch_).ok());
   for (const auto& [program, base, tile] :
-       {std::tuple{*proposed, *lower::testing::LoadTestProgram("base"), TileConfig{128, 64, 4}},
-        std::tuple{*rebased, lifted->base, Tile()}}) {
+       {std::tuple{sink.proposed, *lower::testing::LoadTestProgram("base"), TileConfig{128, 64, 4}},
+        std::tuple{sink.rebased, sink.base, Tile()}}) {
     for (int64_t d : {64, 128, 256}) {
       auto c = Config(2, 4, 2, 200);
       c.head_dim = d;
@@ -258,18 +267,10 @@ TEST_F(Gpu, TailTilesSplitAcrossIdleSmsVerify) {
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_TRUE(r->value("passed", false)) << spec << " " << c.ToString() << " " << r->dump(2);
   }
-  std::ifstream in(root + "/examples/llm/sink_attention.cuir");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto proposed = cuir::ParseProgram(ss.str(), "sink_attention.cuir");
-  ASSERT_TRUE(proposed.ok()) << proposed.status();
-  auto sm80 = lower::LiftExpert("fa2_sm80");
-  auto sm90 = lower::LiftExpert(pipeline::ExpertFor(arch_));
-  ASSERT_TRUE(sm80.ok() && sm90.ok());
-  auto rebased = lower::Rebase(*proposed, sm80->base, sm90->base);
-  ASSERT_TRUE(rebased.ok()) << rebased.status();
+  SinkPrograms sink;
+  ASSERT_NO_FATAL_FAILURE(LoadSinkPrograms(arch_, &sink));
   const auto c = config(4, 2, 700, 128, cuir::DType::kBF16);
-  pipeline::GpuStageInput input{*rebased, sm90->base, root + "/examples/llm/sink_attention.py",
+  pipeline::GpuStageInput input{sink.rebased, sink.base, root + "/examples/llm/sink_attention.py",
                                 {}, {}, c, arch_, 78, {}, nullptr};
   lower::LoweredKernel kernel;
   auto r = tuner.CheckTile(input, Tile(), &kernel);
