@@ -3,7 +3,8 @@ kernel of full attention (NAME_sm_90.cu from bench/make_kernels.sh), timed on th
 the workspace the plan asks for (the kernel splits the tail tiles' KV walks when the last wave of
 persistent CTAs is partial) and with none (it cannot: the same kernel, unsplit), in rotation.
 Shapes: fewer work tiles than SMs with long KV walks (chunked prefill against a long context),
-Llama2 heads at 1k and 8k (4096 tiles: 31.03 waves on 132 SMs), and a shape of whole waves.
+Llama2 heads at 1k and 8k (4096 tiles: 31.03 waves on 132 SMs), and a shape of whole waves. The
+parts per tail tile are the kernel's own, read from its split header in the workspace.
     python3 bench/sm90/tail_split.py KERNEL.cu [--rounds 3] [--rep-ms 40]
 bf16, head dim 128; both outputs are checked against SDPA first. Prints a markdown table."""
 import argparse, ctypes, math, os, statistics, sys
@@ -25,16 +26,6 @@ SMS = torch.cuda.get_device_properties(0).multi_processor_count
 # (batch, heads_q, heads_kv, seqlen_q, seqlen_kv)
 SHAPES = [(1, 4, 4, 512, 16384), (1, 16, 2, 256, 32768), (1, 8, 8, 1024, 8192),
           (16, 32, 32, 1024, 1024), (2, 32, 32, 8192, 8192), (1, 33, 33, 1024, 1024)]
-
-
-def parts(b, hq, sq, skv):
-    """The split the kernel picks on this GPU (scheduler.cuh, TailSplit): (tiles, parts)."""
-    tiles = -(-sq // 128) * hq * b
-    tail = tiles % SMS
-    if tail == 0:
-        return tiles, 1
-    s = min(SMS // tail, 16, -(-skv // 128) // 2, 160 // tail)
-    return tiles, s if s >= 2 else 1
 
 
 src = os.path.abspath(args.kernel)
@@ -64,6 +55,10 @@ for (b, hq, hkv, sq, skv) in SHAPES:
         diff = (o.float() - ref).abs().max().item()
         if err or not diff < 2e-2:
             sys.exit(f"{mode} {(b, hq, hkv, sq, skv)}: launcher {err}, max |dO| {diff}")
+        if mode == "split":
+            # The kernel's split header (kernel.cu, SplitHeader: CTAs, parts) starts the split
+            # area, at offset 0 of full attention's workspace (no block tables before it).
+            s = ws[:8].view(torch.int32).tolist()[1]
         modes[mode] = (p, ws, o, lse)
     times = {m: [] for m in modes}
     for _ in range(args.rounds):
@@ -72,6 +67,6 @@ for (b, hq, hkv, sq, skv) in SHAPES:
                                      warmup=10, rep=args.rep_ms, return_mode="median"))
     flops = 4 * b * hq * sq * skv * D
     tf = {m: flops / statistics.median(t) / 1e9 for m, t in times.items()}
-    tiles, s = parts(b, hq, sq, skv)
+    tiles = -(-sq // 128) * hq * b
     print(f"| {b} x {hq}/{hkv} x {sq} x {skv} | {tiles} | {s} | {tf['split']:.1f} | "
           f"{tf['unsplit']:.1f} | {tf['split'] / tf['unsplit']:.3f} |", flush=True)

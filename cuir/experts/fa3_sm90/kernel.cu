@@ -230,7 +230,8 @@ __host__ __device__ __forceinline__ cubridge::fa3::LongestFirst work_order(
 // these bytes beside the tables' (split_workspace_bytes), and with less workspace the call
 // simply does not split.
 struct SplitHeader {
-  int ctas;
+  int ctas;   // the attention launch's CTAs, from which the combine recomputes the split
+  int parts;  // runs per tail tile (1: no split), for tools (bench/sm90/tail_split.py)
 };
 constexpr size_t kSplitHeaderBytes = 256;
 template <int D>
@@ -258,6 +259,15 @@ __host__ __device__ __forceinline__ char* split_area(const cubridge_attn_fwd_par
     return nullptr;
   }
   return workspace + split_workspace_offset(p);
+}
+
+// The one construction of a call's split, for the attention kernel, the combine and the
+// launcher, which must agree on it: `ctas` persistent CTAs (0: the call has no split area).
+template <int D>
+__host__ __device__ __forceinline__ cubridge::fa3::TailSplit call_split(
+    const cubridge_attn_fwd_params& p, const cubridge::fa3::LongestFirst& work, int ctas) {
+  return cubridge::fa3::TailSplit(work.count, ctas, cuir_cdiv(p.seqlen_kv, BLOCK_N),
+                                  variant_kv_walk_is_whole());
 }
 
 template <typename T, int D>
@@ -308,10 +318,10 @@ __global__ void __launch_bounds__(Geo<T, D>::kThreads, 1)
   const LongestFirst work = work_order<D>(p, BLOCK_M);
   // for ... split: the last partial wave's tiles walk their KV blocks in parts (TailSplit).
   char* const split_ws = kSplits<D> ? split_area<D>(p, workspace) : nullptr;
-  const TailSplit split(work.count, split_ws != nullptr ? static_cast<int>(gridDim.x) : 0,
-                        cuir_cdiv(seqlen_kv, BLOCK_N), variant_kv_walk_is_whole());
+  const TailSplit split =
+      call_split<D>(p, work, split_ws != nullptr ? static_cast<int>(gridDim.x) : 0);
   if (split_ws != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
-    reinterpret_cast<SplitHeader*>(split_ws)->ctas = static_cast<int>(gridDim.x);
+    *reinterpret_cast<SplitHeader*>(split_ws) = SplitHeader{static_cast<int>(gridDim.x), split.parts};
   }
   // One work unit (a work tile, or one part of a split tile's walk) in one role. Each role runs
   // its own loop over them (below), so the code of each lies after that role's setmaxnreg, and
@@ -666,8 +676,8 @@ __device__ __forceinline__ void combine_split(const cubridge_attn_fwd_params& p,
   if (area == nullptr) return;
   const int block_m = rows_per_tile<D>(p.seqlen_q);
   const LongestFirst work = work_order<D>(p, block_m);
-  const TailSplit split(work.count, reinterpret_cast<const SplitHeader*>(area)->ctas,
-                        cuir_cdiv(p.seqlen_kv, BLOCK_N), variant_kv_walk_is_whole());
+  const TailSplit split =
+      call_split<D>(p, work, reinterpret_cast<const SplitHeader*>(area)->ctas);
   if (!split.active()) return;
   const size_t slot_floats = split_slot_floats<D>(block_m);
   const float* const slots = reinterpret_cast<const float*>(area + kSplitHeaderBytes);
@@ -846,10 +856,9 @@ static int launch(const cubridge_attn_fwd_params* p, const cubridge_attn_fwd_lau
   char* const workspace = static_cast<char*>(p->workspace);
   attn_fwd_kernel<T, D><<<grid, plan.threads, plan.smem_bytes, stream>>>(*p, workspace, maps);
   // The combine only where this launch splits (the kernel decides the same from its gridDim).
-  const cubridge::fa3::TailSplit split(
-      work_order<D>(*p, rows_per_tile<D>(p->seqlen_q)).count,
-      split_area<D>(*p, workspace) != nullptr ? static_cast<int>(grid.x) : 0,
-      cuir_cdiv(p->seqlen_kv, BLOCK_N), variant_kv_walk_is_whole());
+  const cubridge::fa3::TailSplit split =
+      call_split<D>(*p, work_order<D>(*p, rows_per_tile<D>(p->seqlen_q)),
+                    split_area<D>(*p, workspace) != nullptr ? static_cast<int>(grid.x) : 0);
   if (split.active() && plan.combine_grid > 0) {
     cubridge_attn_fwd_combine<<<plan.combine_grid, plan.combine_threads, 0, stream>>>(*p,
                                                                                      workspace);
