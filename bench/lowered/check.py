@@ -49,6 +49,25 @@ def load(so):
     return lib
 
 
+def load_files(srcs, arch="sm_90"):
+    """Kernel files DIR/NAME_<arch>.cu, each built to DIR/NAME.so (all at once: the nvcc runs are
+    independent) and loaded, in order."""
+    suffix = f"_{arch}.cu"
+
+    def build_file(src):
+        src = os.path.abspath(src)
+        return build_from(os.path.dirname(src), os.path.basename(src)[:-len(suffix)], arch)
+
+    with cf.ThreadPoolExecutor() as pool:
+        return [load(so) for so in pool.map(build_file, srcs)]
+
+
+def file_label(src):
+    """A kernel file's label in timing tables: its folder and file name (SET/NAME_sm_90.cu)."""
+    src = os.path.abspath(src)
+    return os.path.basename(os.path.dirname(src)) + "/" + os.path.basename(src)
+
+
 def make_doc(n, seed):
     g = torch.Generator().manual_seed(seed)
     lens = []

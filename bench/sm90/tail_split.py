@@ -29,8 +29,7 @@ SHAPES = [(1, 4, 4, 512, 16384), (1, 16, 2, 256, 32768), (1, 8, 8, 1024, 8192),
 
 
 src = os.path.abspath(args.kernel)
-lib = check.load(check.build_from(os.path.dirname(src), os.path.basename(src)[:-len("_sm_90.cu")],
-                                  "sm_90"))
+lib = check.load_files([src])[0]
 stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
 print(f"{torch.cuda.get_device_name(0)}, {SMS} SMs; {args.kernel}; rounds {args.rounds}, "
       f"rep {args.rep_ms} ms, median per mode\n")

@@ -15,7 +15,6 @@ long before each round, as the matrix's eager PyTorch runs before its CuBridge t
 tensor cores multiply zeros there (at the 700 W limit the data's power shows in the clock).
 --unchecked skips even the NaN check (experiments that leave O unwritten)."""
 import argparse, ctypes, math, os, statistics, subprocess, sys, threading, time
-from concurrent.futures import ThreadPoolExecutor
 
 ap = argparse.ArgumentParser()
 ap.add_argument("s", type=int)
@@ -50,16 +49,12 @@ scale = 1 / math.sqrt(D)
 stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
 
 # Build every kernel at once (nvcc takes ~12 s each), as run_matrix.py does: NAME.so beside it.
-with ThreadPoolExecutor() as pool:
-    sos = list(pool.map(lambda src: check.build_from(os.path.dirname(os.path.abspath(src)),
-                                                     os.path.basename(src)[:-len("_sm_90.cu")],
-                                                     "sm_90"), args.kernels))
+libs = check.load_files(args.kernels)
 
 ref = F.scaled_dot_product_attention(q, k.repeat_interleave(hq // hkv, 1),
                                      v.repeat_interleave(hq // hkv, 1), is_causal=args.causal).float()
 calls = {}
-for src, so in zip(args.kernels, sos):
-    lib = check.load(so)
+for src, lib in zip(args.kernels, libs):
     o = torch.full_like(q, float("nan"))
     lse = torch.empty(b, hq, s, device="cuda", dtype=torch.float32)
     p, ws, _ = check.make_params(lib, q, k, v, o, lse, scale, [])
@@ -69,7 +64,7 @@ for src, so in zip(args.kernels, sos):
     if err or not (diff < 2e-2 or args.unchecked or
                    (args.no_check and not torch.isnan(o).any().item())):
         sys.exit(f"timing_modes: {src} launcher {err}, max |O - O_sdpa| {diff:.2e}")
-    name = os.path.basename(os.path.dirname(os.path.abspath(src))) + "/" + os.path.basename(src)
+    name = check.file_label(src)
     keep = (lib, p, ws, o, lse)
     calls[name] = (lambda keep=keep: keep[0].cubridge_attn_fwd(ctypes.byref(keep[1]), stream))
 k_rep, v_rep = k.repeat_interleave(hq // hkv, 1), v.repeat_interleave(hq // hkv, 1)

@@ -23,7 +23,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
-from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 from triton.testing import do_bench  # noqa: E402
 import check  # noqa: E402
 
@@ -31,13 +30,8 @@ D, h, sq = 128, args.heads, args.sq
 b = max(1, 16384 // sq)
 skvs = [int(x) for x in args.skv.split(",")]
 stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-with ThreadPoolExecutor() as pool:
-    sos = list(pool.map(lambda src: check.build_from(os.path.dirname(os.path.abspath(src)),
-                                                     os.path.basename(src)[:-len("_sm_90.cu")],
-                                                     "sm_90"), args.kernels))
-libs = [check.load(so) for so in sos]
-names = [os.path.basename(os.path.dirname(os.path.abspath(k))) + "/" + os.path.basename(k)
-         for k in args.kernels]
+libs = check.load_files(args.kernels)
+names = [check.file_label(k) for k in args.kernels]
 torch.manual_seed(0)
 q = torch.randn(b, h, sq, D, device="cuda", dtype=torch.bfloat16)
 ms = {}  # (kernel, skv) -> median ms
