@@ -193,6 +193,7 @@ nlohmann::json VerifyReport::ToJson() const {
       if (!s.o_padding_at.empty()) shape["o_padding"]["first_written"] = s.o_padding_at;
     }
     if (s.o_padding_refused) shape["o_padding_refused"] = true;
+    if (s.combined) shape["combined"] = true;
     shapes_json.push_back(std::move(shape));
   }
   nlohmann::json out = {{"level", "ir"}, {"device", "cpu"}, {"passed", passed}, {"seed", seed},

@@ -60,6 +60,9 @@ struct ShapeResult {
   int64_t o_padding_written = 0;
   std::vector<int64_t> o_padding_at;
   int64_t blocks_visited = 0, blocks_masked = 0;
+  // The launch split its last wave and a combine kernel merged the parts (the GPU verifier, on a
+  // plan that names a combine only for a launch that splits). The CPU verifier never sets it.
+  bool combined = false;
   double seconds = 0;
   bool passed = false;
 };

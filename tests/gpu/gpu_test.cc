@@ -266,6 +266,17 @@ TEST_F(Gpu, TailTilesSplitAcrossIdleSmsVerify) {
     auto r = tuner.CheckTile(Input(p, spec, c), Tile(), &kernel);
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_TRUE(r->value("passed", false)) << spec << " " << c.ToString() << " " << r->dump(2);
+    // The worker tells the plan its SM count, so the combine runs only where the launch split:
+    // 17 x 1000 rows is 136 tiles, a partial last wave on any sm_90 part; a 65-key walk is one
+    // block, which no split cuts.
+    if (c.seqlen_q == 1000) {
+      for (const auto& shape : (*r)["verification"]["shapes"]) {
+        const int64_t skv = shape["seqlen_kv"];
+        if (skv == 1000 || skv == 65) {
+          EXPECT_EQ(shape.value("combined", false), skv == 1000) << shape.dump();
+        }
+      }
+    }
   }
   SinkPrograms sink;
   ASSERT_NO_FATAL_FAILURE(LoadSinkPrograms(arch_, &sink));

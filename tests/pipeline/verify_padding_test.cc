@@ -148,6 +148,23 @@ TEST(VerifyPadding, UnpaddedAndRefusedShapesSaySo) {
   }
   EXPECT_FALSE(j["shapes"][0].contains("o_padding_refused"));
   EXPECT_EQ(j["shapes"][1]["o_padding_refused"], true);
+  EXPECT_FALSE(j["shapes"][0].contains("combined"));
+}
+
+// A shape whose launch split its last wave says so; the others carry no such key.
+TEST(VerifyPadding, SplitShapesSaySo) {
+  ShapeResult split;
+  split.shape = {1, 1000, 1000};
+  split.passed = true;
+  split.combined = true;
+  ShapeResult whole = split;
+  whole.combined = false;
+  VerifyReport report;
+  report.shapes = {split, whole};
+  report.passed = true;
+  const nlohmann::json j = report.ToJson();
+  EXPECT_EQ(j["shapes"][0]["combined"], true);
+  EXPECT_FALSE(j["shapes"][1].contains("combined"));
 }
 
 }  // namespace

@@ -28,7 +28,7 @@ std::string OffsetChecks() {
   for (const char* f : {"version", "status", "workspace_bytes", "classify_grid", "compact_grid",
                         "table_threads", "grid", "threads", "smem_bytes", "tma_count", "tma",
                         "resident_ctas_per_sm", "split_workspace_bytes", "combine_grid",
-                        "combine_threads"}) {
+                        "combine_threads", "sm_count"}) {
     absl::StrAppend(&checks, "static_assert(offsetof(lowered::cubridge_attn_fwd_launch_plan, ", f,
                     ") == offsetof(cubridge::gpu::LaunchPlan, ", f, "), \"", f, "\");\n");
   }

@@ -188,6 +188,7 @@ absl::StatusOr<pipeline::ShapeResult> VerifyShapeOnGpu(const RunRequest& r, cons
                          want->lse.defined() ? want->lse.cpu().to(torch::kFloat64) : torch::Tensor(),
                          &res);
   res.o_padding_refused = refused;
+  res.combined = plan->combine_grid > 0;
   if (padded.defined()) pipeline::CheckOPadding(padded, c.head_dim, &res);
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return res;

@@ -47,7 +47,7 @@ absl::StatusOr<Driver> Load() {
   CUBRIDGE_LOAD(EventSynchronize, cuEventSynchronize)
   CUBRIDGE_LOAD(EventElapsedTime, cuEventElapsedTime)
   CUBRIDGE_LOAD(MemcpyDtoH, cuMemcpyDtoH)
-  CUBRIDGE_LOAD(MemsetD8, cuMemsetD8)
+  CUBRIDGE_LOAD(MemcpyHtoD, cuMemcpyHtoD)
   CUBRIDGE_LOAD(TensorMapEncodeTiled, cuTensorMapEncodeTiled)
 #undef CUBRIDGE_LOAD
   if (!missing.empty()) {

@@ -36,7 +36,7 @@ struct Driver {
   decltype(&::cuEventSynchronize) EventSynchronize;
   decltype(&::cuEventElapsedTime) EventElapsedTime;
   decltype(&::cuMemcpyDtoH) MemcpyDtoH;
-  decltype(&::cuMemsetD8) MemsetD8;
+  decltype(&::cuMemcpyHtoD) MemcpyHtoD;
   // TMA tensor maps a plan-version-2 kernel asks for (module.h, EncodeTmaMaps).
   decltype(&::cuTensorMapEncodeTiled) TensorMapEncodeTiled;
 

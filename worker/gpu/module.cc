@@ -282,8 +282,12 @@ absl::StatusOr<LaunchPlan> KernelModule::Plan(const AttnParams& p, CUdeviceptr s
   AttnParams params = p;
   void* args[] = {&params, &scratch};
   // A kernel built against an older (shorter) plan struct writes only the fields it knows: the
-  // rest must read as zero (version 1: no TMA maps). Same stream as the plan kernel.
-  if (auto s = cu_->Check(cu_->MemsetD8(scratch, 0, sizeof(LaunchPlan)), "clear launch plan");
+  // rest must read as zero (version 1: no TMA maps). The one input, the SMs this worker launches
+  // on, lets the kernel leave out a combine that would find nothing split. Same stream as the
+  // plan kernel.
+  LaunchPlan in{};
+  in.sm_count = static_cast<uint32_t>(std::max(sm_count_, 0));
+  if (auto s = cu_->Check(cu_->MemcpyHtoD(scratch, &in, sizeof(in)), "write launch plan input");
       !s.ok()) {
     return s;
   }
@@ -360,7 +364,8 @@ absl::Status KernelModule::Enqueue(const AttnParams& p, const LaunchPlan& plan,
       !s.ok()) {
     return s;
   }
-  // The combine of a split last wave; where the launch did not split it returns at once.
+  // The combine of a split last wave: named by a kernel that knew this worker's SM count only
+  // where this launch splits (an older kernel names it wherever one may; it then returns at once).
   if (plan.combine_grid == 0) return absl::OkStatus();
   return cu_->Check(cu_->LaunchKernel(combine_, plan.combine_grid, 1, 1, plan.combine_threads, 1,
                                       1, 0, stream, args, nullptr),

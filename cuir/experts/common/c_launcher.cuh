@@ -11,7 +11,8 @@ namespace cubridge_c_launcher {
 static int enqueue(const cubridge_attn_fwd_params* p, cudaStream_t stream, bool tables,
                    bool attention) {
   if (p == nullptr) return cudaErrorInvalidValue;
-  cubridge_attn_fwd_launch_plan plan;
+  // Zeroed: no SM count offered (the launcher decides the combine from its own grid).
+  cubridge_attn_fwd_launch_plan plan{};
   cubridge_attn_fwd_make_plan(*p, &plan);
   if (plan.status != 0) return cudaErrorInvalidValue;
   if (plan.workspace_bytes > 0 &&
@@ -37,7 +38,7 @@ static int enqueue(const cubridge_attn_fwd_params* p, cudaStream_t stream, bool 
 // partial wave (plan version 3): the size that makes the call fastest.
 extern "C" size_t cubridge_attn_fwd_workspace_size(const cubridge_attn_fwd_params* p) {
   if (p == nullptr) return 0;
-  cubridge_attn_fwd_launch_plan plan;
+  cubridge_attn_fwd_launch_plan plan{};
   cubridge_attn_fwd_make_plan(*p, &plan);
   if (plan.status != 0) return CUBRIDGE_EXPERT_NS::variant_workspace(*p, nullptr);
   return plan.workspace_bytes + plan.split_workspace_bytes;

@@ -113,6 +113,11 @@ typedef struct cubridge_attn_fwd_launch_plan {
   uint64_t split_workspace_bytes;
   uint32_t combine_grid;
   uint32_t combine_threads;
+  // Input, not output: the SMs the loader launches a persistent kernel on, written into the
+  // plan's memory before the plan kernel runs (0: unknown; a loader that zero-fills leaves it
+  // so). Knowing them, a kernel names a combine (combine_grid > 0) only for a launch that splits,
+  // rather than for every call that may split. A kernel from before this field ignores it.
+  uint32_t sm_count;
 } cubridge_attn_fwd_launch_plan;
 
 #endif  // cubridge_attn_fwd_LAUNCH_ABI_CUH_

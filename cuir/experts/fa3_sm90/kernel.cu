@@ -718,6 +718,18 @@ __global__ void __launch_bounds__(kCombineThreads)
 
 
 
+// Whether a launch of `ctas` persistent CTAs splits its last wave (with the split area present).
+__host__ __device__ __forceinline__ bool launch_splits(const cubridge_attn_fwd_params& p,
+                                                       int block_m, int ctas) {
+  using namespace cubridge_fa3;
+  switch (p.head_dim) {
+    case 64: return call_split<64>(p, work_order<64>(p, block_m), ctas).active();
+    case 128: return call_split<128>(p, work_order<128>(p, block_m), ctas).active();
+    case 256: return call_split<256>(p, work_order<256>(p, block_m), ctas).active();
+    default: return false;
+  }
+}
+
 // What one call enqueues (cubridge_attn_fwd_launch_plan, common/launch_abi.cuh), computed from
 // the parameters alone by one function that runs on the host (the launcher below, built by nvcc)
 // and on the device (cubridge_attn_fwd_plan, which a loader of an NVRTC-compiled module runs
@@ -725,7 +737,9 @@ __global__ void __launch_bounds__(kCombineThreads)
 __host__ __device__ __forceinline__ void cubridge_attn_fwd_make_plan(
     const cubridge_attn_fwd_params& p, cubridge_attn_fwd_launch_plan* plan) {
   using namespace cubridge_fa3;
+  const uint32_t sm_count = plan->sm_count;  // the loader's input; the reset below keeps it
   *plan = cubridge_attn_fwd_launch_plan{};
+  plan->sm_count = sm_count;
   plan->version = CUBRIDGE_PLAN_VERSION;
   plan->status = 1;
   if (p.q == nullptr || p.k == nullptr || p.v == nullptr || p.o == nullptr || p.lse == nullptr ||
@@ -772,8 +786,13 @@ __host__ __device__ __forceinline__ void cubridge_attn_fwd_make_plan(
   // gained 2-24%. With 80-key tiles it gains there too (causal 1k +16%, 8k +2%).
   plan->resident_ctas_per_sm = p.head_dim == 256 && !kPersistent<256> ? 0 : 1;
   // The combine of a split last wave (for ... split): 264 CTAs of four warps, a warp per split
-  // row in a grid-stride loop (at most 80 tail tiles of 192 rows).
-  if (plan->split_workspace_bytes > 0) {
+  // row in a grid-stride loop (at most 80 tail tiles of 192 rows). Where the loader told its SM
+  // count, only if the launch it will make (min(grid, SMs x resident), as the launcher below
+  // computes it) splits.
+  const long long ctas = cuir_min<long long>(
+      plan->grid[0], static_cast<long long>(sm_count) * plan->resident_ctas_per_sm);
+  if (plan->split_workspace_bytes > 0 &&
+      (sm_count == 0 || launch_splits(p, block_m, static_cast<int>(ctas)))) {
     plan->combine_grid = 264;
     plan->combine_threads = kCombineThreads;
   }
@@ -856,10 +875,8 @@ static int launch(const cubridge_attn_fwd_params* p, const cubridge_attn_fwd_lau
   char* const workspace = static_cast<char*>(p->workspace);
   attn_fwd_kernel<T, D><<<grid, plan.threads, plan.smem_bytes, stream>>>(*p, workspace, maps);
   // The combine only where this launch splits (the kernel decides the same from its gridDim).
-  const cubridge::fa3::TailSplit split =
-      call_split<D>(*p, work_order<D>(*p, rows_per_tile<D>(p->seqlen_q)),
-                    split_area<D>(*p, workspace) != nullptr ? static_cast<int>(grid.x) : 0);
-  if (split.active() && plan.combine_grid > 0) {
+  if (plan.combine_grid > 0 && split_area<D>(*p, workspace) != nullptr &&
+      launch_splits(*p, rows_per_tile<D>(p->seqlen_q), static_cast<int>(grid.x))) {
     cubridge_attn_fwd_combine<<<plan.combine_grid, plan.combine_threads, 0, stream>>>(*p,
                                                                                      workspace);
   }
