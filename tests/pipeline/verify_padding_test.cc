@@ -4,6 +4,8 @@
 // of unpadded shapes (the CPU verifier's) read as before.
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -130,15 +132,25 @@ TEST(VerifyPadding, PaddingDecidesPassedWhicheverCheckRunsLast) {
   EXPECT_FALSE(r.passed);
 }
 
+// A report of shapes that all matched the oracle.
+ShapeResult PassedShape(VerifyShape shape) {
+  ShapeResult r;
+  r.shape = shape;
+  r.passed = true;
+  return r;
+}
+VerifyReport PassedReport(std::vector<ShapeResult> shapes) {
+  VerifyReport report;
+  report.shapes = std::move(shapes);
+  report.passed = true;
+  return report;
+}
+
 TEST(VerifyPadding, UnpaddedAndRefusedShapesSaySo) {
-  ShapeResult plain;
-  plain.shape = {1, 65, 65};
-  plain.passed = true;
+  const ShapeResult plain = PassedShape({1, 65, 65});
   ShapeResult refused = plain;
   refused.o_padding_refused = true;
-  VerifyReport report;
-  report.shapes = {plain, refused};
-  report.passed = true;
+  const VerifyReport report = PassedReport({plain, refused});
   EXPECT_THAT(report.Summary(), HasSubstr("2 shapes match the oracle"));
   EXPECT_THAT(report.Summary(), Not(HasSubstr("padd")));
   const nlohmann::json j = report.ToJson();
@@ -153,16 +165,9 @@ TEST(VerifyPadding, UnpaddedAndRefusedShapesSaySo) {
 
 // A shape whose launch split its last wave says so; the others carry no such key.
 TEST(VerifyPadding, SplitShapesSaySo) {
-  ShapeResult split;
-  split.shape = {1, 1000, 1000};
-  split.passed = true;
+  ShapeResult split = PassedShape({1, 1000, 1000});
   split.combined = true;
-  ShapeResult whole = split;
-  whole.combined = false;
-  VerifyReport report;
-  report.shapes = {split, whole};
-  report.passed = true;
-  const nlohmann::json j = report.ToJson();
+  const nlohmann::json j = PassedReport({split, PassedShape({1, 1000, 1000})}).ToJson();
   EXPECT_EQ(j["shapes"][0]["combined"], true);
   EXPECT_FALSE(j["shapes"][1].contains("combined"));
 }
