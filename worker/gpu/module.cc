@@ -353,10 +353,8 @@ absl::Status KernelModule::Enqueue(const AttnParams& p, const LaunchPlan& plan,
       !s.ok()) {
     return s;
   }
-  unsigned grid_x = plan.grid[0];
-  if (plan.resident_ctas_per_sm > 0 && sm_count_ > 0) {
-    grid_x = std::min<unsigned>(grid_x, static_cast<unsigned>(sm_count_) * plan.resident_ctas_per_sm);
-  }
+  const unsigned grid_x =
+      cubridge_attn_fwd_launch_ctas(&plan, static_cast<uint32_t>(std::max(sm_count_, 0)));
   if (auto s = cu_->Check(cu_->LaunchKernel(attention_, grid_x, plan.grid[1], plan.grid[2],
                                             plan.threads, 1, 1, plan.smem_bytes, stream,
                                             plan.tma_count > 0 ? attention_args : args, nullptr),

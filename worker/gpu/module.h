@@ -63,8 +63,8 @@ class KernelModule {
   ~KernelModule();
 
   // Runs the plan kernel for these parameters and waits for it. `scratch` is 256 bytes of device
-  // memory for the plan (zero-filled first, so a version-1 kernel leaves tma_count 0, except
-  // `sm_count`: this device's SMs, the plan's one input).
+  // memory for the plan, zero-filled first (so a version-1 kernel leaves tma_count 0) but for
+  // the plan's one input, `sm_count`: this device's SMs.
   // INVALID_ARGUMENT when the kernel refuses the parameters; see CheckLaunchPlan.
   absl::StatusOr<LaunchPlan> Plan(const AttnParams& p, CUdeviceptr scratch) const;
   // Enqueues one call (tables, then attention) on `stream`. Does not wait. A plan with TMA

@@ -120,4 +120,21 @@ typedef struct cubridge_attn_fwd_launch_plan {
   uint32_t sm_count;
 } cubridge_attn_fwd_launch_plan;
 
+#ifdef __cplusplus
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define CUBRIDGE_ABI_FN inline __host__ __device__
+#else
+#define CUBRIDGE_ABI_FN inline
+#endif
+// The CTAs a loader starts for `plan` on a device of `sms` SMs (0: unknown): a persistent
+// kernel's grid[0] bounded by what fits at once, min(grid[0], sms x resident_ctas_per_sm); any
+// other grid[0] whole. The worker's loader, the nvcc launcher and the plan kernel (whose combine
+// depends on how this launch splits) all count them here.
+CUBRIDGE_ABI_FN uint32_t cubridge_attn_fwd_launch_ctas(const cubridge_attn_fwd_launch_plan* plan,
+                                                       uint32_t sms) {
+  const uint32_t fit = sms * plan->resident_ctas_per_sm;
+  return fit > 0 && fit < plan->grid[0] ? fit : plan->grid[0];
+}
+#endif  // __cplusplus
+
 #endif  // cubridge_attn_fwd_LAUNCH_ABI_CUH_

@@ -787,12 +787,10 @@ __host__ __device__ __forceinline__ void cubridge_attn_fwd_make_plan(
   plan->resident_ctas_per_sm = p.head_dim == 256 && !kPersistent<256> ? 0 : 1;
   // The combine of a split last wave (for ... split): 264 CTAs of four warps, a warp per split
   // row in a grid-stride loop (at most 80 tail tiles of 192 rows). Where the loader told its SM
-  // count, only if the launch it will make (min(grid, SMs x resident), as the launcher below
-  // computes it) splits.
-  const long long ctas = cuir_min<long long>(
-      plan->grid[0], static_cast<long long>(sm_count) * plan->resident_ctas_per_sm);
+  // count, only if the launch it will make splits.
   if (plan->split_workspace_bytes > 0 &&
-      (sm_count == 0 || launch_splits(p, block_m, static_cast<int>(ctas)))) {
+      (sm_count == 0 ||
+       launch_splits(p, block_m, static_cast<int>(cubridge_attn_fwd_launch_ctas(plan, sm_count))))) {
     plan->combine_grid = 264;
     plan->combine_threads = kCombineThreads;
   }
@@ -866,12 +864,14 @@ static int launch(const cubridge_attn_fwd_params* p, const cubridge_attn_fwd_lau
   cudaError_t err = cudaFuncSetAttribute(
       attn_fwd_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes);
   if (err != cudaSuccess) return err;
-  dim3 grid(plan.grid[0], plan.grid[1], plan.grid[2]);
   int device = 0, sms = 0;
-  if (plan.resident_ctas_per_sm > 0 && cudaGetDevice(&device) == cudaSuccess &&
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess) {
-    grid.x = cuir_min<unsigned>(grid.x, static_cast<unsigned>(sms) * plan.resident_ctas_per_sm);
+  if (plan.resident_ctas_per_sm > 0 &&
+      (cudaGetDevice(&device) != cudaSuccess ||
+       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)) {
+    sms = 0;  // unknown: the whole grid
   }
+  const dim3 grid(cubridge_attn_fwd_launch_ctas(&plan, static_cast<uint32_t>(sms)), plan.grid[1],
+                  plan.grid[2]);
   char* const workspace = static_cast<char*>(p->workspace);
   attn_fwd_kernel<T, D><<<grid, plan.threads, plan.smem_bytes, stream>>>(*p, workspace, maps);
   // The combine only where this launch splits (the kernel decides the same from its gridDim).
