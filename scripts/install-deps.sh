@@ -2,7 +2,8 @@
 # Installs every Debian 12 package the build, the tests and the service need.
 # Idempotent; run as root on a fresh Debian 12 machine (CI and the container files reuse it).
 # libopenblas0-pthread takes over libblas.so.3 (Debian alternatives): LibTorch CPU matmuls in the
-# interpreter and the oracle run ~10x faster than on the reference BLAS.
+# interpreter and the oracle run ~10x faster than on the reference BLAS. clang and its runtimes
+# (libFuzzer, the sanitizers) build the fuzz targets (scripts/fuzz.sh).
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 pkgs=(
@@ -13,6 +14,7 @@ pkgs=(
   prometheus-cpp-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libcurl4-openssl-dev libcpp-httplib-dev libssl-dev openssl
   libopenblas0-pthread
+  clang libclang-rt-14-dev
 )
 missing=()
 for p in "${pkgs[@]}"; do

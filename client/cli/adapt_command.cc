@@ -162,7 +162,7 @@ int RunAdapt(AdaptFlags& f) {
 
 Command AddAdaptCommand(CLI::App& app) {
   auto flags = std::make_shared<AdaptFlags>();
-  auto* cmd = app.add_subcommand("adapt", "Adapt the expert kernel to an attention variant spec");
+  auto* cmd = app.add_subcommand("adapt", kAdaptSummary);
   AddFlags(cmd, *flags);
   return {cmd, [flags] { return RunAdapt(*flags); }};
 }

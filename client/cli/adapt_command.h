@@ -6,6 +6,9 @@
 
 namespace cubridge::cli {
 
+// Its one-line help, which cubridge-cli lists too (local_handoff.h).
+inline constexpr char kAdaptSummary[] = "Adapt the expert kernel to an attention variant spec";
+
 Command AddAdaptCommand(CLI::App& app);
 
 }  // namespace cubridge::cli

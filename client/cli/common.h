@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -15,6 +16,10 @@ struct Command {
   CLI::App* app = nullptr;
   std::function<int()> run;
 };
+
+// Parses the command line into `app` and runs the one of `commands` it names; returns the exit
+// code: the command's, 0 for --help, 2 for bad usage.
+int ParseAndRun(CLI::App& app, const std::vector<Command>& commands, int argc, char** argv);
 
 // "[transfer] ok       0.012s  detail"
 void PrintStageLine(const std::string& stage, bool ok, double seconds, const std::string& detail);

@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/cli/config_flags.h"
 #include "cuir/lower/lift.h"
-#include "cuir/pipeline/files.h"
+#include "cuir/files/files.h"
 #include "cuir/propose/llm_flags.h"
 #include "cuir/propose/llm_lifter.h"
 #include "worker/gpu/user_kernel.h"
@@ -79,7 +79,7 @@ int RunLift(LiftFlags& f) {
         "lift asks a language model: set --llm-endpoint and --llm-model (or CUBRIDGE_LLM_ENDPOINT "
         "and CUBRIDGE_LLM_MODEL); docs/llm.md");
   }
-  auto source = pipeline::ReadFile(f.kernel);
+  auto source = files::ReadFile(f.kernel);
   if (!source.ok()) {
     std::cerr << "cubridge-cli lift: " << source.status().message() << "\n";
     return 1;
@@ -121,10 +121,10 @@ int RunLift(LiftFlags& f) {
       " (proposed by ", settings->chat.model, ", round ", outcome.accepted_round,
       "); it agreed with the compiled kernel on ", comparator.device(), ".\n",
       cuir::PrintProgram(outcome.program));
-  if (auto s = pipeline::PublishFiles(f.out_dir, {{"base.cuir", base},
-                                                  {"kernel.cu", *source},
-                                                  {"report.json", report.dump(2) + "\n"},
-                                                  {"transcript.json", outcome.transcript.dump(2) + "\n"}});
+  if (auto s = files::PublishFiles(f.out_dir, {{"base.cuir", base},
+                                               {"kernel.cu", *source},
+                                               {"report.json", report.dump(2) + "\n"},
+                                               {"transcript.json", outcome.transcript.dump(2) + "\n"}});
       !s.ok()) {
     std::cerr << "cubridge-cli lift: " << s.message() << "\n";
     return 1;
@@ -143,8 +143,7 @@ int RunLift(LiftFlags& f) {
 
 Command AddLiftCommand(CLI::App& app) {
   auto flags = std::make_shared<LiftFlags>();
-  auto* cmd = app.add_subcommand(
-      "lift", "Lift your own CUDA attention kernel into CuIR with an LLM, checked on the GPU");
+  auto* cmd = app.add_subcommand("lift", kLiftSummary);
   AddFlags(cmd, *flags);
   return {cmd, [flags] { return RunLift(*flags); }};
 }

@@ -7,6 +7,10 @@
 
 namespace cubridge::cli {
 
+// Its one-line help, which cubridge-cli lists too (local_handoff.h).
+inline constexpr char kLiftSummary[] =
+    "Lift your own CUDA attention kernel into CuIR with an LLM, checked on the GPU";
+
 Command AddLiftCommand(CLI::App& app);
 
 }  // namespace cubridge::cli

@@ -12,13 +12,14 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/cli/config_flags.h"
 #include "client/cli/service_output.h"
-#include "cuir/pipeline/files.h"
-#include "cuir/propose/transcript.h"
+#include "cuir/files/files.h"
+#include "cuir/llm/transcript.h"
 
 namespace cubridge::cli {
 namespace {
@@ -30,8 +31,11 @@ struct ConnectionFlags {
   std::string address;     // empty: CUBRIDGE_ADDRESS, else localhost:50051
   std::string token_file;  // empty: CUBRIDGE_TOKEN, else CUBRIDGE_TOKEN_FILE
   std::string tls_ca;      // empty: CUBRIDGE_TLS_CA; set: TLS with this CA bundle
+  double timeout_seconds = 0;  // 0: CUBRIDGE_TIMEOUT, else 30
   bool json = false;
 };
+
+constexpr double kDefaultTimeoutSeconds = 30;
 
 void AddConnectionFlags(CLI::App* cmd, ConnectionFlags& c) {
   const char* group = "Connection";
@@ -44,6 +48,11 @@ void AddConnectionFlags(CLI::App* cmd, ConnectionFlags& c) {
       ->group(group);
   cmd->add_option("--tls-ca", c.tls_ca, "Use TLS, trusting this PEM CA bundle ($CUBRIDGE_TLS_CA)")
       ->group(group);
+  cmd->add_option("--timeout", c.timeout_seconds,
+                  "Seconds a call may take, waiting for a coordinator that restarts included "
+                  "(default: $CUBRIDGE_TIMEOUT, else 30)")
+      ->group(group)
+      ->check(CLI::PositiveNumber);
   cmd->add_flag("--json", c.json, "Print the protobuf messages as JSON, one per line")
       ->group(group);
 }
@@ -73,6 +82,16 @@ class Session {
       options->tls = true;
       options->root_certs_file = flags_.tls_ca;
     }
+    auto timeout = Timeout();
+    if (!timeout.ok()) return timeout.status();
+    timeout_seconds_ = *timeout;
+    options->deadline = std::chrono::milliseconds(static_cast<int64_t>(*timeout * 1000));
+    // Said once, when a call first has to wait: a restart is ridden through, not hidden.
+    options->on_retry = [this](const absl::Status& failed, int attempt) {
+      if (attempt != 1) return;
+      std::cerr << "cubridge-cli " << command_ << ": " << Unavailable(failed)
+                << "; retrying for up to " << timeout_seconds_ << " s\n";
+    };
     address_ = options->address;
     auto client = Client::Connect(*options);
     if (!client.ok()) return client.status();
@@ -82,6 +101,24 @@ class Session {
 
   Client& client() { return *client_; }
   bool json() const { return flags_.json; }
+
+  // Who is unavailable: the coordinator itself, or what it said about itself (its Redis store
+  // down, a drain, busy spec checkers): told apart by the status's detail, not its text.
+  std::string Unavailable(const absl::Status& status) const {
+    const auto detail = ErrorDetailOf(status);
+    const v1::ErrorReason reason = detail ? detail->reason() : v1::ERROR_REASON_UNSPECIFIED;
+    switch (reason) {
+      case v1::ERROR_REASON_STORE_UNAVAILABLE:
+        return absl::StrCat("the coordinator at ", address_,
+                            " answers but cannot reach its Redis store (", status.message(), ")");
+      case v1::ERROR_REASON_DRAINING:
+        return absl::StrCat("the coordinator at ", address_, " is shutting down (draining)");
+      case v1::ERROR_REASON_SPEC_CHECKERS_BUSY:
+        return absl::StrCat("the coordinator at ", address_, " is busy: ", status.message());
+      default:
+        return absl::StrCat("cannot reach the coordinator at ", address_, ": ", status.message());
+    }
+  }
 
   // A problem with what this machine was given (flags, local files).
   int UsageError(const absl::Status& status) const {
@@ -98,9 +135,11 @@ class Session {
         std::cerr << status.message() << "\n";
         return kUsage;
       case absl::StatusCode::kUnavailable:
-        std::cerr << prefix << "cannot reach the coordinator at " << address_ << ": "
-                  << status.message() << "\n  Is the coordinator running? Point at it with "
-                  << "--address HOST:PORT or CUBRIDGE_ADDRESS.\n";
+        std::cerr << prefix << Unavailable(status) << "\n";
+        if (!ErrorDetailOf(status)) {
+          std::cerr << "  Is the coordinator running? Point at it with --address HOST:PORT or "
+                    << "CUBRIDGE_ADDRESS (waited " << timeout_seconds_ << " s; --timeout).\n";
+        }
         return kUnreachable;
       case absl::StatusCode::kUnauthenticated:
         std::cerr << prefix << status.message() << "\n  The coordinator needs a client token: "
@@ -113,9 +152,23 @@ class Session {
   }
 
  private:
+  // --timeout, else CUBRIDGE_TIMEOUT, else the default.
+  absl::StatusOr<double> Timeout() const {
+    if (flags_.timeout_seconds > 0) return flags_.timeout_seconds;
+    const char* env = std::getenv("CUBRIDGE_TIMEOUT");
+    if (env == nullptr || *env == '\0') return kDefaultTimeoutSeconds;
+    double seconds = 0;
+    if (!absl::SimpleAtod(env, &seconds) || !(seconds > 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "CUBRIDGE_TIMEOUT='", env, "' must be a positive number of seconds"));
+    }
+    return seconds;
+  }
+
   std::string command_;
   ConnectionFlags flags_;
   std::string address_;
+  double timeout_seconds_ = kDefaultTimeoutSeconds;
   std::unique_ptr<Client> client_;
 };
 
@@ -208,7 +261,7 @@ void AddSubmitFlags(CLI::App* cmd, SubmitFlags& f) {
 // The coordinator cannot read this machine's files, so a file: buffer travels as its values.
 absl::StatusOr<std::string> WireBufferSource(const std::string& name, const std::string& source) {
   if (!absl::StartsWith(source, "file:")) return source;
-  auto text = pipeline::ReadFile(source.substr(5));
+  auto text = files::ReadFile(source.substr(5));
   if (!text.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--buffer ", name, "=", source, ": ", text.status().message()));
@@ -325,7 +378,7 @@ void AddGetFlags(CLI::App* cmd, GetFlags& f) {
 
 // A lift job's answer: the accepted base program and its report.
 int WriteLifted(Session& s, const v1::Job& job, const std::string& out) {
-  const absl::Status written = pipeline::PublishFiles(
+  const absl::Status written = files::PublishFiles(
       out, {{"base.cuir", job.lifted_cuir()}, {"report.json", job.lift_report_json() + "\n"}});
   if (!written.ok()) return s.Fail(written);
   if (s.json()) {
@@ -363,7 +416,7 @@ int RunGet(Session& s, const GetFlags& f) {
   }
   auto kernel = s.client().GetKernel(spec_hash, arch);
   if (!kernel.ok()) return s.Fail(kernel.status());
-  const absl::Status written = pipeline::PublishFiles(
+  const absl::Status written = files::PublishFiles(
       f.out, {{"kernel.cuir", kernel->cuir()},
               {"kernel.cu", kernel->cuda_source()},
               {"kernel.h", kernel->launcher_header()},
@@ -407,14 +460,14 @@ int ShowTranscript(Session& s, const nlohmann::json& transcript) {
   if (s.json()) {
     std::printf("%s\n", transcript.dump().c_str());
   } else {
-    std::printf("%s", propose::RenderTranscript(transcript).c_str());
+    std::printf("%s", llm::RenderTranscript(transcript).c_str());
   }
   std::fflush(stdout);
   return kOk;
 }
 
 int RunLocalTranscript(Session& s, const std::string& path) {
-  auto text = pipeline::ReadFile(path);
+  auto text = files::ReadFile(path);
   if (!text.ok()) return s.UsageError(text.status());
   const auto transcript = nlohmann::json::parse(*text, nullptr, false);
   if (transcript.is_discarded() || !transcript.is_array()) {

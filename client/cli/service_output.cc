@@ -148,13 +148,20 @@ void PrintWorkerTable(const std::vector<v1::WorkerInfo>& workers) {
     return;
   }
   std::vector<std::vector<std::string>> rows = {
-      {"WORKER", "ARCH", "GPU", "MEMORY", "HEARTBEAT", "TASK"}};
+      {"WORKER", "ARCH", "GPU", "MEMORY", "HEARTBEAT", "HEALTH", "TASK"}};
+  std::vector<std::string> reasons;
   for (const auto& w : workers) {
+    const std::string health = w.health() == v1::WORKER_HEALTH_NOT_SERVING ? "UNHEALTHY"
+                               : w.health() == v1::WORKER_HEALTH_DRAINING  ? "draining"
+                                                                           : "ok";
     rows.push_back({w.worker_id(), w.arch(), w.gpu_name().empty() ? "-" : w.gpu_name(),
-                    Memory(w.memory_bytes()), Age(w.last_heartbeat_unix_millis()),
+                    Memory(w.memory_bytes()), Age(w.last_heartbeat_unix_millis()), health,
                     w.current_task().empty() ? "idle" : w.current_task()});
+    if (!w.health_reason().empty()) reasons.push_back(w.worker_id() + ": " + w.health_reason());
   }
   PrintTable(rows);
+  // Why a worker fenced itself off is one line each, after the table (it does not fit a column).
+  for (const std::string& r : reasons) std::printf("%s\n", r.c_str());
 }
 
 }  // namespace cubridge::cli

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "cubridge/status_details.h"
 #include "cubridge/v1/client.grpc.pb.h"
 
 namespace cubridge {
@@ -24,18 +25,14 @@ namespace {
 
 using Clock = std::chrono::system_clock;
 constexpr Clock::time_point kNever = Clock::time_point::max();
-// Doubling stops here: a coordinator that is down for minutes should not push the next attempt
-// further out than a restart takes.
-constexpr std::chrono::milliseconds kMaxBackoff{10000};
+// Doubling stops here: a coordinator back from a restart should be found within about a second,
+// however long it was gone (gRPC's own reconnect backoff is capped to match, in Connect).
+constexpr std::chrono::milliseconds kMaxBackoff{1000};
+// A Watch stream that lasted this long was connected: its break starts a new reconnect window.
+constexpr std::chrono::milliseconds kStreamWasUp{1000};
 
 template <class Req, class Resp>
 using Method = grpc::Status (v1::CuBridge::Stub::*)(grpc::ClientContext*, const Req&, Resp*);
-
-absl::Status FromGrpc(const grpc::Status& s) {
-  if (s.ok()) return absl::OkStatus();
-  // gRPC and absl share the canonical code numbering.
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
-}
 
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path, absl::string_view what) {
   std::error_code ec;
@@ -72,9 +69,9 @@ absl::Status Validate(const ClientOptions& o) {
     return absl::InvalidArgumentError(
         "no coordinator address: set ClientOptions::address (or CUBRIDGE_ADDRESS) to HOST:PORT");
   }
-  if (o.max_attempts < 1 || o.deadline.count() <= 0 || o.initial_backoff.count() < 0) {
+  if (o.max_attempts < 0 || o.deadline.count() <= 0 || o.initial_backoff.count() < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "ClientOptions: need max_attempts >= 1, deadline > 0 and initial_backoff >= 0; got ",
+        "ClientOptions: need max_attempts >= 0, deadline > 0 and initial_backoff >= 0; got ",
         o.max_attempts, ", ", o.deadline.count(), "ms, ", o.initial_backoff.count(), "ms"));
   }
   // gRPC fails every call whose metadata holds such a character; say so once, here.
@@ -132,6 +129,10 @@ absl::StatusOr<ClientOptions> ClientOptions::FromEnvironment() {
   return o;
 }
 
+std::optional<v1::ErrorDetail> ErrorDetailOf(const absl::Status& status) {
+  return rpc::ErrorDetailOf(status);
+}
+
 bool IsTerminal(v1::JobState state) {
   return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
          state == v1::JOB_STATE_CANCELLED;
@@ -159,6 +160,7 @@ absl::StatusOr<v1::SubmitJobRequest> RequestFromKernelFile(const std::string& pa
 
 struct Client::Impl {
   ClientOptions options;
+  std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::CuBridge::Stub> stub;
 
   void Prepare(grpc::ClientContext& ctx, Clock::time_point deadline) const {
@@ -166,31 +168,44 @@ struct Client::Impl {
     if (!options.token.empty()) ctx.AddMetadata("authorization", "Bearer " + options.token);
   }
 
-  // Sleeps before the attempt that follows `failures` failed ones; false (without sleeping) when
-  // that attempt would start after `until`.
-  bool Backoff(int failures, Clock::time_point until) const {
+  std::chrono::milliseconds BackoffFor(int failures) const {
     auto delay = options.initial_backoff * (int64_t{1} << std::min(failures - 1, 20));
     delay = std::min<std::chrono::milliseconds>(delay, kMaxBackoff);
     // Jitter keeps the clients that lost the coordinator together from retrying in lockstep.
     thread_local std::mt19937 rng{std::random_device{}()};
     const double factor = std::uniform_real_distribution<double>(0.8, 1.2)(rng);
-    const auto sleep = std::chrono::duration_cast<std::chrono::milliseconds>(delay * factor);
-    if (until != kNever && Clock::now() + sleep >= until) return false;
-    std::this_thread::sleep_for(sleep);
+    return std::chrono::duration_cast<std::chrono::milliseconds>(delay * factor);
+  }
+
+  // Between attempts: back as soon as the channel is connected again (a restarted coordinator),
+  // else after the backoff; false (at once) when the next attempt would start after `until`.
+  bool Pause(int failures, const absl::Status& failed, Clock::time_point until) const {
+    const auto wake = Clock::now() + BackoffFor(failures);
+    if (until != kNever && wake >= until) return false;
+    if (options.on_retry) options.on_retry(failed, failures);
+    // A channel that is up (the coordinator itself said UNAVAILABLE: draining, its store down)
+    // gives nothing to wait for: the backoff is the pause.
+    if (channel->GetState(/*try_to_connect=*/true) == GRPC_CHANNEL_READY) {
+      std::this_thread::sleep_until(wake);
+    } else {
+      (void)channel->WaitForConnected(wake);
+    }
     return true;
   }
 
   template <class Req, class Resp>
   absl::StatusOr<Resp> Unary(Method<Req, Resp> method, const Req& request,
                              Clock::time_point until = kNever) const {
+    const Clock::time_point deadline = std::min(Clock::now() + options.deadline, until);
     for (int attempt = 1;; ++attempt) {
       grpc::ClientContext ctx;
-      Prepare(ctx, std::min(Clock::now() + options.deadline, until));
+      Prepare(ctx, deadline);
       Resp response;
-      absl::Status status = FromGrpc((stub.get()->*method)(&ctx, request, &response));
+      absl::Status status = rpc::FromGrpc((stub.get()->*method)(&ctx, request, &response));
       if (status.ok()) return response;
-      if (!absl::IsUnavailable(status) || attempt >= options.max_attempts ||
-          !Backoff(attempt, until)) {
+      if (!absl::IsUnavailable(status) ||
+          (options.max_attempts > 0 && attempt >= options.max_attempts) ||
+          !Pause(attempt, status, deadline)) {
         return status;
       }
     }
@@ -202,8 +217,8 @@ struct Client::Impl {
     return Unary(&v1::CuBridge::Stub::GetJob, request, until);
   }
 
-  // One WatchJob stream. It replays the job's events from the first, so the `delivered` events
-  // a previous stream passed on are skipped; `delivered` counts the new ones too.
+  // One WatchJob stream from the event after the `delivered` ones; `delivered` counts the events
+  // it passes on.
   absl::Status StreamOnce(const std::string& job_id,
                           const std::function<void(const v1::StageEvent&)>& on_event,
                           Clock::time_point until, size_t& delivered) const {
@@ -211,25 +226,28 @@ struct Client::Impl {
     Prepare(ctx, until);
     v1::GetJobRequest request;
     request.set_job_id(job_id);
+    request.set_from_event(static_cast<int32_t>(delivered));
     auto reader = stub->WatchJob(&ctx, request);
     v1::StageEvent event;
-    for (size_t seen = 0; reader->Read(&event); ++seen) {
-      if (seen < delivered) continue;
+    while (reader->Read(&event)) {
       ++delivered;
       if (on_event) on_event(event);
     }
-    return FromGrpc(reader->Finish());
+    return rpc::FromGrpc(reader->Finish());
   }
 
-  // Watch and Wait: streams until the job ended, re-opening a stream that broke. Gives up after
-  // max_attempts breaks in a row that delivered nothing new.
+  // Watch and Wait: streams until the job ended, re-opening a stream that broke, for as long as
+  // streams keep coming back within the deadline (or max_attempts breaks in a row brought
+  // nothing, when that is set).
   absl::StatusOr<v1::Job> Follow(const std::string& job_id,
                                  const std::function<void(const v1::StageEvent&)>& on_event,
                                  Clock::time_point until) const {
     size_t delivered = 0;
     int failures = 0;
+    Clock::time_point window = Clock::now();  // when the stream was last known to be up
     for (;;) {
       const size_t before = delivered;
+      const Clock::time_point opened = Clock::now();
       absl::Status status = StreamOnce(job_id, on_event, until, delivered);
       if (status.ok()) {
         auto job = GetJob(job_id, until);
@@ -238,8 +256,14 @@ struct Client::Impl {
             absl::StrCat("the event stream of job ", job_id, " ended before the job did"));
       }
       if (!absl::IsUnavailable(status)) return status;
-      failures = delivered > before ? 1 : failures + 1;
-      if (failures >= options.max_attempts || !Backoff(failures, until)) return status;
+      if (delivered > before || Clock::now() - opened >= kStreamWasUp) {
+        failures = 0;
+        window = Clock::now();
+      }
+      ++failures;
+      if (options.max_attempts > 0 && failures >= options.max_attempts) return status;
+      const Clock::time_point give_up = std::min(until, window + options.deadline);
+      if (!Pause(failures, status, give_up)) return status;
     }
   }
 };
@@ -253,13 +277,15 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   if (!credentials.ok()) return credentials.status();
   grpc::ChannelArguments args;
   // gRPC re-dials an unreachable address only after its own backoff (1 s, growing to 2 min by
-  // default); matching ours means a retry after a coordinator restart finds a fresh dial instead
-  // of the cached failure.
+  // default); capping it at ours means a coordinator back from a restart is dialled within a
+  // second, and a call waiting in Pause goes through as soon as it is.
+  // (Not GRPC_ARG_MIN_RECONNECT_BACKOFF_MS: it is also the time one connect attempt may take.)
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, std::max(1, Millis(options.initial_backoff)));
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, Millis(kMaxBackoff));
   auto impl = std::make_unique<Impl>();
   impl->options = options;
-  impl->stub = v1::CuBridge::NewStub(grpc::CreateCustomChannel(options.address, *credentials, args));
+  impl->channel = grpc::CreateCustomChannel(options.address, *credentials, args);
+  impl->stub = v1::CuBridge::NewStub(impl->channel);
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
 

@@ -6,12 +6,14 @@
 #include <cmath>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 
 namespace cubridge::cuir {
 namespace {
 
-ExprPtr Make(Expr e) { return std::make_shared<const Expr>(std::move(e)); }
+// Non-const objects: ~Expr may take them apart (see there).
+ExprPtr Make(Expr e) { return std::make_shared<Expr>(std::move(e)); }
 
 Expr Node(ExprKind kind, SourceLoc loc) {
   Expr e;
@@ -164,6 +166,64 @@ void Walk(const ExprPtr& e, const Fn& fn) {
 }
 
 }  // namespace
+
+Expr::~Expr() {
+  std::vector<ExprPtr> pending = std::move(args);
+  while (!pending.empty()) {
+    ExprPtr e = std::move(pending.back());
+    pending.pop_back();
+    // The last owner empties the node before releasing it, so its own destructor finds no
+    // children. Only the last owner: the node is then no one else's to look at, and it was made
+    // non-const (Make), so taking its children is allowed.
+    if (e != nullptr && e.use_count() == 1 && !e->args.empty()) {
+      auto& children = const_cast<Expr&>(*e).args;
+      for (ExprPtr& c : children) pending.push_back(std::move(c));
+      children.clear();
+    }
+  }
+}
+
+ExprExtent MeasureExpr(const ExprPtr& e, int64_t max_depth, int64_t max_nodes) {
+  ExprExtent out;
+  if (e == nullptr) return out;
+  const int64_t saturated = max_nodes == kNoNodeCap ? kNoNodeCap : max_nodes + 1;
+  struct Done {
+    int64_t depth, nodes;
+  };
+  absl::flat_hash_map<const Expr*, Done> done;
+  std::vector<std::pair<const Expr*, size_t>> stack = {{e.get(), 0}};  // node, next child
+  while (!stack.empty()) {
+    auto& [node, next] = stack.back();
+    if (next < node->args.size()) {
+      const Expr* child = node->args[next++].get();
+      if (child == nullptr || done.contains(child)) continue;
+      if (static_cast<int64_t>(stack.size()) >= max_depth) {
+        return {max_depth + 1, out.nodes, child};
+      }
+      stack.emplace_back(child, 0);
+      continue;
+    }
+    Done d{1, 1};
+    for (const ExprPtr& a : node->args) {
+      if (a == nullptr) continue;
+      const Done& c = done.at(a.get());
+      d.depth = std::max(d.depth, c.depth + 1);
+      d.nodes = c.nodes > saturated - d.nodes ? saturated : d.nodes + c.nodes;
+    }
+    // A shared subtree is measured once, on the first path that reaches it; a longer path to it
+    // shows here.
+    if (d.depth > max_depth) return {max_depth + 1, d.nodes, node};
+    if (d.nodes > max_nodes) return {d.depth, saturated, node};
+    done[node] = d;
+    out = {d.depth, d.nodes, nullptr};
+    stack.pop_back();
+  }
+  return out;
+}
+
+bool ExprDepthExceeds(const ExprPtr& e, int limit) {
+  return MeasureExpr(e, limit, kNoNodeCap).depth > limit;
+}
 
 const char* TypeName(Type t) {
   switch (t) {

@@ -79,7 +79,21 @@ struct Expr {
   BinaryOp binary_op = BinaryOp::kAdd;
   std::vector<ExprPtr> args;
   SourceLoc loc;  // where it was parsed or translated from; ignored by equality and hashing
+
+  Expr() = default;
+  Expr(const Expr&) = default;
+  Expr(Expr&&) = default;
+  Expr& operator=(const Expr&) = default;
+  Expr& operator=(Expr&&) = default;
+  // Releasing the last reference to a tree frees it without recursing, however deep it is: the
+  // nodes it alone owns are taken apart one by one. For that, make nodes with the constructors
+  // below or as non-const `Expr`s (std::make_shared<Expr>), never as `const Expr` objects.
+  ~Expr();
 };
+
+// How far the recursive walks over expressions (printer, evaluator, type checker, rewrites) may
+// go: the parser refuses deeper text and the validator deeper programs, with file:line:col.
+inline constexpr int kMaxExprDepth = 512;
 
 // Constructors. `loc` is optional everywhere.
 ExprPtr BoolLit(bool v, SourceLoc loc = {});
@@ -101,6 +115,22 @@ std::string PrintExpr(const ExprPtr& e);
 void CollectVars(const ExprPtr& e, std::vector<std::string>* vars);
 void CollectBuffers(const ExprPtr& e, std::vector<std::string>* buffers);
 bool Mentions(const ExprPtr& e, const std::string& name);
+
+// The size of an expression as a tree: a leaf is 1 deep; a subexpression shared by several
+// parents counts once per parent, as printing and evaluating visit it. Computed without recursion
+// in time linear in the distinct nodes; the walk stops once a cap is passed (the other field is
+// then only a lower bound).
+inline constexpr int64_t kNoNodeCap = INT64_MAX;  // as max_nodes: count, never stop
+struct ExprExtent {
+  int64_t depth = 0;  // at most max_depth + 1
+  int64_t nodes = 0;  // at most max_nodes + 1 (kNoNodeCap saturates)
+  // Where a cap was passed (the node max_depth + 1 levels down, or the first subtree with more
+  // than max_nodes nodes); null when neither was.
+  const Expr* over = nullptr;
+};
+ExprExtent MeasureExpr(const ExprPtr& e, int64_t max_depth, int64_t max_nodes);
+// True when `e` is more than `limit` levels deep.
+bool ExprDepthExceeds(const ExprPtr& e, int limit);
 
 // Replaces variables by expressions (names not in the map stay).
 ExprPtr Substitute(const ExprPtr& e,

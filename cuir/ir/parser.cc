@@ -141,7 +141,33 @@ absl::Status Parser::ErrorAt(const SourceLoc& loc, std::string_view msg) const {
 // ---------------------------------------------------------------------------------------------
 // Expressions, lowest precedence first.
 
-absl::StatusOr<ExprPtr> Parser::ParseExpr() { return ParseOr(); }
+absl::StatusOr<ExprPtr> Parser::ParseExpr() {
+  const SourceLoc loc = Peek().loc;
+  CUIR_ASSIGN_OR_RETURN(ExprPtr e, ParseOr());
+  // A chain of binary operators nests no text, yet builds a tree as deep as it is long.
+  const ExprExtent extent = MeasureExpr(e, kMaxExprDepth, kNoNodeCap);
+  if (extent.over == nullptr) return e;
+  return ErrorAt(extent.over->loc.known() ? extent.over->loc : loc,
+                 absl::StrCat("expression nested deeper than ", kMaxExprDepth,
+                              " levels (operators applied to the results of operators); bind "
+                              "parts with `let NAME: TYPE = ...` and use the names"));
+}
+
+absl::StatusOr<ExprPtr> Parser::ParseNested(const SourceLoc& loc,
+                                            absl::StatusOr<ExprPtr> (Parser::*parse)()) {
+  // The text of any expression no deeper than kMaxExprDepth nests at most as many levels (each
+  // level enters a subexpression; the printer's only parentheses around a leaf, in `-(3)`, come
+  // with a level the tree has and the text does not), so printed programs re-parse.
+  if (expr_nesting_ >= kMaxExprDepth) {
+    return ErrorAt(loc, absl::StrCat("expression nested deeper than ", kMaxExprDepth,
+                                     " levels (brackets, calls, prefix operators); bind parts "
+                                     "with `let NAME: TYPE = ...` and use the names"));
+  }
+  ++expr_nesting_;
+  absl::StatusOr<ExprPtr> e = (this->*parse)();
+  --expr_nesting_;
+  return e;
+}
 
 absl::StatusOr<ExprPtr> Parser::ParseOr() {
   CUIR_ASSIGN_OR_RETURN(ExprPtr lhs, ParseAnd());
@@ -201,12 +227,12 @@ absl::StatusOr<ExprPtr> Parser::ParseUnary() {
     SourceLoc loc = Next().loc;
     // `-3` is the literal -3, but in `-3 ** 2` the minus applies to the power (Python rules).
     if (Peek().IsNumber() && !Peek(1).IsPunct("**")) return NumberLiteral(Next(), true, loc);
-    CUIR_ASSIGN_OR_RETURN(ExprPtr operand, ParseUnary());
+    CUIR_ASSIGN_OR_RETURN(ExprPtr operand, ParseNested(loc, &Parser::ParseUnary));
     return Unary(UnaryOp::kNeg, std::move(operand), std::move(loc));
   }
   if (Peek().IsPunct("!")) {
     SourceLoc loc = Next().loc;
-    CUIR_ASSIGN_OR_RETURN(ExprPtr operand, ParseUnary());
+    CUIR_ASSIGN_OR_RETURN(ExprPtr operand, ParseNested(loc, &Parser::ParseUnary));
     return Unary(UnaryOp::kNot, std::move(operand), std::move(loc));
   }
   return ParsePower();
@@ -217,7 +243,7 @@ absl::StatusOr<ExprPtr> Parser::ParsePower() {
   if (!Peek().IsPunct("**")) return base;
   SourceLoc loc = Next().loc;
   // The exponent is a unary expression, which makes `**` right-associative.
-  CUIR_ASSIGN_OR_RETURN(ExprPtr exponent, ParseUnary());
+  CUIR_ASSIGN_OR_RETURN(ExprPtr exponent, ParseNested(loc, &Parser::ParseUnary));
   return Binary(BinaryOp::kPow, std::move(base), std::move(exponent), std::move(loc));
 }
 
@@ -244,7 +270,7 @@ absl::StatusOr<ExprPtr> Parser::ParsePrimary() {
   if (t.IsNumber()) return NumberLiteral(Next(), false, t.loc);
   if (t.IsPunct("(")) {
     Next();
-    CUIR_ASSIGN_OR_RETURN(ExprPtr inner, ParseExpr());
+    CUIR_ASSIGN_OR_RETURN(ExprPtr inner, ParseNested(t.loc, &Parser::ParseOr));
     CUIR_RETURN_IF_ERROR(ExpectPunct(")"));
     return inner;
   }
@@ -254,8 +280,8 @@ absl::StatusOr<ExprPtr> Parser::ParsePrimary() {
   const Token& name = Next();
   if (name.text == "true" || name.text == "false") return BoolLit(name.text == "true", name.loc);
   if (Peek().IsPunct("(")) return ParseCall(name);
-  if (AcceptPunct("[")) {
-    CUIR_ASSIGN_OR_RETURN(ExprPtr index, ParseExpr());
+  if (Peek().IsPunct("[")) {
+    CUIR_ASSIGN_OR_RETURN(ExprPtr index, ParseNested(Next().loc, &Parser::ParseOr));
     CUIR_RETURN_IF_ERROR(ExpectPunct("]"));
     return Index(name.text, std::move(index), name.loc);
   }
@@ -263,11 +289,11 @@ absl::StatusOr<ExprPtr> Parser::ParsePrimary() {
 }
 
 absl::StatusOr<ExprPtr> Parser::ParseCall(const Token& name) {
-  Next();  // (
+  const SourceLoc& open = Next().loc;  // (
   std::vector<ExprPtr> args;
   if (!Peek().IsPunct(")")) {
     do {
-      CUIR_ASSIGN_OR_RETURN(ExprPtr arg, ParseExpr());
+      CUIR_ASSIGN_OR_RETURN(ExprPtr arg, ParseNested(open, &Parser::ParseOr));
       args.push_back(std::move(arg));
     } while (AcceptPunct(","));
   }
@@ -299,8 +325,20 @@ absl::StatusOr<ExprPtr> Parser::ParseCall(const Token& name) {
 // Statements and blocks.
 
 absl::Status Parser::ParseBlock(std::vector<Stmt>* body) {
+  if (block_depth_ >= kMaxBlockDepth && Peek().IsPunct("{")) {
+    return ErrorAt(Peek().loc, absl::StrCat("blocks nested deeper than ", kMaxBlockDepth,
+                                            " levels; a kernel has one KV loop, not nested "
+                                            "ones: close the loop before this '{'"));
+  }
   CUIR_RETURN_IF_ERROR(ExpectPunct("{"));
   CUIR_RETURN_IF_ERROR(ExpectEndOfLine());
+  ++block_depth_;
+  absl::Status status = ParseBlockBody(body);
+  --block_depth_;
+  return status;
+}
+
+absl::Status Parser::ParseBlockBody(std::vector<Stmt>* body) {
   while (true) {
     SkipNewlines();
     if (AcceptPunct("}")) return absl::OkStatus();

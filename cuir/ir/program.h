@@ -112,6 +112,11 @@ struct Stmt {
   std::vector<Stmt> body;
 };
 
+// How deeply `for` bodies may nest (the kernel's own block is level 1): the parser, the validator
+// and the printer recurse once per level. The validator allows one loop; the parser reads up to
+// this many levels so that a misplaced loop gets the validator's message.
+inline constexpr int kMaxBlockDepth = 64;
+
 struct Program {
   int version = 1;
   std::string kernel;  // kernel name

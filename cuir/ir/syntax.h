@@ -47,12 +47,13 @@ class Parser {
   // An identifier; `what` names it in the error ("a loop variable").
   absl::StatusOr<std::string> ExpectName(std::string_view what);
   absl::StatusOr<Type> ParseType();
+  // An expression at most kMaxExprDepth deep (expr.h), nested at most as many levels in the text.
   absl::StatusOr<ExprPtr> ParseExpr();
   // A newline ends a statement; the end of input does too (the missing '}' is reported next).
   absl::Status ExpectEndOfLine();
   void SkipNewlines();
 
-  // `{` NEWLINE (statement NEWLINE)* `}`.
+  // `{` NEWLINE (statement NEWLINE)* `}`, at most kMaxBlockDepth (program.h) blocks deep.
   absl::Status ParseBlock(std::vector<Stmt>* body);
   absl::Status ParseStmt(Stmt* stmt);
 
@@ -70,10 +71,17 @@ class Parser {
   absl::StatusOr<ExprPtr> ParsePower();
   absl::StatusOr<ExprPtr> ParsePrimary();
   absl::StatusOr<ExprPtr> ParseCall(const Token& name);
+  absl::Status ParseBlockBody(std::vector<Stmt>* body);
   absl::StatusOr<ExprPtr> NumberLiteral(const Token& tok, bool negate, const SourceLoc& loc);
+  // Runs `parse` one nesting level deeper (a bracket's contents, a prefix operator's operand, an
+  // exponent), refusing to go past kMaxExprDepth levels: the recursion stays bounded.
+  absl::StatusOr<ExprPtr> ParseNested(const SourceLoc& loc,
+                                      absl::StatusOr<ExprPtr> (Parser::*parse)());
 
   std::vector<Token> toks_;
   size_t pos_ = 0;
+  int expr_nesting_ = 0;
+  int block_depth_ = 0;
 };
 
 // Accumulates the canonical text: two spaces of indentation per nesting level.

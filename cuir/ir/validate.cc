@@ -217,6 +217,48 @@ absl::Status ErrorAt(const SourceLoc& loc, absl::string_view msg) {
   return absl::InvalidArgumentError(absl::StrCat(loc.ToString(), ": ", msg));
 }
 
+// Every expression a statement holds (not those of its body).
+template <typename Fn>
+void ForEachExpr(const Stmt& s, const Fn& fn) {
+  for (const ExprPtr* e : {&s.value, &s.aux, &s.pipeline}) fn(*e);
+  for (const ExprPtr& e : s.exprs) fn(e);
+  for (const BlockRange& r : s.ranges) {
+    fn(r.lo);
+    fn(r.hi);
+  }
+}
+
+// Run before anything else walks the program: the checks, the printer and the evaluator recurse
+// once per block and per expression level, and programs built in memory by the transfer rules
+// get here without the parser's limits.
+absl::Status CheckNesting(const Program& p) {
+  std::vector<std::pair<const std::vector<Stmt>*, int>> blocks = {{&p.stmts, 1}};
+  while (!blocks.empty()) {
+    const auto [body, depth] = blocks.back();
+    blocks.pop_back();
+    for (const Stmt& s : *body) {
+      absl::Status status;
+      ForEachExpr(s, [&](const ExprPtr& e) {
+        if (!status.ok() || e == nullptr) return;
+        const ExprExtent extent = MeasureExpr(e, kMaxExprDepth, kNoNodeCap);
+        if (extent.over == nullptr) return;
+        status = ErrorAt(extent.over->loc.known() ? extent.over->loc : s.loc,
+                         absl::StrCat("expression nested deeper than ", kMaxExprDepth,
+                                      " levels in `", StmtKindName(s.kind), "`; bind parts with "
+                                      "`let NAME: TYPE = ...` and use the names"));
+      });
+      if (!status.ok()) return status;
+      if (s.kind != StmtKind::kFor) continue;  // the only statement with a block
+      if (depth >= kMaxBlockDepth) {
+        return ErrorAt(s.loc, absl::StrCat("blocks nested deeper than ", kMaxBlockDepth,
+                                           " levels; a kernel has one KV loop, not nested ones"));
+      }
+      blocks.emplace_back(&s.body, depth + 1);
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status MissingGrid(const SourceLoc& loc) {
   return ErrorAt(loc, "missing `grid` before the body; declare the launch grid, e.g. `grid "
                       "m_block < cdiv(seqlen_q, BLOCK_M), h < heads_q, b < batch`");
@@ -230,6 +272,7 @@ absl::Status Validator::Run() {
     return ErrorAt(p_.loc, absl::StrCat("unsupported CuIR version ", p_.version,
                                         "; this build reads `cuir 1`"));
   }
+  CUIR_RETURN_IF_ERROR(CheckNesting(p_));
   frames_.emplace_back();
   for (const auto& [name, type] : BuiltinSymbols()) {
     frames_.back()[name] = Symbol{SymKind::kBuiltin, type};
@@ -790,9 +833,9 @@ absl::Status Validator::VerifyMask(const Stmt& s) {
 
 absl::Status Validator::VerifySoftmaxOnline(const Stmt& s) {
   CUIR_ASSIGN_OR_RETURN(Symbol * scores, Operand(s, 0, SymKind::kScores));
-  CUIR_RETURN_IF_ERROR(Declare(s.name, Symbol{SymKind::kProbs, Type::kFloat, s.loc}));
+  // Before Declare, which may rehash the frame that holds `scores` (found by fuzz_cuir_roundtrip).
   scores->softmaxed = &s;
-  return absl::OkStatus();
+  return Declare(s.name, Symbol{SymKind::kProbs, Type::kFloat, s.loc});
 }
 
 absl::Status Validator::VerifyPV(const Stmt& s) {

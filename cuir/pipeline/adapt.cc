@@ -4,12 +4,11 @@
 #include <cstdlib>
 #include <optional>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "cuir/lower/expert.h"
 #include "cuir/lower/lift.h"
-#include "cuir/pipeline/files.h"
+#include "cuir/files/files.h"
 #include "cuir/pipeline/stages.h"
 #include "cuir/spec/spec.h"
 #include "cuir/transfer/transfer.h"
@@ -103,7 +102,7 @@ absl::StatusOr<AdaptResult> Adapt(const AdaptOptions& o) {
   if (o.use_cache) {
     auto cached = stage.Run("cache", [&](std::string* detail)
                                          -> absl::StatusOr<std::optional<std::map<std::string, std::string>>> {
-      auto files = ReadDir(cache_dir);
+      auto files = cubridge::files::ReadDir(cache_dir);
       bool complete = files.has_value();
       for (const char* name : kOutputs) complete = complete && files->count(name);
       *detail = complete ? absl::StrFormat("hit %s/%s (%s)", result.spec_hash.substr(0, 16), arch,
@@ -118,7 +117,7 @@ absl::StatusOr<AdaptResult> Adapt(const AdaptOptions& o) {
       const bool gpu_checked = !report.is_discarded() && report.contains("gpu") &&
                                report["gpu"].contains("best");
       if (!report.is_discarded() && (gpu_checked || !gpu_here)) {
-        if (auto s = PublishFiles(o.out_dir, files); !s.ok()) return s;
+        if (auto s = cubridge::files::PublishFiles(o.out_dir, files); !s.ok()) return s;
         result.cache_hit = true;
         report["cache_hit"] = true;
         result.report = report;
@@ -147,7 +146,7 @@ absl::StatusOr<AdaptResult> Adapt(const AdaptOptions& o) {
   // The proposer ran transfer and verification together (an LLM's rounds interleave them); they
   // are still reported as two stages.
   const bool transferred =
-      proposal.status.ok() || absl::StartsWith(proposal.status.message(), "verify:");
+      proposal.status.ok() || proposal.failed_stage == Proposal::Stage::kVerify;
   const auto report_stage = [&](const std::string& name, bool ok, double seconds,
                                 const std::string& detail) {
     StageEvent ev{name, ok, seconds, detail};
@@ -211,11 +210,11 @@ absl::StatusOr<AdaptResult> Adapt(const AdaptOptions& o) {
   if (!proposal.transcript.empty()) files["transcript.json"] = proposal.transcript.dump(2) + "\n";
 
   auto written = stage.Run("write", [&](std::string* detail) -> absl::StatusOr<bool> {
-    if (auto s = PublishFiles(o.out_dir, files); !s.ok()) return s;
+    if (auto s = cubridge::files::PublishFiles(o.out_dir, files); !s.ok()) return s;
     *detail = absl::StrFormat("%s/{kernel.cuir, kernel.cu, kernel.h, report.json}", o.out_dir);
     // The cache only ever holds verified kernels; a cache write failure is not the user's
     // failure, the outputs are already in place.
-    if (o.use_cache && !PublishFiles(cache_dir, files).ok()) *detail += " (cache not writable)";
+    if (o.use_cache && !cubridge::files::PublishFiles(cache_dir, files).ok()) *detail += " (cache not writable)";
     return true;
   });
   if (!written.ok()) return written.status();

@@ -2,9 +2,10 @@
 
 #include <chrono>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "cuir/ir/status_util.h"
 #include "cuir/pipeline/stages.h"
+#include "cuir/transfer/rule.h"
 
 namespace cubridge::pipeline {
 namespace {
@@ -13,9 +14,7 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-absl::Status InStage(const std::string& stage, const absl::Status& s) {
-  return absl::Status(s.code(), absl::StrCat(stage, ": ", s.message()));
-}
+absl::Status InStage(const std::string& stage, const absl::Status& s) { return cuir::Prefixed(stage, s); }
 
 }  // namespace
 
@@ -36,23 +35,15 @@ Proposal RulesProposer::Propose(const ProposeRequest& r) {
   p.verify_seconds = SecondsSince(start);
   if (!v.ok()) {
     p.status = InStage("verify", v.status());
+    p.failed_stage = Proposal::Stage::kVerify;
     return p;
   }
   p.verification = *std::move(v);
   return p;
 }
 
-absl::Status CheckProposerName(const std::string& name) {
-  if (name == "rules" || name == "llm" || name == "hybrid") return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown proposer \"", name,
-      "\": use rules (the rule engine, default), llm (a language model proposes the transferred "
-      "CuIR) or hybrid (rules first, the model for what they do not cover)"));
-}
-
 bool NotCoveredByRules(const absl::Status& status) {
-  return absl::IsFailedPrecondition(status) &&
-         absl::StrContains(status.message(), "not covered by the rules");
+  return status.GetPayload(transfer::kNotCoveredPayload).has_value();
 }
 
 }  // namespace cubridge::pipeline

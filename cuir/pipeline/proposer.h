@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "cuir/ir/config.h"
 #include "cuir/ir/program.h"
+#include "cuir/pipeline/proposer_names.h"
 #include "cuir/lower/lower.h"
 #include "cuir/pipeline/verify.h"
 #include "cuir/spec/spec.h"
@@ -35,10 +36,13 @@ struct ProposeRequest {
 };
 
 struct Proposal {
+  enum class Stage { kTransfer, kVerify };
   // OK, or the failure with its stage: "transfer: ..." (nothing acceptable was proposed) or
   // "verify: ..." (the rules' program does not match the oracle). Everything below that was
   // reached is filled in either way: a failed LLM conversation keeps its transcript.
   absl::Status status;
+  // Which stage refused when `status` is not OK: callers branch on this, not on the message.
+  Stage failed_stage = Stage::kTransfer;
   std::string proposer;  // "rules" | "llm": who produced the accepted program
   transfer::TransferResult transfer;
   VerifyReport verification;
@@ -62,8 +66,7 @@ class RulesProposer : public Proposer {
   Proposal Propose(const ProposeRequest& request) override;
 };
 
-// "rules" | "llm" | "hybrid"; anything else is INVALID_ARGUMENT saying what is accepted.
-absl::Status CheckProposerName(const std::string& name);
+// CheckProposerName: cuir/pipeline/proposer_names.h (no LibTorch, for the coordinator's checks).
 
 // A rules failure the LLM may take over: the rules do not cover a construct of the spec
 // (FAILED_PRECONDITION "not covered by the rules: ...").

@@ -11,6 +11,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "cuir/spec/checked_int_ops.h"
+#include "cuir/spec/guard.h"
 #include "cuir/spec/internal.h"
 
 namespace cubridge::spec {
@@ -233,6 +235,31 @@ absl::StatusOr<Type> Probe(const Spec& spec, const SpecFunction& f) {
   return type;
 }
 
+// A translated mod is printed, hashed, rewritten by the rules and interpreted by recursive walks,
+// and sits a few levels down in a CuIR program (whose expressions may be cuir::kMaxExprDepth
+// deep). The guard keeps each statement small, but chained assignments (`x2 = x1 + 1`, ...)
+// deepen the expression a statement at a time, and reuse (`y = x + x`) doubles what prints and
+// what the interpreter evaluates per score. The example specs stay under 10 deep and 100 nodes.
+constexpr int kMaxModDepth = 256;
+constexpr int64_t kMaxModNodes = 4096;
+
+absl::Status CheckTranslationSize(const SpecFunction& f, const ExprPtr& e) {
+  const cuir::ExprExtent extent = cuir::MeasureExpr(e, kMaxModDepth, kMaxModNodes);
+  if (extent.over == nullptr) return absl::OkStatus();
+  if (extent.depth > kMaxModDepth) {
+    return ErrorAt(f.def_loc, absl::StrCat(
+                                  f.name, " computes an expression more than ", kMaxModDepth,
+                                  " operations deep (each value computed from the one before); "
+                                  "this service accepts at most ", kMaxModDepth,
+                                  " (compute the result in fewer steps)"));
+  }
+  return ErrorAt(f.def_loc, absl::StrCat(
+                                f.name, " computes an expression of more than ", kMaxModNodes,
+                                " operations once its local names are replaced by their values "
+                                "(`y = x + x` counts x twice); this service accepts at most ",
+                                kMaxModNodes, " (compute the result in fewer steps)"));
+}
+
 absl::StatusOr<ExprPtr> Translate(const SourceText& file, const Spec& spec, const SpecFunction& f,
                                   Type probed) {
   auto graph = torch::jit::toGraphFunction(*f.fn).graph()->copy();
@@ -251,6 +278,7 @@ absl::StatusOr<ExprPtr> Translate(const SourceText& file, const Spec& spec, cons
   }
   auto r = internal::TranslateGraph(req);
   if (!r.ok()) return r.status();
+  if (auto s = CheckTranslationSize(f, r->expr); !s.ok()) return s;
   if (f.is_score == (r->type == Type::kBool)) return ReturnTypeError(f, r->type);
   if (r->type != probed) {
     return absl::InternalError(absl::StrCat(
@@ -455,6 +483,8 @@ absl::StatusOr<Spec> LoadSpecFile(const std::string& path) {
 }
 
 absl::StatusOr<Spec> LoadSpecSource(const std::string& source, const std::string& path) {
+  if (absl::Status s = GuardSpecSource(source, path); !s.ok()) return s;
+  internal::InstallCheckedIntOps();
   Spec spec;
   spec.path = path;
   spec.source = source;

@@ -3,7 +3,6 @@
 // renaming arguments, comments and formatting keep it; any change in the math changes it.
 #include <map>
 
-#include <openssl/evp.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -71,19 +70,6 @@ std::string ReferenceForm(const Spec& spec, const cuir::AttentionConfig& config,
 }
 
 }  // namespace
-
-std::string Sha256Hex(const std::string& text) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-  EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
-  EVP_DigestUpdate(ctx, text.data(), text.size());
-  EVP_DigestFinal_ex(ctx, digest, &len);
-  EVP_MD_CTX_free(ctx);
-  std::string hex;
-  for (unsigned int i = 0; i < len; ++i) absl::StrAppendFormat(&hex, "%02x", digest[i]);
-  return hex;
-}
 
 std::string CanonicalForm(const Spec& spec, const cuir::AttentionConfig& config,
                           const std::string& ruleset_version) {

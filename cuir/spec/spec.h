@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "cuir/ir/config.h"
 #include "cuir/ir/expr.h"
+#include "cuir/spec/digest.h"  // Sha256Hex
 
 namespace torch::jit {
 struct CompilationUnit;
@@ -83,8 +84,6 @@ absl::Status OverrideParams(Spec& spec, const std::vector<std::string>& assignme
 // scale) and the ruleset version. See docs/spec.md.
 std::string SpecHash(const Spec& spec, const cuir::AttentionConfig& config,
                      const std::string& ruleset_version);
-// Lower-case hex SHA-256 of `text` (the spec hash, and a lift job's key).
-std::string Sha256Hex(const std::string& text);
 // The canonical text that SpecHash hashes (also stored in reports for debugging).
 std::string CanonicalForm(const Spec& spec, const cuir::AttentionConfig& config,
                           const std::string& ruleset_version);

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cuir/transfer/rule.h"
@@ -120,8 +121,10 @@ std::string FreshName(const Layout& layout, const VariantSpec& spec, const std::
 
 absl::Status NotCovered(const std::string& construct, const cuir::SourceLoc& loc,
                         const std::string& why) {
-  return absl::FailedPreconditionError(absl::StrCat("not covered by the rules: ", construct, " at ",
-                                                    loc.ToString(), " (", why, ")"));
+  absl::Status s = absl::FailedPreconditionError(absl::StrCat(
+      "not covered by the rules: ", construct, " at ", loc.ToString(), " (", why, ")"));
+  s.SetPayload(kNotCoveredPayload, absl::Cord(construct));
+  return s;
 }
 
 void Claims::Add(const std::string& key, const std::string& construct, const cuir::SourceLoc& loc) {

@@ -43,7 +43,10 @@ std::string FreshName(const Layout& layout, const VariantSpec& spec, const std::
 // INVALID_ARGUMENT naming where it is declared.
 absl::Status AvoidNameClashes(cuir::Program& program, const VariantSpec& spec);
 
-// FAILED_PRECONDITION "not covered by the rules: <construct> at <loc> (<why>)".
+// FAILED_PRECONDITION "not covered by the rules: <construct> at <loc> (<why>)", carrying the
+// payload kNotCoveredPayload: what the hybrid proposer hands to the model is told by it, not by
+// the message.
+inline constexpr char kNotCoveredPayload[] = "type.cubridge.dev/not-covered-by-rules";
 absl::Status NotCovered(const std::string& construct, const cuir::SourceLoc& loc,
                         const std::string& why);
 

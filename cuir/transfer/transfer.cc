@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "cuir/ir/status_util.h"
 #include "cuir/transfer/rule.h"
 
 namespace cubridge::transfer {
@@ -71,15 +72,11 @@ absl::StatusOr<TransferResult> Transfer(const cuir::Program& base, const Variant
   cuir::Program program = base;
   if (absl::Status s = AvoidNameClashes(program, mapped); !s.ok()) return s;
   for (const Rule& rule : kRules) {
-    if (absl::Status s = rule.apply(program, ctx); !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat(rule.name, ": ", s.message()));
-    }
+    if (absl::Status s = rule.apply(program, ctx); !s.ok()) return cuir::Prefixed(rule.name, s);
   }
   if (absl::Status s = ctx.claims.CheckAllClaimed(); !s.ok()) return s;
   if (absl::Status s = cuir::Validate(program); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat("transfer produced an invalid program (check the "
-                                               "spec's names and types): ",
-                                               s.message()));
+    return cuir::Prefixed("transfer produced an invalid program (check the spec's names and types)", s);
   }
   return TransferResult{std::move(program), std::move(ctx.applied)};
 }

@@ -7,14 +7,21 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cubridge/v1/client.grpc.pb.h"
+#include "cubridge/status_details.h"
 #include "server/coordinator/coordinator.h"
+#include "server/core/ids.h"
 #include "server/core/task_contract.h"
 
 namespace cubridge::coordinator {
 namespace {
 
-bool Ended(v1::JobState s) {
-  return s == v1::JOB_STATE_SUCCEEDED || s == v1::JOB_STATE_FAILED || s == v1::JOB_STATE_CANCELLED;
+bool Ended(const std::string& state) {
+  return state == "succeeded" || state == "failed" || state == "cancelled";
+}
+
+absl::Status Draining() {
+  return rpc::WithReason(absl::UnavailableError("the coordinator is draining; retry against another one"),
+                         v1::ERROR_REASON_DRAINING);
 }
 
 class ClientService final : public v1::CuBridge::Service {
@@ -24,13 +31,21 @@ class ClientService final : public v1::CuBridge::Service {
   grpc::Status SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req,
                          v1::Job* out) override {
     return Call(ctx, [&](core::JobFlow& flow) -> absl::Status {
-      if (c_->draining()) {
-        return absl::UnavailableError("the coordinator is draining; retry against another one");
-      }
-      auto checked = core::CheckSubmit(*req, c_->options().limits, c_->options().flow.ruleset);
+      if (c_->draining()) return Draining();
+      auto checked = core::CheckRequest(*req, c_->options().limits);
       if (!checked.ok()) return checked.status();
       auto archs = ResolveArchs(flow, *req);
       if (!archs.ok()) return archs.status();
+      if (!checked->lift) {
+        // The spec is compiled in a child process: whatever it does, it cannot stop this one.
+        auto spec = c_->spec_checker().Check(*req, c_->options().flow.ruleset);
+        if (absl::IsUnavailable(spec.status())) {
+          return rpc::WithReason(spec.status(), v1::ERROR_REASON_SPEC_CHECKERS_BUSY);
+        }
+        if (!spec.ok()) return spec.status();
+        checked->spec_hash = spec->spec_hash;
+        checked->canonical_form = spec->canonical_form;
+      }
       auto job = flow.Submit(*req, checked->spec_hash, checked->canonical_form, *archs);
       if (!job.ok()) return job.status();
       spdlog::info("job={} submitted spec={} archs={} level={} proposer={} cache_hit={}",
@@ -42,13 +57,17 @@ class ClientService final : public v1::CuBridge::Service {
   }
 
   grpc::Status GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req, v1::Job* out) override {
-    return Call(ctx, [&](core::JobFlow& flow) {
+    return Call(ctx, [&](core::JobFlow& flow) -> absl::Status {
+      if (auto s = core::CheckJobId(req->job_id()); !s.ok()) return s;
       return Assign(flow.Describe(req->job_id(), req->with_transcript()), out);
     });
   }
 
   grpc::Status CancelJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req, v1::Job* out) override {
-    return Call(ctx, [&](core::JobFlow& flow) { return Assign(flow.Cancel(req->job_id()), out); });
+    return Call(ctx, [&](core::JobFlow& flow) -> absl::Status {
+      if (auto s = core::CheckJobId(req->job_id()); !s.ok()) return s;
+      return Assign(flow.Cancel(req->job_id()), out);
+    });
   }
 
   grpc::Status ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest* req,
@@ -73,6 +92,7 @@ class ClientService final : public v1::CuBridge::Service {
   grpc::Status GetKernel(grpc::ServerContext* ctx, const v1::GetKernelRequest* req,
                          v1::Kernel* out) override {
     return Call(ctx, [&](core::JobFlow& flow) -> absl::Status {
+      if (auto s = core::CheckSpecHash(req->spec_hash()); !s.ok()) return s;
       auto arch = core::NormalizeArch(req->arch());
       if (!arch.ok()) return arch.status();
       const std::string& ruleset = c_->options().flow.ruleset;
@@ -110,29 +130,38 @@ class ClientService final : public v1::CuBridge::Service {
         for (const auto& cap : w.capabilities) info->add_capabilities(cap);
         info->set_last_heartbeat_unix_millis(w.last_seen_ms);
         info->set_current_task(w.current_task);
+        info->set_health(w.health == "not_serving" ? v1::WORKER_HEALTH_NOT_SERVING
+                         : w.health == "draining"  ? v1::WORKER_HEALTH_DRAINING
+                                                   : v1::WORKER_HEALTH_SERVING);
+        info->set_health_reason(w.health_reason);
       }
       return absl::OkStatus();
     });
   }
 
-  // Sends the events recorded so far, then each new one, until the job ended and its last event
-  // was sent. A drain ends the stream with UNAVAILABLE: clients reconnect and resume.
+  // Sends the events recorded so far (from `from_event` on), then each new one, until the job
+  // ended and its last event was sent. A drain ends the stream with UNAVAILABLE (DRAINING):
+  // clients reconnect and resume from the events they have.
   grpc::Status WatchJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req,
                         grpc::ServerWriter<v1::StageEvent>* writer) override {
     if (auto s = c_->options().client_tokens.Check(ctx, "client"); !s.ok()) return s;
-    size_t sent = 0;
+    if (auto s = core::CheckJobId(req->job_id()); !s.ok()) return ToGrpc(s);
+    int64_t sent = std::max(0, req->from_event());
     while (!ctx->IsCancelled()) {
-      if (c_->draining()) {
-        return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is draining; watch again");
-      }
+      if (c_->draining()) return ToGrpc(Draining());
       auto flow = c_->Flow();
       if (!flow.ok()) return ToGrpc(flow.status());
-      auto job = (*flow)->Describe(req->job_id());
+      // The state first: events are recorded before the state that ends a job, so an ended
+      // job's events are all there when they are read next.
+      auto job = (*flow)->jobs().Get(req->job_id());
       if (!job.ok()) return ToGrpc(job.status());
-      for (; sent < static_cast<size_t>(job->events_size()); ++sent) {
-        if (!writer->Write(job->events(sent))) return grpc::Status::CANCELLED;
+      auto events = (*flow)->jobs().Events(req->job_id(), sent);
+      if (!events.ok()) return ToGrpc(events.status());
+      for (const std::string& e : *events) {
+        if (!writer->Write(core::EventFromJson(req->job_id(), e))) return grpc::Status::CANCELLED;
+        ++sent;
       }
-      if (Ended(job->state())) return grpc::Status::OK;
+      if (Ended(job->state)) return grpc::Status::OK;
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     return grpc::Status::CANCELLED;

@@ -1,22 +1,47 @@
 #include "server/coordinator/coordinator.h"
 
+#include <algorithm>
+#include <atomic>
+
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
-#include "cuir/pipeline/files.h"
+#include "cubridge/status_details.h"
+#include "cuir/files/files.h"
 #include "cuir/transfer/transfer.h"
 #include "server/core/task_contract.h"
 
 namespace cubridge::coordinator {
 
 grpc::Status ToGrpc(const absl::Status& s) {
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+  const std::string store = store::StoreError(s);
+  if (store.empty()) return rpc::ToGrpc(s);
+  if (absl::IsUnavailable(s)) {
+    spdlog::warn("store unavailable: {}", std::string(s.message()));
+    return rpc::ToGrpc(rpc::WithReason(
+        absl::UnavailableError("the coordinator cannot reach its Redis store at the moment; retry "
+                               "shortly (its operators' logs say why)"),
+        v1::ERROR_REASON_STORE_UNAVAILABLE));
+  }
+  static std::atomic<uint64_t> incidents{0};
+  const std::string incident = absl::StrCat("i-", store::UnixMillis(), "-", ++incidents);
+  spdlog::error("incident={} store error ({}): {}", incident, store, std::string(s.message()));
+  v1::ErrorDetail detail;
+  detail.set_reason(v1::ERROR_REASON_INTERNAL);
+  detail.set_incident(incident);
+  return rpc::ToGrpc(rpc::WithDetail(
+      absl::InternalError(absl::StrCat("internal error (incident ", incident,
+                                       "); the coordinator's log has its cause")),
+      detail));
 }
 
 Coordinator::Coordinator(CoordinatorOptions options) : options_(std::move(options)) {
   if (options_.flow.ruleset.empty()) options_.flow.ruleset = transfer::RulesetVersion();
+  spec_checker_ = std::make_unique<core::SpecChecker>(
+      options_.spec_checks,
+      [this](const std::string& outcome, double seconds) { metrics_.SpecCheck(outcome, seconds); });
 }
 
 Coordinator::~Coordinator() {
@@ -50,6 +75,7 @@ absl::Status Coordinator::Start() {
   }
   auto flow = Flow();  // fail early, with the address, when Redis is not there
   if (!flow.ok()) return flow.status();
+  if (auto s = spec_checker_->Start(); !s.ok()) return s;
   if (!options_.metrics_listen.empty()) {
     auto p = metrics_.Serve(options_.metrics_listen);
     if (!p.ok()) return p.status();
@@ -58,9 +84,9 @@ absl::Status Coordinator::Start() {
 
   std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
   if (!options_.tls_cert_file.empty() || !options_.tls_key_file.empty()) {
-    auto cert = pipeline::ReadFile(options_.tls_cert_file);
+    auto cert = files::ReadFile(options_.tls_cert_file);
     if (!cert.ok()) return absl::InvalidArgumentError(absl::StrCat("--tls-cert: ", cert.status().message()));
-    auto key = pipeline::ReadFile(options_.tls_key_file);
+    auto key = files::ReadFile(options_.tls_key_file);
     if (!key.ok()) return absl::InvalidArgumentError(absl::StrCat("--tls-key: ", key.status().message()));
     grpc::SslServerCredentialsOptions ssl;
     ssl.pem_key_cert_pairs.push_back({*key, *cert});
@@ -99,6 +125,11 @@ void Coordinator::AdvanceSubscribers(core::JobFlow& flow, const std::string& tas
 
 void Coordinator::SweepLoop() {
   auto last_gauges = std::chrono::steady_clock::now() - std::chrono::hours(1);
+  auto last_forget = last_gauges;
+  // Ended jobs' index entries are dropped a while after their records expired.
+  const auto forget_every = std::clamp<std::chrono::milliseconds>(options_.flow.retention / 2,
+                                                                  std::chrono::milliseconds(500),
+                                                                  std::chrono::minutes(1));
   std::unique_lock lock(mu_);
   while (!stopped_) {
     lock.unlock();
@@ -115,19 +146,27 @@ void Coordinator::SweepLoop() {
           if (auto s = f.Advance(job); !s.ok()) spdlog::warn("job={} advance: {}", job, std::string(s.message()));
         }
       }
+      if (std::chrono::steady_clock::now() - last_forget > forget_every) {
+        last_forget = std::chrono::steady_clock::now();
+        if (auto n = f.jobs().ForgetExpired(); n.ok() && *n > 0) {
+          spdlog::info("sweep: {} expired job(s) dropped from the index", *n);
+        }
+      }
       if (std::chrono::steady_clock::now() - last_gauges > std::chrono::seconds(2)) {
         last_gauges = std::chrono::steady_clock::now();
         std::map<std::string, int> by_arch = {{"cpu", 0}, {"sm_80", 0}, {"sm_90", 0}};
+        std::map<std::string, int> unhealthy = by_arch;
         if (auto workers = f.workers().List(); workers.ok()) {
-          for (const auto& w : *workers) ++by_arch[w.arch];
+          for (const auto& w : *workers) {
+            ++by_arch[w.arch];
+            if (w.health == "not_serving") ++unhealthy[w.arch];
+          }
         }
         for (const auto& [arch, n] : by_arch) {
           metrics_.Workers(arch, n);
-          if (auto d = f.tasks().Depth(arch); d.ok()) metrics_.QueueDepth(arch, *d);
+          metrics_.UnhealthyWorkers(arch, unhealthy[arch]);
         }
-        if (auto d = f.tasks().Depth(core::kLlmClass); d.ok()) {
-          metrics_.QueueDepth(core::kLlmClass, *d);
-        }
+        f.RefreshQueueDepth();
       }
     }
     lock.lock();

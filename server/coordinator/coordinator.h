@@ -19,6 +19,7 @@
 #include "server/core/flow.h"
 #include "server/core/metrics.h"
 #include "server/core/request.h"
+#include "server/core/spec_checker.h"
 #include "server/store/redis.h"
 
 namespace cubridge::coordinator {
@@ -32,6 +33,7 @@ struct CoordinatorOptions {
   std::string tls_cert_file, tls_key_file;  // both set: TLS
   core::FlowOptions flow;
   core::Limits limits;
+  core::SpecCheckerOptions spec_checks;
   int max_message_bytes = 4 << 20;
   std::chrono::milliseconds sweep_interval{250};
   std::chrono::milliseconds drain_timeout{20000};
@@ -54,6 +56,7 @@ class Coordinator {
   absl::StatusOr<core::JobFlow*> Flow();
   const CoordinatorOptions& options() const { return options_; }
   core::Metrics& metrics() { return metrics_; }
+  core::SpecChecker& spec_checker() { return *spec_checker_; }
   bool draining() const { return draining_.load(); }
   // Advances every job waiting on a task that just ended (or was just handed out).
   void AdvanceSubscribers(core::JobFlow& flow, const std::string& task_id);
@@ -62,7 +65,8 @@ class Coordinator {
   void SweepLoop();
 
   CoordinatorOptions options_;
-  core::Metrics metrics_;
+  core::Metrics metrics_{core::Metrics::Role::kCoordinator};
+  std::unique_ptr<core::SpecChecker> spec_checker_;
   std::unique_ptr<grpc::Service> client_service_, worker_service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0, metrics_port_ = 0;
@@ -73,7 +77,9 @@ class Coordinator {
   bool stopped_ = false;
 };
 
-// absl::Status -> grpc::Status, same code and message.
+// absl::Status -> grpc::Status for a client or a worker: same code and message, with the status's
+// ErrorDetail; but a failure of the store becomes UNAVAILABLE (STORE_UNAVAILABLE) or INTERNAL
+// with an incident id, logged here with the store's own message, which never leaves the process.
 grpc::Status ToGrpc(const absl::Status& s);
 
 std::unique_ptr<grpc::Service> MakeClientService(Coordinator* c);

@@ -1,5 +1,7 @@
 // cubridge-coordinator: takes adaptation jobs from clients and hands their tasks to workers.
 // All state lives in Redis, so a restarted coordinator carries on with the jobs it left.
+//   cubridge-coordinator --listen HOST:PORT --redis ... [flags]
+//   cubridge-coordinator check-specs --fd N --max-seconds S   (a spec-check child; internal)
 #include <cstdlib>
 #include <iostream>
 
@@ -7,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "server/core/signals.h"
+#include "server/core/spec_check.h"
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -36,13 +39,19 @@ bool ParseRedis(std::string url, cubridge::store::RedisOptions* o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 6 && std::string(argv[1]) == "check-specs" && std::string(argv[2]) == "--fd" &&
+      std::string(argv[4]) == "--max-seconds") {
+    int fd = -1, max_seconds = 0;
+    if (!absl::SimpleAtoi(argv[3], &fd) || fd < 0 || !absl::SimpleAtoi(argv[5], &max_seconds)) return 2;
+    return cubridge::core::RunSpecCheckChild(fd, max_seconds);
+  }
   CLI::App app{"cubridge-coordinator: the CuBridge service's coordinator"};
   cubridge::coordinator::CoordinatorOptions o;
   std::string redis = Env("CUBRIDGE_REDIS", "127.0.0.1:6379");
   std::string client_tokens_file = Env("CUBRIDGE_CLIENT_TOKENS_FILE");
   std::string worker_tokens_file = Env("CUBRIDGE_WORKER_TOKEN_FILE");
-  double lease_s = 10, backoff_s = 1, drain_s = 20;
-  int64_t sweep_ms = 250;
+  double lease_s = 10, backoff_s = 1, drain_s = 20, check_s = 15, retention_s = 7 * 24 * 3600;
+  int64_t sweep_ms = 250, check_memory_mb = 4096;
   app.add_option("--listen", o.listen, "gRPC address (host:port; port 0 picks one)")
       ->capture_default_str();
   app.add_option("--metrics-listen", o.metrics_listen, "Prometheus /metrics address (host:port)");
@@ -67,6 +76,20 @@ int main(int argc, char** argv) {
   app.add_option("--max-spec-bytes", o.limits.max_source_bytes, "Largest spec source accepted")
       ->capture_default_str();
   app.add_option("--max-seqlen", o.limits.max_seqlen, "Largest seqlen accepted")->capture_default_str();
+  app.add_option("--spec-checkers", o.spec_checks.children,
+                 "Child processes that compile submitted specs (their crashes cost nothing else)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  app.add_option("--spec-check-seconds", check_s, "Time one spec may take to compile and probe")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--spec-check-memory-mb", check_memory_mb, "Address-space limit of a spec checker")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{512}, int64_t{1} << 20));
+  app.add_option("--job-retention-seconds", retention_s,
+                 "How long an ended job stays readable (default 7 days); cached kernels stay")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
 
   if (!ParseRedis(redis, &o.redis)) {
@@ -87,6 +110,9 @@ int main(int argc, char** argv) {
   o.flow.retry_backoff = std::chrono::milliseconds(static_cast<int64_t>(backoff_s * 1000));
   o.drain_timeout = std::chrono::milliseconds(static_cast<int64_t>(drain_s * 1000));
   o.sweep_interval = std::chrono::milliseconds(sweep_ms);
+  o.spec_checks.timeout = std::chrono::milliseconds(static_cast<int64_t>(check_s * 1000));
+  o.spec_checks.memory_bytes = check_memory_mb << 20;
+  o.flow.retention = std::chrono::milliseconds(static_cast<int64_t>(retention_s * 1000));
 
 
   cubridge::coordinator::Coordinator coordinator(o);

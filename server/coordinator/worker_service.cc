@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "cubridge/v1/worker.grpc.pb.h"
 #include "server/coordinator/coordinator.h"
+#include "server/core/ids.h"
 #include "server/core/task_contract.h"
 
 namespace cubridge::coordinator {
@@ -47,6 +48,7 @@ class WorkerService final : public v1::Workers::Service {
   grpc::Status LeaseTask(grpc::ServerContext* ctx, const v1::LeaseTaskRequest* req,
                          v1::LeaseTaskResponse* out) override {
     return Call(ctx, [&](core::JobFlow& flow) -> absl::Status {
+      if (auto s = core::CheckWorkerId(req->worker_id()); !s.ok()) return s;
       auto worker = flow.workers().Get(req->worker_id());
       if (!worker.ok()) {
         return absl::NotFoundError(absl::StrCat("worker ", req->worker_id(),
@@ -68,7 +70,7 @@ class WorkerService final : public v1::Workers::Service {
         if (c_->draining()) return absl::OkStatus();  // nothing new while draining
         if (auto s = flow.workers().Touch(worker->id, ""); !s.ok()) return s;
         for (const std::string& cls : classes) {
-          auto lease = flow.tasks().LeaseNext(cls, worker->id);
+          auto lease = flow.tasks().LeaseNext(cls, worker->id, Decliner(flow, *worker, cls));
           if (!lease.ok()) return lease.status();
           if (!lease->has_value()) continue;
           const store::Lease& l = **lease;
@@ -96,6 +98,7 @@ class WorkerService final : public v1::Workers::Service {
   grpc::Status Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
                          v1::HeartbeatResponse*) override {
     return Call(ctx, [&](core::JobFlow& flow) -> absl::Status {
+      if (auto s = CheckIds(req->worker_id(), req->task_id()); !s.ok()) return s;
       if (auto s = flow.tasks().Heartbeat(req->task_id(), req->fencing_token()); !s.ok()) return s;
       auto touched = flow.workers().Touch(req->worker_id(), req->task_id());
       // The registry may have been reset under a live lease; the lease itself is what counts.
@@ -107,6 +110,7 @@ class WorkerService final : public v1::Workers::Service {
   grpc::Status ReportProgress(grpc::ServerContext* ctx, const v1::ReportProgressRequest* req,
                               v1::ReportProgressResponse*) override {
     return Call(ctx, [&](core::JobFlow& flow) -> absl::Status {
+      if (auto s = core::CheckTaskId(req->task_id()); !s.ok()) return s;
       auto st = flow.tasks().Get(req->task_id());
       if (!st.ok()) return st.status();
       if (st->state != "leased" || st->fencing_token != req->fencing_token()) {
@@ -127,6 +131,7 @@ class WorkerService final : public v1::Workers::Service {
   grpc::Status CompleteTask(grpc::ServerContext* ctx, const v1::CompleteTaskRequest* req,
                             v1::CompleteTaskResponse*) override {
     return Call(ctx, [&](core::JobFlow& flow) -> absl::Status {
+      if (auto s = core::CheckTaskId(req->task_id()); !s.ok()) return s;
       auto st = flow.tasks().Get(req->task_id());
       if (!st.ok()) return st.status();
       auto done = flow.tasks().Complete(req->task_id(), req->fencing_token(), req->result_json());
@@ -146,21 +151,94 @@ class WorkerService final : public v1::Workers::Service {
   grpc::Status FailTask(grpc::ServerContext* ctx, const v1::FailTaskRequest* req,
                         v1::FailTaskResponse*) override {
     return Call(ctx, [&](core::JobFlow& flow) -> absl::Status {
-      auto state = flow.tasks().Fail(req->task_id(), req->fencing_token(), req->error(),
-                                     req->retryable(), req->result_json());
+      if (auto s = core::CheckTaskId(req->task_id()); !s.ok()) return s;
+      const std::string cls = ClassName(req->failure_class());
+      // Only the machine's own failures are worth another attempt; the class, when the worker
+      // gives one, decides (an older worker's `retryable` otherwise).
+      const bool retryable = req->failure_class() == v1::FAILURE_CLASS_UNSPECIFIED
+                                 ? req->retryable()
+                                 : req->failure_class() == v1::FAILURE_CLASS_INFRASTRUCTURE;
+      auto state = flow.tasks().Fail(req->task_id(), req->fencing_token(),
+                                     {req->error(), retryable, cls, req->result_json()});
       if (!state.ok()) return state.status();
+      if (!cls.empty()) c_->metrics().TaskFailed(cls);
       if (*state == "dead") {
         c_->metrics().TaskDead();
       } else {
         c_->metrics().TaskRetried();
       }
-      spdlog::warn("task={} failed ({}): {}", req->task_id(), *state, req->error());
+      spdlog::warn("task={} failed ({}, {}): {}", req->task_id(), *state,
+                   cls.empty() ? "unclassified" : cls, req->error());
       c_->AdvanceSubscribers(flow, req->task_id());
       return absl::OkStatus();
     });
   }
 
+  grpc::Status ReportHealth(grpc::ServerContext* ctx, const v1::ReportHealthRequest* req,
+                            v1::ReportHealthResponse*) override {
+    return Call(ctx, [&](core::JobFlow& flow) -> absl::Status {
+      if (auto s = core::CheckWorkerId(req->worker_id()); !s.ok()) return s;
+      const std::string health = req->health() == v1::WORKER_HEALTH_NOT_SERVING ? "not_serving"
+                                 : req->health() == v1::WORKER_HEALTH_DRAINING  ? "draining"
+                                                                                : "serving";
+      if (auto s = flow.workers().SetHealth(req->worker_id(), health, req->reason()); !s.ok()) {
+        return s;
+      }
+      if (health == "not_serving") {
+        spdlog::warn("worker={} unhealthy: {}", req->worker_id(), req->reason());
+      } else {
+        spdlog::info("worker={} {}", req->worker_id(), health);
+      }
+      return absl::OkStatus();
+    });
+  }
+
  private:
+  static absl::Status CheckIds(const std::string& worker_id, const std::string& task_id) {
+    if (auto s = core::CheckWorkerId(worker_id); !s.ok()) return s;
+    return core::CheckTaskId(task_id);
+  }
+
+  static std::string ClassName(v1::FailureClass c) {
+    switch (c) {
+      case v1::FAILURE_CLASS_INFRASTRUCTURE: return "infrastructure";
+      case v1::FAILURE_CLASS_CANDIDATE: return "candidate";
+      case v1::FAILURE_CLASS_SPEC: return "spec";
+      default: return "";
+    }
+  }
+
+  // Whether `w` can lease from the class (the order LeaseTask builds for a worker).
+  static bool Serves(const store::WorkerRecord& w, const std::string& cls) {
+    const bool llm = std::find(w.capabilities.begin(), w.capabilities.end(), core::kLlmClass) !=
+                     w.capabilities.end();
+    if (cls == "cpu" || cls == w.arch) return true;
+    if (cls == core::kLlmClass) return llm;
+    return llm && cls == core::LlmGpuClass(w.arch);
+  }
+
+  // A retry goes to a worker that has not failed the task when there is one: a worker that did
+  // hands the delivery back while a healthy other worker of the class is alive, for up to three
+  // lease periods after the failure (then anyone may take it, so a busy cluster still gets to it).
+  store::TaskQueue::Decline Decliner(core::JobFlow& flow, const store::WorkerRecord& me,
+                                     const std::string& cls) {
+    const int64_t window = 3 * c_->options().flow.lease.count();
+    return [&flow, me, cls, window](const std::string& task_id, const std::vector<std::string>& failed_by,
+                                    int64_t failed_ms) {
+      if (std::find(failed_by.begin(), failed_by.end(), me.id) == failed_by.end()) return false;
+      if (store::UnixMillis() - failed_ms > window) return false;
+      auto workers = flow.workers().List();
+      if (!workers.ok()) return false;
+      for (const store::WorkerRecord& w : *workers) {
+        if (w.id == me.id || w.health != "serving" || !Serves(w, cls)) continue;
+        if (std::find(failed_by.begin(), failed_by.end(), w.id) != failed_by.end()) continue;
+        spdlog::debug("task={}: worker={} failed it before; left for worker={}", task_id, me.id, w.id);
+        return true;
+      }
+      return false;
+    };
+  }
+
   template <typename F>
   grpc::Status Call(grpc::ServerContext* ctx, F&& body) {
     if (auto s = c_->options().worker_tokens.Check(ctx, "worker"); !s.ok()) return s;
@@ -176,10 +254,11 @@ class WorkerService final : public v1::Workers::Service {
     if (kind == core::kLiftLlmTask) return v1::TASK_KIND_LIFT_LLM;
     return v1::TASK_KIND_UNSPECIFIED;
   }
-  // Task ids start with what they compute: lift-, transfer-, cand-.
+  // Task ids start with what they compute: lift-, transfer-, cand-, liftllm-.
   static std::string KindOf(const std::string& task_id) {
     if (task_id.rfind("lift-", 0) == 0) return core::kLiftTask;
     if (task_id.rfind("transfer-", 0) == 0) return core::kTransferTask;
+    if (task_id.rfind("liftllm-", 0) == 0) return core::kLiftLlmTask;
     return core::kCandidateTask;
   }
 

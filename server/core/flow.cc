@@ -14,6 +14,7 @@
 #include "cuir/lower/lower.h"
 #include "cuir/pipeline/stages.h"
 #include "cuir/pipeline/verify.h"
+#include "cubridge/status_details.h"
 #include "server/core/request.h"
 #include "server/core/task_contract.h"
 #include "worker/gpu/autotune.h"
@@ -109,8 +110,8 @@ std::string TransferTaskId(const std::string& spec_hash, const std::string& prop
 JobFlow::JobFlow(store::RedisClient* redis, const FlowOptions& options, Metrics* metrics)
     : options_(options),
       metrics_(metrics),
-      jobs_(redis),
-      tasks_(redis, options.lease, options.max_attempts),
+      jobs_(redis, options.retention),
+      tasks_(redis, options.lease, options.max_attempts, options.retention),
       kernels_(redis),
       // A worker is alive while it heartbeats; three lease periods of silence and it is gone.
       workers_(redis, options.lease * 3) {
@@ -145,23 +146,29 @@ absl::StatusOr<v1::Job> JobFlow::Submit(const v1::SubmitJobRequest& request,
   input.config = *config;
   input.seed = pipeline::FreshSeed();
 
-  auto created = jobs_.Create(request.idempotency_key(), spec_hash, request.SerializeAsString());
+  const std::string level = LevelName(request.verification());
+  auto created = jobs_.Create(request.idempotency_key(), spec_hash, request.SerializeAsString(),
+                              RequestFingerprint(request),
+                              {{"archs", absl::StrJoin(archs, ",")},
+                               {"level", level},
+                               {"proposer", lift ? "llm" : ProposerOf(request)},
+                               {"kind", lift ? "lift" : "adapt"},
+                               {"kernel_name", lift ? KernelNameOf(request) : ""},
+                               {"canonical_form", canonical_form},
+                               {"input", input.ToJson().dump()}});
   if (!created.ok()) return created.status();
-  const std::string id = created->first.id;
-  if (!created->second) {
+  const std::string id = created->job.id;
+  if (created->outcome == store::CreatedJob::Outcome::kConflict) {
+    return rpc::WithReason(
+        absl::AlreadyExistsError(absl::StrCat(
+            "idempotency key \"", request.idempotency_key(), "\" already names job ", id,
+            ", submitted with another request (spec hash ", created->job.spec_hash.substr(0, 16),
+            "...); a retry must send the same request, a new request needs a new key")),
+        v1::ERROR_REASON_IDEMPOTENCY_CONFLICT, id);
+  }
+  if (created->outcome == store::CreatedJob::Outcome::kExisting) {
     if (metrics_) metrics_->JobSubmitted("duplicate");
     return Describe(id);
-  }
-  const std::string level = LevelName(request.verification());
-  for (const auto& [field, value] :
-       std::vector<std::pair<std::string, std::string>>{{"archs", absl::StrJoin(archs, ",")},
-                                                        {"level", level},
-                                                        {"proposer", lift ? "llm" : ProposerOf(request)},
-                                                        {"kind", lift ? "lift" : "adapt"},
-                                                        {"kernel_name", lift ? KernelNameOf(request) : ""},
-                                                        {"canonical_form", canonical_form},
-                                                        {"input", input.ToJson().dump()}}) {
-    if (auto s = jobs_.SetField(id, field, value); !s.ok()) return s;
   }
   if (lift) {  // the kernel cache holds adapted kernels, not lifted programs
     if (metrics_) metrics_->JobSubmitted("miss");
@@ -357,6 +364,8 @@ absl::Status JobFlow::Advance(const std::string& job_id) {
     }
     if (!all_ended) continue;
     auto stored = Select(job, arch, ids, transferred);
+    // The store failing is not the job's fault: the next advance tries again.
+    if (!store::StoreError(stored.status()).empty()) return stored.status();
     if (!stored.ok()) return Finish(job, "failed", std::string(stored.status().message()));
     all_cached = all_cached && *stored;
   }
@@ -454,7 +463,27 @@ absl::StatusOr<v1::Job> JobFlow::Cancel(const std::string& job_id) {
   auto s = jobs_.SetState(job_id, "cancelled", "cancelled by the client");
   if (!s.ok()) return s;
   if (metrics_) metrics_->JobEnded("cancelled");
+  auto planned = jobs_.Fields(job_id, "planned:");
+  if (!planned.ok()) return planned.status();
+  for (const auto& [field, unused] : *planned) {
+    auto withdrawn = tasks_.Unsubscribe(field.substr(std::string("planned:").size()), job_id);
+    if (!withdrawn.ok()) return withdrawn.status();
+  }
+  RefreshQueueDepth();
   return Describe(job_id);
+}
+
+const std::vector<std::string>& WorkerClasses() {
+  static const std::vector<std::string> classes = {
+      "cpu", "sm_80", "sm_90", kLlmClass, LlmGpuClass("sm_80"), LlmGpuClass("sm_90")};
+  return classes;
+}
+
+void JobFlow::RefreshQueueDepth() {
+  if (metrics_ == nullptr) return;
+  for (const std::string& cls : WorkerClasses()) {
+    if (auto d = tasks_.Depth(cls); d.ok()) metrics_->QueueDepth(cls, *d);
+  }
 }
 
 absl::StatusOr<std::string> JobFlow::WaitingFor(const std::string& job_id) {

@@ -35,6 +35,8 @@ struct FlowOptions {
   std::chrono::milliseconds lease{10000};
   int max_attempts = 3;
   std::chrono::milliseconds retry_backoff{1000};
+  // How long an ended job (and an ended task) stays readable; cached kernels stay regardless.
+  std::chrono::milliseconds retention = std::chrono::hours(24 * 7);
 };
 
 // One coordinator thread's view of the stores (a Redis client is used by one thread at a time).
@@ -42,9 +44,10 @@ class JobFlow {
  public:
   JobFlow(store::RedisClient* redis, const FlowOptions& options, Metrics* metrics);
 
-  // Creates the job (or returns the one its idempotency key already made) for a request whose
-  // spec was already parsed and hashed. A job whose kernels are all cached ends at once as a
-  // cache hit. `archs` is the resolved list (never empty).
+  // Creates the job (or returns the one its idempotency key already made for the same request;
+  // ALREADY_EXISTS naming that job for another request) for a request whose spec was already
+  // checked and hashed. A job whose kernels are all cached ends at once as a cache hit. `archs`
+  // is the resolved list (never empty).
   absl::StatusOr<v1::Job> Submit(const v1::SubmitJobRequest& request, const std::string& spec_hash,
                                  const std::string& canonical_form,
                                  const std::vector<std::string>& archs);
@@ -52,7 +55,10 @@ class JobFlow {
   // The API view of a job: state, events, why it waits; with its transfer's LLM conversation
   // when `with_transcript`.
   absl::StatusOr<v1::Job> Describe(const std::string& job_id, bool with_transcript = false);
+  // Ends the job; the tasks only it waited for and no worker has taken are withdrawn.
   absl::StatusOr<v1::Job> Cancel(const std::string& job_id);
+  // Sets the queue depth gauge of every worker class from the store.
+  void RefreshQueueDepth();
 
   store::JobStore& jobs() { return jobs_; }
   store::TaskQueue& tasks() { return tasks_; }
@@ -98,6 +104,8 @@ std::string ProposerOf(const v1::SubmitJobRequest& request);
 std::string TransferTaskId(const std::string& spec_hash, const std::string& proposer);
 // liftllm-<kernel hash>-<arch>: a user kernel lifted by a model and checked on a GPU of the arch.
 std::string LiftLlmTaskId(const std::string& kernel_hash, const std::string& arch);
+// The worker classes whose queues exist: cpu, sm_80, sm_90, llm (and llm-<arch> for lifts).
+const std::vector<std::string>& WorkerClasses();
 // A stored event (JSON, as JobStore keeps them) in the API's form.
 v1::StageEvent EventFromJson(const std::string& job_id, const std::string& text);
 

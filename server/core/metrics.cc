@@ -9,6 +9,7 @@
 #include <httplib.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -41,7 +42,23 @@ struct Metrics::Families {
                      .Register(r)),
         retries(BuildCounter().Name("cubridge_task_retries_total").Help("Failed attempts queued again").Register(r)),
         dead(BuildCounter().Name("cubridge_tasks_dead_total").Help("Tasks dead-lettered").Register(r)),
+        failures(BuildCounter()
+                     .Name("cubridge_task_failures_total")
+                     .Help("Failed task attempts, by whose fault: infrastructure, candidate, spec")
+                     .Register(r)),
         workers(BuildGauge().Name("cubridge_workers").Help("Live registered workers, by arch").Register(r)),
+        unhealthy(BuildGauge()
+                      .Name("cubridge_workers_unhealthy")
+                      .Help("Live workers that reported themselves unhealthy (fenced off), by arch")
+                      .Register(r)),
+        spec_checks(BuildCounter()
+                        .Name("cubridge_spec_checks_total")
+                        .Help("Submitted specs compiled in a spec-check child, by outcome")
+                        .Register(r)),
+        spec_check_seconds(BuildHistogram()
+                               .Name("cubridge_spec_check_duration_seconds")
+                               .Help("Time to check one submitted spec (a child's compile, or the cache)")
+                               .Register(r)),
         worker_tasks(BuildCounter()
                          .Name("cubridge_worker_tasks_total")
                          .Help("Tasks this worker ran, by kind and outcome")
@@ -58,7 +75,15 @@ struct Metrics::Families {
                          .Name("cubridge_llm_requests_total")
                          .Help("Chat-completion requests this worker's LLM proposer sent, retries "
                                "included")
-                         .Register(r)) {}
+                         .Register(r)),
+        healthy(BuildGauge()
+                    .Name("cubridge_worker_healthy")
+                    .Help("1 while this worker leases tasks, 0 while it has fenced itself off")
+                    .Register(r)),
+        fenced(BuildCounter()
+                   .Name("cubridge_worker_fenced_total")
+                   .Help("Times this worker fenced itself off after failures of its own machine")
+                   .Register(r)) {}
 
   prometheus::Family<prometheus::Counter>& jobs;
   prometheus::Family<prometheus::Counter>& submitted;
@@ -68,22 +93,72 @@ struct Metrics::Families {
   prometheus::Family<prometheus::Counter>& expiries;
   prometheus::Family<prometheus::Counter>& retries;
   prometheus::Family<prometheus::Counter>& dead;
+  prometheus::Family<prometheus::Counter>& failures;
   prometheus::Family<prometheus::Gauge>& workers;
+  prometheus::Family<prometheus::Gauge>& unhealthy;
+  prometheus::Family<prometheus::Counter>& spec_checks;
+  prometheus::Family<prometheus::Histogram>& spec_check_seconds;
   prometheus::Family<prometheus::Counter>& worker_tasks;
   prometheus::Family<prometheus::Histogram>& worker_seconds;
   prometheus::Family<prometheus::Counter>& llm_tokens;
   prometheus::Family<prometheus::Counter>& llm_requests;
+  prometheus::Family<prometheus::Gauge>& healthy;
+  prometheus::Family<prometheus::Counter>& fenced;
 };
 
 namespace {
 // Tasks run from well under a second (a cached lift) to minutes (autotuning a candidate).
 const prometheus::Histogram::BucketBoundaries kSeconds = {0.05, 0.1, 0.25, 0.5, 1,  2.5,
                                                           5,    10,  30,   60,  120, 300};
+// A spec check is a cache hit (microseconds) or a compile (tens of milliseconds to seconds).
+const prometheus::Histogram::BucketBoundaries kCheckSeconds = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                                               0.25,  0.5,   1,    2.5,   5,    15};
+
+// The label values each series can take: all of them are exported from start-up.
+const std::vector<std::string> kTaskKinds = {"lift", "transfer", "candidate", "lift_llm"};
+const std::vector<std::string> kArchs = {"cpu", "sm_80", "sm_90"};
+const std::vector<std::string> kClasses = {"cpu", "sm_80", "sm_90", "llm", "llm-sm_80", "llm-sm_90"};
+const std::vector<std::string> kFailureClasses = {"infrastructure", "candidate", "spec"};
+const std::vector<std::string> kSpecCheckOutcomes = {"ok",      "invalid", "crashed",
+                                                     "timeout", "cached",  "unavailable"};
+const std::vector<std::string> kWorkerOutcomes = {"ok", "failed", "crashed", "lost", "handed_back"};
+
 }  // namespace
 
-Metrics::Metrics()
+Metrics::Metrics(Role role)
     : registry_(std::make_shared<prometheus::Registry>()),
-      f_(std::make_unique<Families>(*registry_)) {}
+      f_(std::make_unique<Families>(*registry_)) {
+  ExportZeros(role);
+}
+
+void Metrics::ExportZeros(Role role) {
+  if (role == Role::kCoordinator) {
+    for (const char* o : {"succeeded", "failed", "cancelled"}) f_->jobs.Add({{"outcome", o}});
+    for (const char* c : {"hit", "miss", "duplicate"}) f_->submitted.Add({{"cache", c}});
+    for (const char* r : {"hit", "miss"}) f_->lookups.Add({{"result", r}});
+    for (const std::string& k : kTaskKinds) f_->stages.Add({{"stage", k}}, kSeconds);
+    for (const std::string& c : kClasses) f_->depth.Add({{"class", c}});
+    f_->expiries.Add({});
+    f_->retries.Add({});
+    f_->dead.Add({});
+    for (const std::string& c : kFailureClasses) f_->failures.Add({{"class", c}});
+    for (const std::string& a : kArchs) {
+      f_->workers.Add({{"arch", a}});
+      f_->unhealthy.Add({{"arch", a}});
+    }
+    for (const std::string& o : kSpecCheckOutcomes) f_->spec_checks.Add({{"outcome", o}});
+    f_->spec_check_seconds.Add({}, kCheckSeconds);
+    return;
+  }
+  for (const std::string& k : kTaskKinds) {
+    for (const std::string& o : kWorkerOutcomes) f_->worker_tasks.Add({{"kind", k}, {"outcome", o}});
+    f_->worker_seconds.Add({{"kind", k}}, kSeconds);
+  }
+  for (const char* k : {"prompt", "completion"}) f_->llm_tokens.Add({{"kind", k}});
+  f_->llm_requests.Add({});
+  f_->healthy.Add({}).Set(1);
+  f_->fenced.Add({});
+}
 
 Metrics::~Metrics() {
   if (http_) http_->stop();
@@ -102,7 +177,20 @@ void Metrics::QueueDepth(const std::string& cls, double d) { f_->depth.Add({{"cl
 void Metrics::LeaseExpired() { f_->expiries.Add({}).Increment(); }
 void Metrics::TaskRetried() { f_->retries.Add({}).Increment(); }
 void Metrics::TaskDead() { f_->dead.Add({}).Increment(); }
+void Metrics::TaskFailed(const std::string& c) { f_->failures.Add({{"class", c}}).Increment(); }
 void Metrics::Workers(const std::string& arch, double n) { f_->workers.Add({{"arch", arch}}).Set(n); }
+void Metrics::UnhealthyWorkers(const std::string& arch, double n) {
+  f_->unhealthy.Add({{"arch", arch}}).Set(n);
+}
+void Metrics::SpecCheck(const std::string& outcome, double s) {
+  f_->spec_checks.Add({{"outcome", outcome}}).Increment();
+  f_->spec_check_seconds.Add({}, kCheckSeconds).Observe(s);
+}
+void Metrics::WorkerHealthy(bool healthy) {
+  auto& gauge = f_->healthy.Add({});
+  if (!healthy && gauge.Value() != 0) f_->fenced.Add({}).Increment();
+  gauge.Set(healthy ? 1 : 0);
+}
 void Metrics::WorkerTask(const std::string& kind, const std::string& outcome, double s) {
   f_->worker_tasks.Add({{"kind", kind}, {"outcome", outcome}}).Increment();
   f_->worker_seconds.Add({{"kind", kind}}, kSeconds).Observe(s);

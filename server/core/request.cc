@@ -3,10 +3,15 @@
 #include <algorithm>
 #include <cctype>
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+
 #include "absl/strings/str_cat.h"
 #include "cuir/lower/lift.h"
-#include "cuir/pipeline/proposer.h"
-#include "cuir/spec/spec.h"
+#include "cuir/pipeline/proposer_names.h"
+#include "cuir/spec/digest.h"
+#include "cuir/spec/guard.h"
+#include "server/core/ids.h"
 
 namespace cubridge::core {
 namespace {
@@ -29,14 +34,13 @@ absl::Status CheckLimits(const v1::SubmitJobRequest& r, const Limits& l) {
                   l.max_buffer_source_bytes);
     }
   }
+  if (r.archs_size() > l.max_archs) return Over("the number of archs", r.archs_size(), l.max_archs);
   const auto& c = r.config();
   if (c.batch() > l.max_batch) return Over("batch", c.batch(), l.max_batch);
   if (c.heads_q() > l.max_heads) return Over("heads_q", c.heads_q(), l.max_heads);
+  if (c.heads_kv() > l.max_heads) return Over("heads_kv", c.heads_kv(), l.max_heads);
   if (c.seqlen_q() > l.max_seqlen) return Over("seqlen_q", c.seqlen_q(), l.max_seqlen);
   if (c.seqlen_kv() > l.max_seqlen) return Over("seqlen_kv", c.seqlen_kv(), l.max_seqlen);
-  if (r.idempotency_key().size() > l.max_idempotency_key_bytes) {
-    return Over("the idempotency key length", r.idempotency_key().size(), l.max_idempotency_key_bytes);
-  }
   return absl::OkStatus();
 }
 
@@ -47,8 +51,8 @@ bool Identifier(const std::string& s) {
 }
 
 // A lift job: the kernel instead of a spec, lifted by a model (only), keyed by what it checks.
-absl::StatusOr<CheckedSubmit> CheckLift(const v1::SubmitJobRequest& r, const Limits& limits,
-                                        const cuir::AttentionConfig& config) {
+absl::StatusOr<CheckedRequest> CheckLift(const v1::SubmitJobRequest& r, const Limits& limits,
+                                         const cuir::AttentionConfig& config) {
   const auto& k = r.kernel();
   const std::string file = k.file_name().empty() ? "kernel.cu" : k.file_name();
   if (!r.spec().source().empty()) {
@@ -67,9 +71,10 @@ absl::StatusOr<CheckedSubmit> CheckLift(const v1::SubmitJobRequest& r, const Lim
   if (k.source().empty()) {
     return absl::InvalidArgumentError(absl::StrCat("kernel.source of ", file, " is empty"));
   }
+  if (auto s = CheckUtf8(k.source(), file, "kernel source"); !s.ok()) return s;
   auto entries = lower::UserKernelEntries(file, k.source());
   if (!entries.ok()) return entries.status();
-  CheckedSubmit out;
+  CheckedRequest out;
   out.lift = true;
   out.config = config;
   out.kernel_name = KernelNameOf(r);
@@ -87,12 +92,23 @@ absl::StatusOr<CheckedSubmit> CheckLift(const v1::SubmitJobRequest& r, const Lim
 
 absl::StatusOr<cuir::AttentionConfig> ConfigFromProto(const v1::AttentionConfig& p) {
   cuir::AttentionConfig c;
-  if (p.batch()) c.batch = p.batch();
-  if (p.heads_q()) c.heads_q = p.heads_q();
-  c.heads_kv = p.heads_kv() ? p.heads_kv() : c.heads_q;
-  if (p.head_dim()) c.head_dim = p.head_dim();
-  if (p.seqlen_q()) c.seqlen_q = p.seqlen_q();
-  if (p.seqlen_kv()) c.seqlen_kv = p.seqlen_kv();
+  // Zero is never a size: a field that is set says what it means, one left out takes the default.
+  for (const auto& [name, has, value, out] :
+       {std::tuple{"batch", p.has_batch(), p.batch(), &c.batch},
+        std::tuple{"heads_q", p.has_heads_q(), p.heads_q(), &c.heads_q},
+        std::tuple{"heads_kv", p.has_heads_kv(), p.heads_kv(), &c.heads_kv},
+        std::tuple{"head_dim", p.has_head_dim(), p.head_dim(), &c.head_dim},
+        std::tuple{"seqlen_q", p.has_seqlen_q(), p.seqlen_q(), &c.seqlen_q},
+        std::tuple{"seqlen_kv", p.has_seqlen_kv(), p.seqlen_kv(), &c.seqlen_kv}}) {
+    if (!has) continue;
+    if (value <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config.", name, " must be a positive integer, got ", value,
+          " (leave it out for the default)"));
+    }
+    *out = value;
+  }
+  if (!p.has_heads_kv()) c.heads_kv = c.heads_q;
   if (p.dtype() == "fp16") {
     c.dtype = cuir::DType::kFP16;
   } else if (!p.dtype().empty() && p.dtype() != "bf16") {
@@ -110,14 +126,15 @@ std::string KernelNameOf(const v1::SubmitJobRequest& r) {
                           : k.name();
 }
 
-absl::StatusOr<CheckedSubmit> CheckSubmit(const v1::SubmitJobRequest& r, const Limits& limits,
-                                          const std::string& ruleset) {
+absl::StatusOr<CheckedRequest> CheckRequest(const v1::SubmitJobRequest& r, const Limits& limits) {
   if (auto s = CheckLimits(r, limits); !s.ok()) return s;
-  if (r.has_kernel()) {
-    auto config = ConfigFromProto(r.config());
-    if (!config.ok()) return config.status();
-    return CheckLift(r, limits, *config);
+  if (!r.idempotency_key().empty()) {
+    if (auto s = CheckIdempotencyKey(r.idempotency_key()); !s.ok()) return s;
   }
+  auto config = ConfigFromProto(r.config());
+  if (!config.ok()) return config.status();
+  if (r.has_kernel()) return CheckLift(r, limits, *config);
+  const std::string file = r.spec().file_name().empty() ? "spec.py" : r.spec().file_name();
   if (r.spec().source().empty()) {
     return absl::InvalidArgumentError(
         "spec.source is empty: send the text of a spec file defining mask_mod and/or score_mod");
@@ -125,34 +142,33 @@ absl::StatusOr<CheckedSubmit> CheckSubmit(const v1::SubmitJobRequest& r, const L
   if (!r.proposer().empty()) {
     if (auto s = pipeline::CheckProposerName(r.proposer()); !s.ok()) return s;
   }
-  CheckedSubmit out;
-  auto config = ConfigFromProto(r.config());
-  if (!config.ok()) return config.status();
-  out.config = *config;
-  const std::string file = r.spec().file_name().empty() ? "spec.py" : r.spec().file_name();
-  auto spec = spec::LoadSpecSource(r.spec().source(), file);
-  if (!spec.ok()) return absl::InvalidArgumentError(spec.status().message());
-  std::vector<std::string> overrides;
-  for (const auto& [name, value] : r.spec().params()) overrides.push_back(name + "=" + value);
-  if (auto s = spec::OverrideParams(*spec, overrides); !s.ok()) {
-    return absl::InvalidArgumentError(s.message());
-  }
+  if (auto s = CheckUtf8(r.spec().source(), file, "spec"); !s.ok()) return s;
+  // Cheap and linear: what would overflow the frontend's stack is refused before a spec checker
+  // spends a process on it.
+  if (auto s = spec::GuardSpecSource(r.spec().source(), file); !s.ok()) return s;
   for (const auto& [name, source] : r.spec().buffers()) {
-    bool known = false;
-    for (const auto& b : spec->buffers) known = known || b.name == name;
-    if (!known) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          file, ": buffer '", name, "' is given values but the spec declares no such buffer"));
-    }
     if (source.rfind("file:", 0) == 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "buffer '", name, "': file: sources name files on the submitting machine; send the "
           "values (values:1,2,..) or lengths (lengths:A,B,..) instead"));
     }
   }
-  out.spec_hash = spec::SpecHash(*spec, out.config, ruleset);
-  out.canonical_form = spec::CanonicalForm(*spec, out.config, ruleset);
+  CheckedRequest out;
+  out.config = *config;
   return out;
+}
+
+std::string RequestFingerprint(const v1::SubmitJobRequest& request) {
+  v1::SubmitJobRequest keyless = request;
+  keyless.clear_idempotency_key();
+  std::string bytes;
+  {
+    google::protobuf::io::StringOutputStream out(&bytes);
+    google::protobuf::io::CodedOutputStream coded(&out);
+    coded.SetSerializationDeterministic(true);  // params and buffers (maps) in key order
+    keyless.SerializeToCodedStream(&coded);
+  }
+  return spec::Sha256Hex(bytes);
 }
 
 }  // namespace cubridge::core

@@ -1,7 +1,8 @@
-// Checks a SubmitJob request before anything is stored: the service's limits (RESOURCE_EXHAUSTED),
-// the attention config, the proposer's name and the spec itself (INVALID_ARGUMENT with the spec
-// frontend's "file:line:col: ..." message), and computes the spec hash the job and the cache are
-// keyed by.
+// Checks a SubmitJob request before anything is stored, with nothing but the request in hand:
+// the service's limits (RESOURCE_EXHAUSTED), ids and keys, UTF-8, the spec frontend's lexical
+// guard, the attention config, the proposer's name, and a lift's kernel. No LibTorch here: the
+// spec itself is compiled elsewhere (server/core/spec_checker.h), so nothing in this file can be
+// made to crash by what a client sends (fuzz/fuzz_submit_checks.cc holds it to that).
 #pragma once
 
 #include <cstdint>
@@ -18,25 +19,27 @@ struct Limits {
   int max_params = 64;
   int max_buffers = 16;
   size_t max_buffer_source_bytes = 64 * 1024;
+  int max_archs = 8;
   int64_t max_batch = 4096;
   int64_t max_heads = 1024;
   int64_t max_seqlen = 1 << 20;
-  size_t max_idempotency_key_bytes = 256;
 };
 
-struct CheckedSubmit {
+struct CheckedRequest {
   cuir::AttentionConfig config;
-  std::string spec_hash;  // a lift job: the hash of its kernel, name and config
-  std::string canonical_form;
   bool lift = false;        // the request carries a user kernel to lift
   std::string kernel_name;  // lift: the expert name its program declares
+  // Lift only (its key needs no compiled spec): the hash of its kernel, name and config.
+  std::string spec_hash, canonical_form;
 };
 
-// Zero fields take the defaults `adapt --local` uses (batch 1, 8 heads, d 128, 256 tokens, bf16).
+// Unset sizes take the defaults `adapt --local` uses (batch 1, 8 heads, d 128, 256 tokens,
+// bf16); a size that is set must be positive (INVALID_ARGUMENT naming the field otherwise).
 absl::StatusOr<cuir::AttentionConfig> ConfigFromProto(const v1::AttentionConfig& c);
 // A lift request's kernel name: kernel.name, else its file's stem.
 std::string KernelNameOf(const v1::SubmitJobRequest& request);
-absl::StatusOr<CheckedSubmit> CheckSubmit(const v1::SubmitJobRequest& request, const Limits& limits,
-                                          const std::string& ruleset);
+absl::StatusOr<CheckedRequest> CheckRequest(const v1::SubmitJobRequest& request, const Limits& limits);
+// sha256 of the request without its idempotency key: one key may name only one request.
+std::string RequestFingerprint(const v1::SubmitJobRequest& request);
 
 }  // namespace cubridge::core

@@ -15,56 +15,91 @@ constexpr int kIdempotencySeconds = 24 * 3600;
 
 std::string JobKey(const std::string& id) { return "cubridge:job:" + id; }
 std::string EventsKey(const std::string& id) { return JobKey(id) + ":events"; }
+std::string TranscriptKey(const std::string& id) { return JobKey(id) + ":transcript"; }
 
 std::string NewJobId() {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
   return absl::StrCat("j-", absl::Hex(rng(), absl::kZeroPad16));
 }
 
-// Check and write in one step: two coordinators ending one job must not both win.
+// Check and write in one step: two coordinators ending one job must not both win. An ended job's
+// keys start their retention here (ARGV[5], milliseconds).
 constexpr char kSetState[] = R"lua(
 local s = redis.call('HGET', KEYS[1], 'state')
-if not s then return redis.error_reply('NOJOB') end
+if not s then return 'NOJOB' end
 if s == 'succeeded' or s == 'failed' or s == 'cancelled' then return s end
 redis.call('HSET', KEYS[1], 'state', ARGV[1], 'error', ARGV[2])
 if ARGV[3] ~= '' then
   redis.call('HSET', KEYS[1], 'finished_ms', ARGV[3])
   redis.call('SREM', 'cubridge:active', ARGV[4])
+  for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[5]) end
 end
 return 'OK')lua";
+
+// Keys that belong to a job are written only while it exists, and share its time to live: a late
+// event for an expired job must not leave a list behind that never expires.
+constexpr char kAppendToJob[] = R"lua(
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if ARGV[1] == 'list' then
+  redis.call('RPUSH', KEYS[2], ARGV[2])
+elseif redis.call('SET', KEYS[2], ARGV[2], 'NX') == false then
+  return 0
+end
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
+return 1)lua";
 
 constexpr char kActive[] = "cubridge:active";
 
 }  // namespace
 
-absl::StatusOr<std::pair<JobRecord, bool>> JobStore::Create(const std::string& key,
-                                                            const std::string& spec_hash,
-                                                            const std::string& request) {
+absl::StatusOr<CreatedJob> JobStore::Create(const std::string& key, const std::string& spec_hash,
+                                            const std::string& request, const std::string& fingerprint,
+                                            const std::vector<std::pair<std::string, std::string>>& fields) {
   JobRecord job{NewJobId(), "queued", spec_hash, request, "", UnixMillis(), 0};
-  // The record is complete before any key points at it, so whoever finds the job through the
-  // idempotency key reads a whole record.
-  auto set = redis_->Command({"HSET", JobKey(job.id), "state", job.state, "spec_hash", spec_hash,
-                              "request", request, "error", "", "created_ms",
-                              absl::StrCat(job.created_ms), "finished_ms", "0"});
+  // The record is complete (one HSET) before any key points at it, so whoever finds the job
+  // through the idempotency key or the active set reads a whole record.
+  std::vector<std::string> hset = {"HSET", JobKey(job.id), "state", job.state, "spec_hash", spec_hash,
+                                   "request", request, "fingerprint", fingerprint, "error", "",
+                                   "created_ms", absl::StrCat(job.created_ms), "finished_ms", "0"};
+  for (const auto& [field, value] : fields) hset.insert(hset.end(), {field, value});
+  auto set = redis_->Command(hset);
   if (!set.ok()) return set.status();
-  if (!key.empty()) {
-    auto claimed = redis_->Command({"SET", "cubridge:idem:" + key, job.id, "NX", "EX",
-                                    absl::StrCat(kIdempotencySeconds)});
+  // Until the job is indexed it expires on its own: a coordinator that dies half-way through a
+  // submit leaves no record behind (the client's retry makes the job anew).
+  auto provisional = redis_->Command({"PEXPIRE", JobKey(job.id), "600000"});
+  if (!provisional.ok()) return provisional.status();
+  // Twice at most: a key whose job already expired is taken over once.
+  for (int attempt = 0; !key.empty(); ++attempt) {
+    const std::string idem = "cubridge:idem:" + key;
+    auto claimed = redis_->Command({"SET", idem, job.id, "NX", "EX", absl::StrCat(kIdempotencySeconds)});
     if (!claimed.ok()) return claimed.status();
-    if (claimed->is_nil()) {  // an earlier submit owns the key: drop ours, answer with theirs
-      redis_->Command({"DEL", JobKey(job.id)});
-      auto owner = redis_->Command({"GET", "cubridge:idem:" + key});
-      if (!owner.ok()) return owner.status();
-      auto existing = Get(owner->str);
-      if (!existing.ok()) return existing.status();
-      return std::make_pair(*existing, false);
+    if (!claimed->is_nil()) break;
+    // An earlier submit owns the key: drop ours, answer with theirs.
+    auto owner = redis_->Command({"GET", idem});
+    if (!owner.ok()) return owner.status();
+    auto existing = Get(owner->str);
+    if (absl::IsNotFound(existing.status()) && attempt == 0) {
+      // Its job ended longer ago than the retention: the key is free again (if still that job's).
+      redis_->Command({"EVAL", "if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end",
+                       "1", idem, owner->str});
+      continue;
     }
+    redis_->Command({"DEL", JobKey(job.id)});
+    if (!existing.ok()) return existing.status();
+    auto theirs = Field(existing->id, "fingerprint");
+    if (!theirs.ok()) return theirs.status();
+    // Jobs stored before fingerprints were kept have none: they answer as before.
+    const bool same = theirs->empty() || *theirs == fingerprint;
+    return CreatedJob{*existing, same ? CreatedJob::Outcome::kExisting : CreatedJob::Outcome::kConflict};
   }
   auto index = redis_->Command({"ZADD", kIndex, absl::StrCat(job.created_ms), job.id});
   if (!index.ok()) return index.status();
   auto active = redis_->Command({"SADD", kActive, job.id});
   if (!active.ok()) return active.status();
-  return std::make_pair(job, true);
+  auto kept = redis_->Command({"PERSIST", JobKey(job.id)});
+  if (!kept.ok()) return kept.status();
+  return CreatedJob{job, CreatedJob::Outcome::kCreated};
 }
 
 absl::StatusOr<JobRecord> JobStore::Get(const std::string& id) {
@@ -82,14 +117,11 @@ absl::StatusOr<JobRecord> JobStore::Get(const std::string& id) {
 absl::Status JobStore::SetState(const std::string& id, const std::string& state,
                                 const std::string& error) {
   const bool terminal = state == "succeeded" || state == "failed" || state == "cancelled";
-  auto r = redis_->Command({"EVAL", kSetState, "1", JobKey(id), state, error,
-                            terminal ? absl::StrCat(UnixMillis()) : "", id});
-  if (!r.ok()) {
-    if (r.status().message().find("NOJOB") != std::string::npos) {
-      return absl::NotFoundError(absl::StrCat("no job ", id));
-    }
-    return r.status();
-  }
+  auto r = redis_->Command({"EVAL", kSetState, "3", JobKey(id), EventsKey(id), TranscriptKey(id),
+                            state, error, terminal ? absl::StrCat(UnixMillis()) : "", id,
+                            absl::StrCat(retention_.count())});
+  if (!r.ok()) return r.status();
+  if (r->str == "NOJOB") return absl::NotFoundError(absl::StrCat("no job ", id));
   if (r->str != "OK") {
     return absl::FailedPreconditionError(absl::StrCat("job ", id, " already ended (", r->str, ")"));
   }
@@ -97,7 +129,7 @@ absl::Status JobStore::SetState(const std::string& id, const std::string& state,
 }
 
 absl::Status JobStore::AppendEvent(const std::string& id, const std::string& event_json) {
-  auto r = redis_->Command({"RPUSH", EventsKey(id), event_json});
+  auto r = redis_->Command({"EVAL", kAppendToJob, "2", JobKey(id), EventsKey(id), "list", event_json});
   return r.ok() ? absl::OkStatus() : r.status();
 }
 
@@ -155,15 +187,16 @@ absl::StatusOr<std::vector<std::string>> JobStore::Events(const std::string& id,
 
 absl::Status JobStore::KeepTranscript(const std::string& id, const std::string& transcript_json) {
   // Every advance of the job observes its ended transfer again: look before sending it all.
-  auto kept = redis_->Command({"EXISTS", JobKey(id) + ":transcript"});
+  auto kept = redis_->Command({"EXISTS", TranscriptKey(id)});
   if (!kept.ok()) return kept.status();
   if (kept->integer == 1) return absl::OkStatus();
-  auto r = redis_->Command({"SET", JobKey(id) + ":transcript", transcript_json, "NX"});
+  auto r = redis_->Command({"EVAL", kAppendToJob, "2", JobKey(id), TranscriptKey(id), "string",
+                            transcript_json});
   return r.ok() ? absl::OkStatus() : r.status();
 }
 
 absl::StatusOr<std::string> JobStore::Transcript(const std::string& id) {
-  auto r = redis_->Command({"GET", JobKey(id) + ":transcript"});
+  auto r = redis_->Command({"GET", TranscriptKey(id)});
   if (!r.ok()) return r.status();
   return r->str;
 }
@@ -177,6 +210,24 @@ absl::StatusOr<std::vector<JobRecord>> JobStore::List(int limit) {
     if (job.ok()) out.push_back(*std::move(job));
   }
   return out;
+}
+
+absl::StatusOr<int> JobStore::ForgetExpired(int limit) {
+  // A job cannot have ended before it was created: entries younger than the retention are alive.
+  const int64_t before = UnixMillis() - retention_.count();
+  auto old = redis_->Command({"ZRANGEBYSCORE", kIndex, "-inf", absl::StrCat(before), "LIMIT", "0",
+                              absl::StrCat(limit)});
+  if (!old.ok()) return old.status();
+  int forgotten = 0;
+  for (const RedisReply& id : old->elements) {
+    auto exists = redis_->Command({"EXISTS", JobKey(id.str)});
+    if (!exists.ok()) return exists.status();
+    if (exists->integer != 0) continue;
+    auto removed = redis_->Command({"ZREM", kIndex, id.str});
+    if (!removed.ok()) return removed.status();
+    forgotten += static_cast<int>(removed->integer);
+  }
+  return forgotten;
 }
 
 }  // namespace cubridge::store

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
@@ -41,7 +42,17 @@ RedisReply Convert(const redisReply* r) {
   return out;
 }
 
+absl::Status Tagged(absl::Status s, absl::string_view code) {
+  s.SetPayload(kStoreErrorPayload, absl::Cord(code));
+  return s;
+}
+
 }  // namespace
+
+std::string StoreError(const absl::Status& status) {
+  auto code = status.GetPayload(kStoreErrorPayload);
+  return code ? std::string(*code) : std::string();
+}
 
 int64_t UnixMillis() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -71,22 +82,25 @@ absl::Status RedisClient::EnsureConnected() {
   if (c == nullptr || c->err != 0) {
     const std::string why = c != nullptr ? c->errstr : "out of memory";
     if (c != nullptr) redisFree(c);
-    return absl::UnavailableError(absl::StrCat("cannot reach Redis at ", where, ": ", why));
+    return Tagged(absl::UnavailableError(absl::StrCat("cannot reach Redis at ", where, ": ", why)),
+                  "io");
   }
   redisSetTimeout(c, ToTimeval(options_.command_timeout));
   ctx_ = c;
   if (!options_.password.empty()) {
     auto auth = Command({"AUTH", options_.password});
     if (!auth.ok()) {
-      return absl::UnauthenticatedError(
-          absl::StrCat("Redis at ", where, " refused the password: ", auth.status().message()));
+      return Tagged(absl::UnauthenticatedError(absl::StrCat("Redis at ", where,
+                                                            " refused the password: ",
+                                                            auth.status().message())),
+                    "auth");
     }
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<RedisReply> RedisClient::Command(const std::vector<std::string>& args) {
-  if (args.empty()) return absl::InvalidArgumentError("an empty Redis command");
+  if (args.empty()) return Tagged(absl::InternalError("an empty Redis command"), "io");
   const auto deadline = std::chrono::steady_clock::now() + options_.loading_wait;
   auto pause = std::chrono::milliseconds(10);
   while (true) {
@@ -94,10 +108,11 @@ absl::StatusOr<RedisReply> RedisClient::Command(const std::vector<std::string>& 
     auto reply = CommandOnce(args, &loading);
     if (!loading) return reply;
     if (std::chrono::steady_clock::now() + pause > deadline) {
-      return absl::UnavailableError(absl::StrCat(
-          "Redis at ", options_.host, ":", options_.port, " is still loading its dataset after ",
-          options_.loading_wait.count(), " ms (", args[0],
-          " not run); retry later or raise the loading wait"));
+      return Tagged(absl::UnavailableError(absl::StrCat(
+                        "Redis at ", options_.host, ":", options_.port,
+                        " is still loading its dataset after ", options_.loading_wait.count(),
+                        " ms (", args[0], " not run); retry later or raise the loading wait")),
+                    "LOADING");
     }
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::milliseconds(250));
@@ -117,15 +132,18 @@ absl::StatusOr<RedisReply> RedisClient::CommandOnce(const std::vector<std::strin
       redisCommandArgv(ctx_, static_cast<int>(args.size()), argv.data(), lens.data()));
   if (r == nullptr) {
     // The context is unusable after an I/O error; EnsureConnected() replaces it next time.
-    return absl::UnavailableError(absl::StrCat("Redis at ", options_.host, ":", options_.port,
-                                               " dropped the connection during ", args[0], ": ",
-                                               ctx_->errstr));
+    return Tagged(absl::UnavailableError(absl::StrCat("Redis at ", options_.host, ":",
+                                                      options_.port, " dropped the connection during ",
+                                                      args[0], ": ", ctx_->errstr)),
+                  "io");
   }
   std::unique_ptr<redisReply, decltype(&freeReplyObject)> owned(r, freeReplyObject);
   if (r->type == REDIS_REPLY_ERROR) {
+    // An error reply starts with its code: "WRONGTYPE Operation against a key ...".
     const absl::string_view error(r->str, r->len);
-    *loading = absl::StartsWith(error, "LOADING");
-    return absl::FailedPreconditionError(absl::StrCat("Redis ", args[0], ": ", error));
+    const absl::string_view code = error.substr(0, std::min(error.find(' '), error.size()));
+    *loading = code == "LOADING";
+    return Tagged(absl::InternalError(absl::StrCat("Redis ", args[0], ": ", error)), code);
   }
   return Convert(r);
 }

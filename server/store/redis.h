@@ -36,6 +36,15 @@ struct RedisOptions {
   std::chrono::milliseconds loading_wait{30000};
 };
 
+// Every error status this client returns carries this payload: Redis's error code for an error
+// reply ("WRONGTYPE", "BUSYGROUP", "NOSCRIPT", ...), "LOADING" for a server still loading its
+// data, "io" for a connection that could not be made or broke, "auth" for a refused password.
+// Callers tell a store failure from their own refusals by it (StoreError), never by the message,
+// and the coordinator never shows a store's message to a client.
+inline constexpr char kStoreErrorPayload[] = "type.cubridge.dev/store-error";
+// The payload's value, or "" when `status` did not come from the store.
+std::string StoreError(const absl::Status& status);
+
 // Wall-clock milliseconds since the epoch: the time stamps every record in Redis carries (job
 // creation and end, worker heartbeats, retry due times, events).
 int64_t UnixMillis();
@@ -48,9 +57,10 @@ class RedisClient {
   RedisClient(const RedisClient&) = delete;
   RedisClient& operator=(const RedisClient&) = delete;
 
-  // Runs one command. A Redis error reply is FAILED_PRECONDITION with Redis's message (e.g.
-  // "WRONGTYPE ..."); a broken connection is UNAVAILABLE, and the next call reconnects first.
-  // While Redis loads its dataset the command waits (up to `loading_wait`), then UNAVAILABLE.
+  // Runs one command. A Redis error reply is INTERNAL with Redis's message (e.g. "WRONGTYPE ...")
+  // and its code as the payload; a broken connection is UNAVAILABLE, and the next call reconnects
+  // first. While Redis loads its dataset the command waits (up to `loading_wait`), then
+  // UNAVAILABLE.
   absl::StatusOr<RedisReply> Command(const std::vector<std::string>& args);
 
   const RedisOptions& options() const { return options_; }

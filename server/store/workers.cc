@@ -24,7 +24,8 @@ absl::StatusOr<std::string> WorkerRegistry::Register(const WorkerRecord& w) {
   auto set = redis_->Command({"HSET", WorkerKey(id), "arch", w.arch, "gpu_name", w.gpu_name,
                               "memory_bytes", absl::StrCat(w.memory_bytes), "capabilities",
                               absl::StrJoin(w.capabilities, ","), "hostname", w.hostname,
-                              "last_seen_ms", absl::StrCat(UnixMillis()), "current_task", ""});
+                              "last_seen_ms", absl::StrCat(UnixMillis()), "current_task", "",
+                              "health", w.health, "health_reason", w.health_reason});
   if (!set.ok()) return set.status();
   auto ttl = redis_->Command({"PEXPIRE", WorkerKey(id), absl::StrCat(ttl_.count())});
   if (!ttl.ok()) return ttl.status();
@@ -47,6 +48,13 @@ absl::Status WorkerRegistry::Touch(const std::string& id, const std::string& cur
   return set.ok() ? absl::OkStatus() : set.status();
 }
 
+absl::Status WorkerRegistry::SetHealth(const std::string& id, const std::string& health,
+                                       const std::string& reason) {
+  if (auto s = Touch(id, ""); !s.ok()) return s;
+  auto set = redis_->Command({"HSET", WorkerKey(id), "health", health, "health_reason", reason});
+  return set.ok() ? absl::OkStatus() : set.status();
+}
+
 absl::StatusOr<WorkerRecord> WorkerRegistry::Get(const std::string& id) {
   auto r = redis_->Command({"HGETALL", WorkerKey(id)});
   if (!r.ok()) return r.status();
@@ -62,6 +70,9 @@ absl::StatusOr<WorkerRecord> WorkerRegistry::Get(const std::string& id) {
   w.hostname = m["hostname"];
   (void)absl::SimpleAtoi(m["last_seen_ms"], &w.last_seen_ms);
   w.current_task = m["current_task"];
+  // Workers registered before health was reported count as serving.
+  if (!m["health"].empty()) w.health = m["health"];
+  w.health_reason = m["health_reason"];
   return w;
 }
 

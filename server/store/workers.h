@@ -23,6 +23,8 @@ struct WorkerRecord {
   std::string hostname;
   int64_t last_seen_ms = 0;
   std::string current_task;
+  std::string health = "serving";  // serving | not_serving | draining, as the worker reports it
+  std::string health_reason;
 };
 
 class WorkerRegistry {
@@ -31,6 +33,9 @@ class WorkerRegistry {
   absl::StatusOr<std::string> Register(const WorkerRecord& worker);  // the new worker id
   // Refreshes the worker's time to live; NOT_FOUND once it expired (it must register again).
   absl::Status Touch(const std::string& id, const std::string& current_task);
+  // The worker's own report of its health; also refreshes its time to live (NOT_FOUND once it
+  // expired, as Touch).
+  absl::Status SetHealth(const std::string& id, const std::string& health, const std::string& reason);
   absl::StatusOr<WorkerRecord> Get(const std::string& id);
   absl::StatusOr<std::vector<WorkerRecord>> List();  // the live ones, by id
 

@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_replace.h"
-#include "cuir/pipeline/files.h"
+#include "cuir/files/files.h"
 #include "tests/llm/scripted_server.h"
 #include "tests/propose/propose_test_util.h"
 #include "worker/gpu/driver.h"
@@ -24,7 +24,7 @@ using ::testing::HasSubstr;
 const std::string kExample = std::string(CUBRIDGE_SOURCE_ROOT) + "/examples/lift/softcap_causal";
 
 std::string Read(const std::string& path) {
-  auto text = pipeline::ReadFile(path);
+  auto text = files::ReadFile(path);
   EXPECT_TRUE(text.ok()) << text.status();
   return text.ok() ? *text : "";
 }

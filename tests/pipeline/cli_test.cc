@@ -10,7 +10,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "cuir/pipeline/files.h"
+#include "cuir/files/files.h"
 
 namespace {
 namespace fs = std::filesystem;
@@ -43,7 +43,7 @@ class TempDir {
     std::string tmpl = (fs::temp_directory_path() / "cubridge-cli-XXXXXX").string();
     path_ = mkdtemp(tmpl.data());
   }
-  ~TempDir() { cubridge::pipeline::RemoveTree(path_); }
+  ~TempDir() { cubridge::files::RemoveTree(path_); }
   std::string operator/(const std::string& name) const { return (fs::path(path_) / name).string(); }
 
  private:

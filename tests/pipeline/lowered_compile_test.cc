@@ -11,7 +11,7 @@
 
 #include <gtest/gtest.h>
 
-#include "cuir/pipeline/files.h"
+#include "cuir/files/files.h"
 
 namespace {
 namespace fs = std::filesystem;
@@ -56,7 +56,7 @@ TEST_P(LoweredExample, CompilesWithNvccForSm80AndSm90a) {
     EXPECT_EQ(RunShell(cmd), 0) << "nvcc failed on the " << arch << " kernel; see " << log;
     EXPECT_TRUE(fs::exists(out + "/kernel.o"));
   }
-  if (!HasFailure()) cubridge::pipeline::RemoveTree(dir);
+  if (!HasFailure()) cubridge::files::RemoveTree(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Examples, LoweredExample,

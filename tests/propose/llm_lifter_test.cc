@@ -8,9 +8,9 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_replace.h"
-#include "cuir/pipeline/files.h"
+#include "cuir/files/files.h"
 #include "cuir/propose/llm_lifter.h"
-#include "cuir/propose/transcript.h"
+#include "cuir/llm/transcript.h"
 #include "tests/llm/scripted_server.h"
 #include "tests/propose/propose_test_util.h"
 #include "tests/sdk/test_util.h"
@@ -28,7 +28,7 @@ using ::testing::HasSubstr;
 const std::string kKernel = std::string(CUBRIDGE_SOURCE_ROOT) + "/examples/lift/softcap_causal.cu";
 
 std::string Read(const std::string& path) {
-  auto text = pipeline::ReadFile(path);
+  auto text = files::ReadFile(path);
   EXPECT_TRUE(text.ok()) << text.status();
   return text.ok() ? *text : "";
 }
@@ -109,7 +109,7 @@ TEST(LlmLift, EachCpuCheckSendsItsExactErrorBack) {
   EXPECT_THAT(users[2], HasSubstr("expert \"softcap_causal\""));
   EXPECT_THAT(users[3], HasSubstr("CuIR interpreter"));
   EXPECT_THAT(users[3], HasSubstr("proposal.cuir:"));
-  EXPECT_THAT(RenderTranscript(o.transcript), HasSubstr("rejected by the lift contract"));
+  EXPECT_THAT(llm::RenderTranscript(o.transcript), HasSubstr("rejected by the lift contract"));
 }
 
 TEST(LlmLift, GarbageEveryRoundFailsAfterTheLastRound) {

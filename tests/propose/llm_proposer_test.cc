@@ -10,11 +10,11 @@
 
 #include "absl/strings/str_replace.h"
 #include "cuir/pipeline/adapt.h"
-#include "cuir/pipeline/files.h"
+#include "cuir/files/files.h"
 #include "cuir/pipeline/stages.h"
 #include "cuir/propose/llm_proposer.h"
 #include "cuir/propose/prompt.h"
-#include "cuir/propose/transcript.h"
+#include "cuir/llm/transcript.h"
 #include "tests/llm/scripted_server.h"
 #include "tests/propose/propose_test_util.h"
 #include "tests/sdk/test_util.h"
@@ -160,7 +160,7 @@ TEST_F(LlmProposerTest, GarbageEveryRoundFailsClearlyAndWritesNothing) {
   EXPECT_FALSE(std::filesystem::exists(dir_ / "cache")) << "a failed job was cached";
   // The conversation survives the failure: 2 setup turns, 3 replies, 2 feedback messages.
   EXPECT_EQ(transcript.size(), 7u);
-  EXPECT_THAT(RenderTranscript(transcript), HasSubstr("rejected by the reply format check"));
+  EXPECT_THAT(llm::RenderTranscript(transcript), HasSubstr("rejected by the reply format check"));
 }
 
 TEST_F(LlmProposerTest, ASlowEndpointTimesOut) {
@@ -247,7 +247,7 @@ TEST_F(LlmProposerTest, TheSinkSpecGoesThroughTheModelAndIsVerifiedAgainstItsRef
   nlohmann::json transcript;
   o.transcript = &transcript;
   auto r = pipeline::Adapt(o);
-  ASSERT_TRUE(r.ok()) << r.status() << "\n" << RenderTranscript(transcript);
+  ASSERT_TRUE(r.ok()) << r.status() << "\n" << llm::RenderTranscript(transcript);
   EXPECT_EQ(server.request_count(), 2);
   EXPECT_EQ(r->report["proposer"], "llm");
   EXPECT_TRUE(r->report["verification"]["passed"].get<bool>());

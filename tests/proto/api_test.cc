@@ -32,7 +32,8 @@ TEST(Api, WorkerServiceCarriesFencingTokens) {
   const auto* s = cubridge::v1::HeartbeatRequest::descriptor()->file()->FindServiceByName("Workers");
   ASSERT_NE(s, nullptr);
   EXPECT_EQ(Methods(s), (std::vector<std::string>{"Register", "LeaseTask", "Heartbeat",
-                                                  "ReportProgress", "CompleteTask", "FailTask"}));
+                                                  "ReportProgress", "CompleteTask", "FailTask",
+                                                  "ReportHealth"}));
   // Every call that acts on a leased task names the lease's fencing token.
   for (const char* method : {"Heartbeat", "ReportProgress", "CompleteTask", "FailTask"}) {
     const auto* input = s->FindMethodByName(method)->input_type();

@@ -166,15 +166,39 @@ TEST_F(ClientTest, WatchResumesABrokenStreamWithoutRepeatingEvents) {
 }
 
 TEST_F(ClientTest, WatchGivesUpOnAStreamThatKeepsBreakingWithoutProgress) {
-  AddJob("j-1", v1::JOB_STATE_SUCCEEDED, {"spec", "lift"});
+  AddJob("j-1", v1::JOB_STATE_RUNNING, {"spec", "lift"});
   server_.service().BreakWatch(/*streams=*/100, /*events=*/1);
-  auto client = Connect();
+  ClientOptions options;
+  options.address = server_.address();
+  options.initial_backoff = std::chrono::milliseconds(10);
+  options.max_attempts = 5;
+  auto client = Client::Connect(options);
+  ASSERT_TRUE(client.ok());
   std::vector<std::string> stages;
-  auto job = client->Watch("j-1", [&](const v1::StageEvent& e) { stages.push_back(e.stage()); });
+  auto job = (*client)->Watch("j-1", [&](const v1::StageEvent& e) { stages.push_back(e.stage()); });
   EXPECT_EQ(job.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(stages, ElementsAre("spec"));
-  // One stream delivered "spec"; then max_attempts (5) streams in a row brought nothing new.
-  EXPECT_EQ(server_.service().calls("WatchJob"), 5);
+  // Each stream resumed after the last event: "spec", then "lift"; then streams that brought
+  // nothing new, until max_attempts (5) in a row had failed, the one that brought "lift" first.
+  EXPECT_THAT(stages, ElementsAre("spec", "lift"));
+  EXPECT_EQ(server_.service().calls("WatchJob"), 2 + 4);
+}
+
+TEST_F(ClientTest, WatchKeepsTryingForTheDeadlineWhenAttemptsAreNotCapped) {
+  AddJob("j-1", v1::JOB_STATE_RUNNING, {"spec"});
+  server_.service().BreakWatch(/*streams=*/1000, /*events=*/0);
+  ClientOptions options;
+  options.address = server_.address();
+  options.initial_backoff = std::chrono::milliseconds(1);
+  options.deadline = std::chrono::milliseconds(600);
+  int retries = 0;
+  options.on_retry = [&](const absl::Status&, int) { ++retries; };
+  auto client = Client::Connect(options);
+  ASSERT_TRUE(client.ok());
+  const auto start = Clock::now();
+  auto job = (*client)->Watch("j-1", nullptr);
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_GE(Clock::now() - start, std::chrono::milliseconds(400));
+  EXPECT_GT(retries, 5) << "more than the old fixed five attempts fit the deadline";
 }
 
 TEST_F(ClientTest, WatchDoesNotRetryOtherErrors) {
@@ -221,6 +245,10 @@ TEST(Connect, ADeadPortIsUnavailableAfterTheRetries) {
 }
 
 TEST(Connect, RejectsOptionsNoCallCouldUse) {
+  ClientOptions negative_attempts;
+  negative_attempts.max_attempts = -1;
+  EXPECT_EQ(Client::Connect(negative_attempts).status().code(), absl::StatusCode::kInvalidArgument);
+
   ClientOptions no_address;
   no_address.address = "";
   EXPECT_EQ(Client::Connect(no_address).status().code(), absl::StatusCode::kInvalidArgument);

@@ -154,7 +154,9 @@ grpc::Status FakeCuBridge::WatchJob(grpc::ServerContext* ctx, const v1::GetJobRe
   if (auto answer = Enter("WatchJob", ctx)) return *answer;
   auto job = FindJob(request->job_id());
   if (!job) return NoSuchJob(request->job_id());
-  int send = job->events_size();
+  // As the coordinator: the stream starts after the events the caller already has.
+  const int from = std::min(std::max(0, request->from_event()), job->events_size());
+  int send = job->events_size() - from;
   bool breaks = false;
   {
     std::lock_guard lock(mu_);
@@ -164,7 +166,7 @@ grpc::Status FakeCuBridge::WatchJob(grpc::ServerContext* ctx, const v1::GetJobRe
       breaks = true;
     }
   }
-  for (int i = 0; i < send; ++i) writer->Write(job->events(i));
+  for (int i = from; i < from + send; ++i) writer->Write(job->events(i));
   if (breaks) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "connection to worker lost");
   if (Ended(job->state())) return grpc::Status::OK;
   // A job that does not end: hold the stream until the client gives up.

@@ -18,17 +18,17 @@ using Jobs = testing::RedisTest;
 
 TEST_F(Jobs, TheSameIdempotencyKeyGivesTheSameJob) {
   JobStore jobs(client_.get());
-  auto a = jobs.Create("key-1", "hash-a", "request-a");
+  auto a = jobs.Create("key-1", "hash-a", "request-a", "print-a");
   ASSERT_TRUE(a.ok()) << a.status();
-  EXPECT_TRUE(a->second);
-  auto b = jobs.Create("key-1", "hash-a", "request-a (retried)");
+  EXPECT_EQ(a->outcome, CreatedJob::Outcome::kCreated);
+  auto b = jobs.Create("key-1", "hash-a", "request-a (retried)", "print-a");
   ASSERT_TRUE(b.ok()) << b.status();
-  EXPECT_FALSE(b->second);
-  EXPECT_EQ(b->first.id, a->first.id);
-  EXPECT_EQ(b->first.request, "request-a");  // the first submit's job, untouched
-  auto c = jobs.Create("key-2", "hash-a", "request-a");
+  EXPECT_EQ(b->outcome, CreatedJob::Outcome::kExisting);
+  EXPECT_EQ(b->job.id, a->job.id);
+  EXPECT_EQ(b->job.request, "request-a");  // the first submit's job, untouched
+  auto c = jobs.Create("key-2", "hash-a", "request-a", "print-a");
   ASSERT_TRUE(c.ok());
-  EXPECT_NE(c->first.id, a->first.id);
+  EXPECT_NE(c->job.id, a->job.id);
   auto listed = jobs.List(10);
   ASSERT_TRUE(listed.ok());
   EXPECT_EQ(listed->size(), 2u);  // the retried submit left no record behind
@@ -42,8 +42,8 @@ TEST_F(Jobs, ConcurrentSubmitsWithOneKeyCreateOneJob) {
     threads.emplace_back([&, i] {
       auto c = Connect();  // a client per thread, as each coordinator thread has
       JobStore jobs(c.get());
-      auto r = jobs.Create("same-key", "h", "r");
-      if (r.ok()) ids[i] = r->first.id, created[i] = r->second;
+      auto r = jobs.Create("same-key", "h", "r", "p");
+      if (r.ok()) ids[i] = r->job.id, created[i] = r->outcome == CreatedJob::Outcome::kCreated;
     });
   }
   for (auto& t : threads) t.join();
@@ -54,9 +54,9 @@ TEST_F(Jobs, ConcurrentSubmitsWithOneKeyCreateOneJob) {
 
 TEST_F(Jobs, StatesEventsAndAnEndedJobStaysEnded) {
   JobStore jobs(client_.get());
-  auto j = jobs.Create("", "h", "r");
+  auto j = jobs.Create("", "h", "r", "p");
   ASSERT_TRUE(j.ok());
-  const std::string id = j->first.id;
+  const std::string id = j->job.id;
   ASSERT_TRUE(jobs.SetState(id, "running").ok());
   ASSERT_TRUE(jobs.AppendEvent(id, R"({"stage":"transfer","ok":true})").ok());
   ASSERT_TRUE(jobs.AppendEvent(id, R"({"stage":"verify","ok":true})").ok());
@@ -76,17 +76,17 @@ TEST_F(Jobs, StatesEventsAndAnEndedJobStaysEnded) {
 
 TEST_F(Jobs, AcceptedJobsSurviveARedisRestart) {
   JobStore jobs(client_.get());
-  auto j = jobs.Create("k", "h", "the request");
+  auto j = jobs.Create("k", "h", "the request", "p");
   ASSERT_TRUE(j.ok());
   ASSERT_TRUE(server_.Restart()) << server_.error();
   auto c = Connect();
   JobStore after(c.get());
-  auto got = after.Get(j->first.id);
+  auto got = after.Get(j->job.id);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->request, "the request");
-  auto retried = after.Create("k", "h", "the request");
+  auto retried = after.Create("k", "h", "the request", "p");
   ASSERT_TRUE(retried.ok());
-  EXPECT_EQ(retried->first.id, j->first.id);
+  EXPECT_EQ(retried->job.id, j->job.id);
 }
 
 }  // namespace

@@ -97,8 +97,8 @@ TEST_F(ProposerFlow, AFailedConversationIsKeptWithEveryJobWaitingOnIt) {
                         {"transcript", transcript},
                         {"llm_usage", {{"requests", 1}, {"prompt_tokens", 10}, {"completion_tokens", 5}}}};
   auto state = flow.tasks().Fail(l.task_id, l.fencing_token,
-                                 "transfer: llm proposer (m): no verified program after 1 rounds",
-                                 /*retryable=*/false, partial.dump());
+                                 {"transfer: llm proposer (m): no verified program after 1 rounds",
+                                  /*retryable=*/false, "spec", partial.dump()});
   ASSERT_TRUE(state.ok()) << state.status();
   EXPECT_EQ(*state, "dead");
   for (const auto& id : {first->job_id(), second->job_id()}) {
@@ -156,12 +156,12 @@ TEST_F(ProposerFlow, AnAcceptedConversationIsKeptAndTheRulesLeaveNone) {
 }
 
 TEST_F(ProposerFlow, AnUnknownProposerIsRefusedBeforeAnythingIsStored) {
-  auto checked = CheckSubmit(Request("gpt-5"), Limits{}, "rules-test");
+  auto checked = CheckRequest(Request("gpt-5"), Limits{});
   ASSERT_FALSE(checked.ok());
   EXPECT_EQ(checked.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(checked.status().message(), HasSubstr("unknown proposer \"gpt-5\""));
   for (const char* ok : {"", "rules", "llm", "hybrid"}) {
-    EXPECT_TRUE(CheckSubmit(Request(ok), Limits{}, "rules-test").ok()) << ok;
+    EXPECT_TRUE(CheckRequest(Request(ok), Limits{}).ok()) << ok;
   }
 }
 
@@ -170,12 +170,12 @@ TEST_F(ProposerFlow, AFailedAttemptKeepsWhatItLeftUntilTheTaskIsRevived) {
   ASSERT_TRUE(q.EnqueueOnce("t", {"j", "transfer", "{}", "llm"}).ok());
   auto a = q.LeaseNext("llm", "w");
   ASSERT_TRUE(a.ok() && a->has_value());
-  EXPECT_EQ(*q.Fail("t", (*a)->fencing_token, "429", true, R"({"transcript": [1]})"), "queued");
+  EXPECT_EQ(*q.Fail("t", (*a)->fencing_token, {"429", true, "", R"({"transcript": [1]})"}), "queued");
   EXPECT_EQ(q.Get("t")->result, R"({"transcript": [1]})");
   // A crash leaves nothing: what the earlier attempt left stays.
   auto b = q.LeaseNext("llm", "w");
   ASSERT_TRUE(b.ok() && b->has_value());
-  EXPECT_EQ(*q.Fail("t", (*b)->fencing_token, "crashed", false), "dead");
+  EXPECT_EQ(*q.Fail("t", (*b)->fencing_token, {"crashed", false}), "dead");
   EXPECT_EQ(q.Get("t")->result, R"({"transcript": [1]})");
   ASSERT_TRUE(*q.Revive("t"));
   EXPECT_EQ(q.Get("t")->result, "") << "a revived task showed its previous life's result";
@@ -183,9 +183,9 @@ TEST_F(ProposerFlow, AFailedAttemptKeepsWhatItLeftUntilTheTaskIsRevived) {
 
 TEST_F(ProposerFlow, TheFirstTranscriptStoredForAJobStays) {
   store::JobStore jobs(client_.get());
-  auto created = jobs.Create("", "hash", "req");
+  auto created = jobs.Create("", "hash", "req", "print");
   ASSERT_TRUE(created.ok());
-  const std::string id = created->first.id;
+  const std::string id = created->job.id;
   EXPECT_EQ(*jobs.Transcript(id), "");
   ASSERT_TRUE(jobs.KeepTranscript(id, "[1]").ok());
   ASSERT_TRUE(jobs.KeepTranscript(id, "[2]").ok());

@@ -100,9 +100,13 @@ bool RedisServer::Start(const std::vector<std::string>& extra) {
   return false;
 }
 
-void RedisServer::Stop() {
+void RedisServer::Stop() { End(SIGTERM); }
+
+void RedisServer::Kill() { End(SIGKILL); }
+
+void RedisServer::End(int sig) {
   if (pid_ <= 0) return;
-  kill(pid_, SIGTERM);
+  kill(pid_, sig);
   waitpid(pid_, nullptr, 0);
   pid_ = -1;
 }

@@ -27,11 +27,13 @@ class RedisServer {
   const std::string& error() const { return error_; }  // why it did not start
 
   void Stop();     // SIGTERM and wait (Redis writes its AOF buffer first)
+  void Kill();     // SIGKILL and wait: what a crash leaves
   // The same port and folder; `extra` are more redis-server flags for this run only.
   bool Restart(const std::vector<std::string>& extra = {});
 
  private:
   bool Start(const std::vector<std::string>& extra = {});
+  void End(int sig);
   pid_t pid_ = -1;
   int port_ = 0;
   bool appendonly_;

@@ -49,8 +49,9 @@ TEST_F(Redis, ErrorRepliesAreStatusesWithRedissMessage) {
   Run({"SET", "s", "x"});
   auto r = client_->Command({"LPUSH", "s", "y"});
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInternal);
   EXPECT_THAT(r.status().message(), HasSubstr("WRONGTYPE"));
+  EXPECT_EQ(StoreError(r.status()), "WRONGTYPE");
 }
 
 TEST_F(Redis, AfterARestartTheClientReconnectsAndAcknowledgedWritesSurvive) {

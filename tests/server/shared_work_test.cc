@@ -45,7 +45,7 @@ TEST_F(SharedWork, ADeadTaskIsRevivedWithFreshAttempts) {
   ASSERT_TRUE(q.EnqueueOnce("cand-x", {"j-1", "candidate", "{}", "sm_90"}).ok());
   auto l = q.LeaseNext("sm_90", "w1");
   ASSERT_TRUE(l.ok() && l->has_value());
-  ASSERT_EQ(*q.Fail("cand-x", (*l)->fencing_token, "crashed", true), "dead");
+  ASSERT_EQ(*q.Fail("cand-x", (*l)->fencing_token, {"crashed", true}), "dead");
   EXPECT_TRUE(*q.Revive("cand-x"));
   EXPECT_FALSE(*q.Revive("cand-x")) << "a queued task was revived again";
   auto again = q.LeaseNext("sm_90", "w2");
@@ -61,7 +61,7 @@ TEST_F(SharedWork, AFailedAttemptWaitsOutItsBackoff) {
   ASSERT_TRUE(q.EnqueueOnce("t", {"j", "transfer", "{}", "cpu"}).ok());
   auto l = q.LeaseNext("cpu", "w");
   ASSERT_TRUE(l.ok() && l->has_value());
-  EXPECT_EQ(*q.Fail("t", (*l)->fencing_token, "oom", true), "retrying");
+  EXPECT_EQ(*q.Fail("t", (*l)->fencing_token, {"oom", true}), "retrying");
   EXPECT_EQ(*q.PromoteDueRetries(), 0) << "promoted before its backoff";
   EXPECT_FALSE(q.LeaseNext("cpu", "w")->has_value());
   std::this_thread::sleep_for(500ms);
@@ -103,9 +103,9 @@ TEST_F(SharedWork, AWorkerThatStopsTouchingExpires) {
 
 TEST_F(SharedWork, AJobEndsOnceAndLeavesTheActiveSet) {
   JobStore jobs(client_.get());
-  auto created = jobs.Create("", "hash", "req");
+  auto created = jobs.Create("", "hash", "req", "print");
   ASSERT_TRUE(created.ok());
-  const std::string id = created->first.id;
+  const std::string id = created->job.id;
   EXPECT_THAT(*jobs.Active(), ::testing::Contains(id));
   ASSERT_TRUE(jobs.SetState(id, "running").ok());
   ASSERT_TRUE(jobs.SetState(id, "succeeded").ok());

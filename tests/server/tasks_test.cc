@@ -86,12 +86,12 @@ TEST_F(Tasks, RetriesUpToTheLimitThenDeadLetters) {
   TaskQueue q(client_.get(), 10s, 2);
   const std::string id = Enqueue(q);
   const Lease a = MustLease(q, "w1");
-  auto s1 = q.Fail(id, a.fencing_token, "nvrtc: out of memory", /*retryable=*/true);
+  auto s1 = q.Fail(id, a.fencing_token, {"nvrtc: out of memory", true});
   ASSERT_TRUE(s1.ok()) << s1.status();
   EXPECT_EQ(*s1, "queued");
   const Lease b = MustLease(q, "w2");
   EXPECT_EQ(b.attempt, 2);
-  auto s2 = q.Fail(id, b.fencing_token, "nvrtc: out of memory again", true);
+  auto s2 = q.Fail(id, b.fencing_token, {"nvrtc: out of memory again", true});
   ASSERT_TRUE(s2.ok()) << s2.status();
   EXPECT_EQ(*s2, "dead");
   auto st = q.Get(id);
@@ -108,7 +108,7 @@ TEST_F(Tasks, ABadInputIsNotRetried) {
   TaskQueue q(client_.get(), 10s, 5);
   const std::string id = Enqueue(q, "cpu");
   const Lease l = MustLease(q, "cpu-1", "cpu");
-  auto s = q.Fail(id, l.fencing_token, "spec.py:4:12: unsupported op", /*retryable=*/false);
+  auto s = q.Fail(id, l.fencing_token, {"spec.py:4:12: unsupported op", false});
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(*s, "dead");
 }

@@ -96,12 +96,17 @@ TEST_F(Refusals, UnknownJobsAndKernelsAreNotFound) {
   auto ctx = Context(kClientToken);
   EXPECT_EQ(ClientStub()->GetJob(ctx.get(), req, &job).error_code(), grpc::StatusCode::NOT_FOUND);
   v1::GetKernelRequest kreq;
-  kreq.set_spec_hash("00");
+  kreq.set_spec_hash(std::string(64, '0'));
   kreq.set_arch("sm_90");
   v1::Kernel kernel;
   auto ctx2 = Context(kClientToken);
   EXPECT_EQ(ClientStub()->GetKernel(ctx2.get(), kreq, &kernel).error_code(),
             grpc::StatusCode::NOT_FOUND);
+  // What is not a spec hash at all is refused as such, before any lookup.
+  kreq.set_spec_hash("00");
+  auto ctx3 = Context(kClientToken);
+  EXPECT_EQ(ClientStub()->GetKernel(ctx3.get(), kreq, &kernel).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
 }
 
 TEST_F(Refusals, HealthIsServingUntilDrainedAndTheDrainExitsCleanly) {

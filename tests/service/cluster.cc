@@ -25,7 +25,16 @@ std::string ReadAll(const std::string& path) {
   return ss.str();
 }
 
+std::string FromBinDir(const char* name, const char* built) {
+  const char* dir = std::getenv("CUBRIDGE_TEST_BIN_DIR");
+  return dir != nullptr && *dir != '\0' ? absl::StrCat(dir, "/", name) : built;
+}
+
 }  // namespace
+
+std::string CoordinatorBinary() { return FromBinDir("cubridge-coordinator", CUBRIDGE_COORDINATOR); }
+std::string WorkerBinary() { return FromBinDir("cubridge-worker", CUBRIDGE_WORKER); }
+std::string CliBinary() { return FromBinDir("cubridge-cli", CUBRIDGE_CLI); }
 
 Process::Process(std::vector<std::string> argv, const std::map<std::string, std::string>& env,
                  std::string log_path)
@@ -104,7 +113,7 @@ void Cluster::TearDown() {
 }
 
 void Cluster::StartCoordinator(const std::vector<std::string>& extra) {
-  std::vector<std::string> argv = {CUBRIDGE_COORDINATOR, "--listen",
+  std::vector<std::string> argv = {CoordinatorBinary(), "--listen",
                                    absl::StrCat("127.0.0.1:", port_), "--redis",
                                    absl::StrCat("127.0.0.1:", redis_.port()), "--lease-seconds",
                                    "2", "--retry-backoff-seconds", "0.2", "--sweep-ms", "200"};
@@ -125,7 +134,7 @@ void Cluster::StartCoordinator(const std::vector<std::string>& extra) {
 
 Process* Cluster::StartWorker(const std::map<std::string, std::string>& env,
                               const std::vector<std::string>& extra) {
-  std::vector<std::string> argv = {CUBRIDGE_WORKER, "--coordinator", Address(), "--arch", "cpu",
+  std::vector<std::string> argv = {WorkerBinary(), "--coordinator", Address(), "--arch", "cpu",
                                    "--drain-seconds", "30"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   std::map<std::string, std::string> e = env;
@@ -215,6 +224,12 @@ v1::Job Cluster::WaitUntil(const std::string& job_id,
 
 v1::Job Cluster::WaitEnded(const std::string& job_id, std::chrono::milliseconds timeout) {
   return WaitUntil(job_id, Ended, timeout);
+}
+
+std::string Cluster::CoordinatorLogs() const {
+  std::string out;
+  for (int i = 0; i < starts_; ++i) out += ReadAll(absl::StrCat(dir_, "/coordinator-", i, ".log"));
+  return out;
 }
 
 std::string Cluster::Logs() const {

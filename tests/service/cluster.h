@@ -76,8 +76,10 @@ class Cluster : public ::testing::Test {
   v1::Job WaitEnded(const std::string& job_id, std::chrono::milliseconds timeout);
   // A client of the cluster's Redis, to look at (or tamper with) what the service stored.
   std::unique_ptr<store::RedisClient> Redis();
-  // Every log of the cluster, for failure messages.
+  // Every log of the cluster, for failure messages (the last 60 kB).
   std::string Logs() const;
+  // Every coordinator's log, whole, in the order they ran.
+  std::string CoordinatorLogs() const;
 
   RedisServer redis_{/*appendonly=*/true};
   std::string dir_;
@@ -86,6 +88,12 @@ class Cluster : public ::testing::Test {
   std::vector<std::unique_ptr<Process>> workers_;
   int starts_ = 0;
 };
+
+// The binaries under test: the build's, or those in $CUBRIDGE_TEST_BIN_DIR when it is set (to run
+// a new test against an earlier build and see it fail there first).
+std::string CoordinatorBinary();
+std::string WorkerBinary();
+std::string CliBinary();
 
 bool Ended(const v1::Job& job);
 std::string Describe(const v1::Job& job);  // state, error, events: one block for messages

@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_replace.h"
-#include "cuir/pipeline/files.h"
+#include "cuir/files/files.h"
 #include "worker/gpu/module.h"
 #include "worker/gpu/nvrtc.h"
 
@@ -19,7 +19,7 @@ using ::testing::HasSubstr;
 const std::string kPath = std::string(CUBRIDGE_SOURCE_ROOT) + "/examples/lift/softcap_causal.cu";
 
 std::string Example() {
-  auto text = pipeline::ReadFile(kPath);
+  auto text = files::ReadFile(kPath);
   EXPECT_TRUE(text.ok()) << text.status();
   return text.ok() ? *text : "";
 }

@@ -1,17 +1,23 @@
 #include "worker/daemon/daemon.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
+#include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
-#include "cuir/pipeline/files.h"
+#include "cuir/files/files.h"
 #include "server/core/task_contract.h"
 #include "worker/daemon/execute.h"
 #include "worker/gpu/autotune.h"
@@ -28,6 +34,25 @@ std::string ReadAll(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// How long a retry waits at most: a restarted coordinator is back within about a second, and a
+// worker should be leasing again within about as long (gRPC's reconnect backoff is capped to match).
+constexpr std::chrono::milliseconds kMaxBackoff{1000};
+
+// A failure class as the task child's result document names it.
+std::string ClassName(v1::FailureClass c) {
+  switch (c) {
+    case v1::FAILURE_CLASS_CANDIDATE: return "candidate";
+    case v1::FAILURE_CLASS_SPEC: return "spec";
+    default: return "infrastructure";
+  }
+}
+
+v1::FailureClass ClassFromName(const std::string& name) {
+  if (name == "candidate") return v1::FAILURE_CLASS_CANDIDATE;
+  if (name == "spec") return v1::FAILURE_CLASS_SPEC;
+  return v1::FAILURE_CLASS_INFRASTRUCTURE;
 }
 
 absl::Status FromGrpc(const grpc::Status& s) {
@@ -98,11 +123,20 @@ Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {
     ssl.pem_root_certs = ReadAll(options_.tls_ca_file);
     creds = grpc::SslCredentials(ssl);
   }
-  stub_ = v1::Workers::NewStub(grpc::CreateChannel(options_.coordinator, creds));
+  // A restarted coordinator is found within a second: gRPC's own reconnect backoff (1 s growing
+  // to 2 min by default) would otherwise decide when this worker leases again.
+  grpc::ChannelArguments args;
+  // (GRPC_ARG_MIN_RECONNECT_BACKOFF_MS stays at its default: it is also how long one connect
+  // attempt may take, and a loaded machine needs more than a fraction of a second for it.)
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  channel_ = grpc::CreateCustomChannel(options_.coordinator, creds, args);
+  stub_ = v1::Workers::NewStub(channel_);
 }
 
 Daemon::~Daemon() {
-  if (own_work_dir_) pipeline::RemoveTree(options_.work_dir);
+  if (health_server_) health_server_->Shutdown();
+  if (own_work_dir_) files::RemoveTree(options_.work_dir);
 }
 
 template <typename Request, typename Response, typename Method>
@@ -160,31 +194,59 @@ absl::Status Daemon::Register() {
                                 : "");
       return absl::OkStatus();
     }
-    if (s.error_code() != grpc::StatusCode::UNAVAILABLE) return FromGrpc(s);
+    if (s.error_code() != grpc::StatusCode::UNAVAILABLE &&
+        s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
+      return FromGrpc(s);
+    }
     spdlog::warn("coordinator {} unavailable ({}); retrying", options_.coordinator, s.error_message());
-    std::this_thread::sleep_for(backoff);
-    backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+    AwaitCoordinator(backoff);
+    backoff = std::min(backoff * 2, kMaxBackoff);
   }
   return absl::CancelledError("drained before registering");
 }
 
 absl::Status Daemon::Run() {
   if (options_.work_dir.empty()) {
-    std::string tmpl = (fs::temp_directory_path() / "cubridge-worker-XXXXXX").string();
-    if (mkdtemp(tmpl.data()) == nullptr) return absl::InternalError("cannot create a work folder");
+    std::error_code ec;
+    const fs::path tmp = fs::temp_directory_path(ec);
+    std::string tmpl = ((ec ? fs::path("/tmp") : tmp) / "cubridge-worker-XXXXXX").string();
+    if (mkdtemp(tmpl.data()) == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot create a work dir under ", tmp.string(), ": ", std::strerror(errno),
+                       " (pass --work-dir DIR)"));
+    }
     options_.work_dir = tmpl;
     own_work_dir_ = true;
   }
-  fs::create_directories(options_.work_dir);
+  // A work dir that cannot be used stops the worker here, with the reason, before it registers.
+  if (auto s = CheckWorkDir(options_.work_dir, options_.min_free_bytes); !s.ok()) return s;
   if (!options_.metrics_listen.empty()) {
     auto port = metrics_.Serve(options_.metrics_listen);
     if (!port.ok()) return port.status();
     spdlog::info("metrics on port {}", *port);
   }
+  if (!options_.health_listen.empty()) {
+    grpc::EnableDefaultHealthCheckService(true);
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort(options_.health_listen, grpc::InsecureServerCredentials(), &port);
+    health_server_ = builder.BuildAndStart();
+    if (!health_server_ || port == 0) {
+      return absl::UnavailableError(absl::StrCat("cannot serve grpc.health.v1 on ",
+                                                 options_.health_listen, " (is the port taken?)"));
+    }
+    health_server_->GetHealthCheckService()->SetServingStatus(true);
+    spdlog::info("health on port {}", port);
+  }
   if (auto s = Discover(); !s.ok()) return s;
   if (auto s = Register(); !s.ok()) return draining_ ? absl::OkStatus() : s;
-  auto backoff = std::chrono::milliseconds(200);
+  auto backoff = std::chrono::milliseconds(100);
   while (!draining_) {
+    // Checked before every lease: a task is never taken by a machine that cannot run it.
+    if (auto s = SelfCheck(); !s.ok()) {
+      Fence(std::string(s.message()));
+      continue;
+    }
     v1::LeaseTaskRequest req;
     req.set_worker_id(worker_id_);
     req.set_wait_millis(options_.lease_wait.count());
@@ -201,26 +263,119 @@ absl::Status Daemon::Run() {
     }
     if (!s.ok()) {
       spdlog::warn("lease: {} ({}); retrying", s.error_message(), static_cast<int>(s.error_code()));
-      std::this_thread::sleep_for(backoff);
-      backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+      AwaitCoordinator(backoff);
+      backoff = std::min(backoff * 2, kMaxBackoff);
       continue;
     }
-    backoff = std::chrono::milliseconds(200);
-    if (resp.has_task()) RunTask(resp.task());
+    backoff = std::chrono::milliseconds(100);
+    if (!resp.has_task()) continue;
+    const v1::FailureClass failed = RunTask(resp.task());
+    if (failed != v1::FAILURE_CLASS_INFRASTRUCTURE || draining_) {
+      infra_failures_ = 0;
+      continue;
+    }
+    if (++infra_failures_ >= options_.max_infra_failures) {
+      Fence(absl::StrCat(infra_failures_, " tasks in a row failed on this machine (the last: ",
+                         last_failure_, ")"));
+    }
   }
+  ReportHealth(v1::WORKER_HEALTH_DRAINING, "");
   spdlog::info("drained: exiting");
   return absl::OkStatus();
 }
 
-void Daemon::RunTask(const v1::Task& task) {
+void Daemon::AwaitCoordinator(std::chrono::milliseconds backoff) {
+  // A connected channel means the coordinator itself refused for now: wait out the backoff. A
+  // broken one is asked to connect and watched, so the next call goes out the moment a restarted
+  // coordinator listens: gRPC alone leaves a failed channel idle for seconds.
+  const auto until = std::chrono::system_clock::now() + backoff;
+  if (channel_->GetState(/*try_to_connect=*/true) == GRPC_CHANNEL_READY) {
+    std::this_thread::sleep_until(until);
+    return;
+  }
+  if (!unreachable_since_) unreachable_since_ = std::chrono::steady_clock::now();
+  if (channel_->WaitForConnected(until)) {
+    spdlog::info("coordinator {} reachable again after {:.2f} s", options_.coordinator,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - *unreachable_since_)
+                     .count());
+    unreachable_since_.reset();
+  }
+}
+
+absl::Status Daemon::SelfCheck() const {
+  if (auto s = CheckWorkDir(options_.work_dir, options_.min_free_bytes); !s.ok()) return s;
+  const std::string self = SelfExe();
+  if (access(self.c_str(), X_OK) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the worker's own executable ", self, " (the task child) cannot be run: ",
+        std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+void Daemon::ReportHealth(v1::WorkerHealth health, const std::string& reason) {
+  if (health_server_) {
+    health_server_->GetHealthCheckService()->SetServingStatus(health == v1::WORKER_HEALTH_SERVING);
+  }
+  metrics_.WorkerHealthy(health == v1::WORKER_HEALTH_SERVING);
+  if (worker_id_.empty()) return;
+  v1::ReportHealthRequest req;
+  req.set_worker_id(worker_id_);
+  req.set_health(health);
+  req.set_reason(reason);
+  v1::ReportHealthResponse unused;
+  grpc::Status s = Call(&v1::Workers::Stub::ReportHealth, req, &unused, std::chrono::seconds(5));
+  if (s.error_code() == grpc::StatusCode::NOT_FOUND) {
+    // Its registration expired while it waited: a fresh one, with the health it reports.
+    if (Register().ok()) (void)Call(&v1::Workers::Stub::ReportHealth, req, &unused, std::chrono::seconds(5));
+  }
+}
+
+void Daemon::Fence(const std::string& reason) {
+  spdlog::error("unhealthy, leasing nothing until the self-check passes: {}", reason);
+  ReportHealth(v1::WORKER_HEALTH_NOT_SERVING, reason);
+  auto backoff = options_.unhealthy_backoff;
+  for (;;) {
+    // Waits out the backoff in steps, staying registered (the report refreshes it) and drainable.
+    const auto until = std::chrono::steady_clock::now() + backoff;
+    while (!draining_ && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(
+          lease_ / 3, std::chrono::duration_cast<std::chrono::milliseconds>(
+                          until - std::chrono::steady_clock::now()) + std::chrono::milliseconds(1)));
+      ReportHealth(v1::WORKER_HEALTH_NOT_SERVING, reason);
+    }
+    if (draining_) return;
+    auto s = SelfCheck();
+    if (s.ok()) break;
+    spdlog::error("self-check still fails: {}", std::string(s.message()));
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(300000));
+  }
+  infra_failures_ = 0;
+  spdlog::info("self-check passes: leasing again");
+  ReportHealth(v1::WORKER_HEALTH_SERVING, "");
+}
+
+v1::FailureClass Daemon::RunTask(const v1::Task& task) {
   const std::string kind = task.kind() == v1::TASK_KIND_LIFT       ? core::kLiftTask
                            : task.kind() == v1::TASK_KIND_TRANSFER ? core::kTransferTask
                            : task.kind() == v1::TASK_KIND_LIFT_LLM ? core::kLiftLlmTask
                                                                    : core::kCandidateTask;
   spdlog::info("task={} job={} attempt={} token={}: running", task.task_id(), task.job_id(),
                task.attempt(), task.fencing_token());
+  // Every failure names this worker and says what happened, for the user who reads the job.
+  auto fail = [&](v1::FailureClass c, const std::string& why, const std::string& partial = "") {
+    if (c == v1::FAILURE_CLASS_INFRASTRUCTURE) last_failure_ = why;
+    Fail(task, c, absl::StrCat(why, " (worker ", worker_id_, ")"), partial);
+    return c;
+  };
   const fs::path dir = fs::path(options_.work_dir) / absl::StrCat("task-", task.fencing_token());
-  fs::create_directories(dir);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) {
+    metrics_.WorkerTask(kind, "failed", 0);
+    return fail(v1::FAILURE_CLASS_INFRASTRUCTURE,
+                absl::StrCat("cannot create the task folder ", dir.string(), ": ", ec.message()));
+  }
   const std::string progress_path = (dir / "progress.txt").string();
   json request = {{"kind", kind},
                   {"payload", json::parse(task.payload_json(), nullptr, false)},
@@ -275,61 +430,78 @@ void Daemon::RunTask(const v1::Task& task) {
   };
   auto outcome = gpu::RunChild("run-task", request, iso);
   const double seconds = outcome.ok() ? outcome->seconds : 0;
+  v1::FailureClass failed = v1::FAILURE_CLASS_UNSPECIFIED;
+  // What the machine itself says, for failures that left no reason of their own.
+  auto machine = [&]() -> std::string {
+    auto s = SelfCheck();
+    return s.ok() ? "" : absl::StrCat("; ", s.message());
+  };
   if (!outcome.ok()) {
     metrics_.WorkerTask(kind, "failed", seconds);
-    Report(task, false, std::string(outcome.status().message()), true);
+    failed = fail(v1::FAILURE_CLASS_INFRASTRUCTURE,
+                  absl::StrCat("the task could not be started: ", outcome.status().message(), machine()));
   } else if (lost) {
     metrics_.WorkerTask(kind, "lost", seconds);
     spdlog::warn("task={}: lease lost to another worker; dropped", task.task_id());
   } else if (outcome->stopped) {
     metrics_.WorkerTask(kind, "handed_back", seconds);
-    Report(task, false, "the worker was drained before the task finished; handed back", true);
+    failed = fail(v1::FAILURE_CLASS_INFRASTRUCTURE,
+                  "the worker was drained before the task finished; handed back");
   } else if (outcome->ok) {
     metrics_.WorkerTask(kind, "ok", seconds);
     CountLlmUsage(metrics_, outcome->result["result"]);
-    Report(task, true, outcome->result["result"].dump(), false);
-  } else if (outcome->result.contains("retryable")) {  // the task itself failed
+    Complete(task, outcome->result["result"].dump());
+  } else if (outcome->result.contains("failure_class")) {  // the task itself failed
     metrics_.WorkerTask(kind, "failed", seconds);
     const json partial = outcome->result.value("result", json());
     CountLlmUsage(metrics_, partial);
-    Report(task, false, outcome->result.value("error", "failed"),
-           outcome->result.value("retryable", true), partial.is_null() ? "" : partial.dump());
-  } else {  // crashed or hung: another attempt may fare better
+    failed = fail(ClassFromName(outcome->result.value("failure_class", "")),
+                  outcome->result.value("error", "failed"), partial.is_null() ? "" : partial.dump());
+  } else {  // crashed, hung, or could not write its result: this machine's problem
     metrics_.WorkerTask(kind, "crashed", seconds);
-    Report(task, false, absl::StrCat(outcome->error, outcome->stderr_tail.empty() ? "" : "; last output: ",
-                                     outcome->stderr_tail),
-           true);
+    failed = fail(v1::FAILURE_CLASS_INFRASTRUCTURE,
+                  absl::StrCat(outcome->error, machine(),
+                               outcome->stderr_tail.empty() ? "" : "; last output: ",
+                               outcome->stderr_tail));
   }
-  if (std::getenv("CUBRIDGE_KEEP_TASK_FILES") == nullptr) pipeline::RemoveTree(dir.string());
+  if (std::getenv("CUBRIDGE_KEEP_TASK_FILES") == nullptr) files::RemoveTree(dir.string());
+  return failed;
 }
 
-void Daemon::Report(const v1::Task& task, bool ok, const std::string& text, bool retryable,
-                    const std::string& partial_result) {
-  auto backoff = std::chrono::milliseconds(200);
+void Daemon::Complete(const v1::Task& task, const std::string& result) {
+  v1::CompleteTaskRequest req;
+  req.set_task_id(task.task_id());
+  req.set_fencing_token(task.fencing_token());
+  req.set_result_json(result);
+  Report<v1::CompleteTaskRequest, v1::CompleteTaskResponse>(task, &v1::Workers::Stub::CompleteTask, req);
+}
+
+void Daemon::Fail(const v1::Task& task, v1::FailureClass failure_class, const std::string& error,
+                  const std::string& partial_result) {
+  v1::FailTaskRequest req;
+  req.set_task_id(task.task_id());
+  req.set_fencing_token(task.fencing_token());
+  req.set_error(error);
+  req.set_failure_class(failure_class);
+  req.set_retryable(failure_class == v1::FAILURE_CLASS_INFRASTRUCTURE);  // for older coordinators
+  req.set_result_json(partial_result);
+  spdlog::warn("task={}: failed ({}): {}", task.task_id(), v1::FailureClass_Name(failure_class),
+               error.substr(0, 300));
+  Report<v1::FailTaskRequest, v1::FailTaskResponse>(task, &v1::Workers::Stub::FailTask, req);
+}
+
+template <typename Request, typename Response, typename Method>
+void Daemon::Report(const v1::Task& task, Method method, const Request& request) {
+  auto backoff = std::chrono::milliseconds(100);
   // A coordinator restart takes a few seconds; the lease lasts longer than that only if we keep
-  // beating, so keep trying for about one lease period and then let the lease expire.
+  // beating, so keep trying for about three lease periods and then let the lease expire.
   const auto give_up = std::chrono::steady_clock::now() + std::max(lease_ * 3, std::chrono::milliseconds(30000));
   while (std::chrono::steady_clock::now() < give_up) {
-    grpc::Status s;
-    if (ok) {
-      v1::CompleteTaskRequest req;
-      req.set_task_id(task.task_id());
-      req.set_fencing_token(task.fencing_token());
-      req.set_result_json(text);
-      v1::CompleteTaskResponse unused;
-      s = Call(&v1::Workers::Stub::CompleteTask, req, &unused, std::chrono::seconds(30));
-    } else {
-      v1::FailTaskRequest req;
-      req.set_task_id(task.task_id());
-      req.set_fencing_token(task.fencing_token());
-      req.set_error(text);
-      req.set_retryable(retryable);
-      req.set_result_json(partial_result);
-      v1::FailTaskResponse unused;
-      s = Call(&v1::Workers::Stub::FailTask, req, &unused, std::chrono::seconds(30));
-    }
+    Response unused;
+    grpc::Status s = Call(method, request, &unused, std::chrono::seconds(30));
     if (s.ok()) {
-      spdlog::info("task={}: {}", task.task_id(), ok ? "completed" : "failed: " + text.substr(0, 300));
+      spdlog::info("task={}: {}", task.task_id(),
+                   std::is_same_v<Request, v1::CompleteTaskRequest> ? "completed" : "failure reported");
       return;
     }
     if (s.error_code() != grpc::StatusCode::UNAVAILABLE &&
@@ -337,8 +509,8 @@ void Daemon::Report(const v1::Task& task, bool ok, const std::string& text, bool
       spdlog::warn("task={}: outcome refused: {}", task.task_id(), s.error_message());
       return;
     }
-    std::this_thread::sleep_for(backoff);
-    backoff = std::min(backoff * 2, std::chrono::milliseconds(3000));
+    AwaitCoordinator(backoff);
+    backoff = std::min(backoff * 2, kMaxBackoff);
   }
   spdlog::warn("task={}: coordinator unreachable; the lease will expire and the task be retried",
                task.task_id());
@@ -348,14 +520,18 @@ int RunTaskChild(const std::string& request_path, const std::string& result_path
   const json request = json::parse(ReadAll(request_path), nullptr, false);
   json result;
   if (request.is_discarded()) {
-    result = {{"ok", false}, {"error", "unreadable task request " + request_path}, {"retryable", true}};
+    result = {{"ok", false},
+              {"error", "the task request " + request_path + " is unreadable"},
+              {"failure_class", ClassName(v1::FAILURE_CLASS_INFRASTRUCTURE)}};
   } else {
     // Fault injection for the service tests (docs/service.md): a task slow enough to kill its
     // worker mid-way, and a task of a kind that crashes its process.
     if (const char* ms = std::getenv("CUBRIDGE_TEST_TASK_DELAY_MS"); ms != nullptr) {
       std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(ms)));
     }
-    if (const char* kind = std::getenv("CUBRIDGE_TEST_TASK_CRASH"); kind && request.value("kind", "") == kind) {
+    // ("*": every kind, a worker whose every task dies.)
+    if (const char* kind = std::getenv("CUBRIDGE_TEST_TASK_CRASH");
+        kind && (request.value("kind", "") == kind || std::string(kind) == "*")) {
       std::abort();
     }
     ExecuteOptions o;
@@ -364,16 +540,66 @@ int RunTaskChild(const std::string& request_path, const std::string& result_path
     if (request.contains("llm") && request["llm"].is_object()) o.llm = LlmFlagsFromJson(request["llm"]);
     std::ofstream progress(request.value("progress", "/dev/null"), std::ios::app);
     json partial;
-    auto r = ExecuteTask(request.value("kind", ""), request["payload"], o,
+    const std::string kind = request.value("kind", "");
+    auto r = ExecuteTask(kind, request["payload"], o,
                          [&](const std::string& line) { progress << line << std::endl; }, &partial);
-    result = r.ok() ? json{{"ok", true}, {"result", *r}}
-                    : json{{"ok", false},
-                           {"error", std::string(r.status().message())},
-                           {"retryable", Retryable(r.status())}};
-    if (!r.ok() && !partial.is_null()) result["result"] = partial;
+    if (r.ok()) {
+      result = {{"ok", true}, {"result", *r}};
+    } else {
+      const v1::FailureClass c = Classify(kind, r.status());
+      result = {{"ok", false},
+                {"error", std::string(r.status().message())},
+                {"failure_class", ClassName(c)},
+                {"retryable", c == v1::FAILURE_CLASS_INFRASTRUCTURE}};
+      if (!partial.is_null()) result["result"] = partial;
+    }
   }
-  std::ofstream(result_path) << result.dump();
+  std::ofstream out(result_path);
+  out << result.dump();
+  out.close();
+  if (out.fail()) {
+    // No result reaches the daemon; this line does (its stderr tail), when the disk takes it.
+    std::cerr << "cannot write the task result " << result_path << ": " << std::strerror(errno) << "\n";
+    return 3;
+  }
   return result.value("ok", false) ? 0 : 1;
+}
+
+absl::Status CheckWorkDir(const std::string& dir, int64_t min_free_bytes) {
+  auto bad = [&](const std::string& what) {
+    return absl::FailedPreconditionError(absl::StrCat("work dir ", dir, ": ", what));
+  };
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  struct stat st;
+  if (stat(dir.c_str(), &st) != 0) {
+    return bad(absl::StrCat("cannot be created or read: ", std::strerror(errno),
+                            " (pass --work-dir with a writable directory)"));
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return bad("is not a directory (pass --work-dir with a directory, or remove the file)");
+  }
+  // Written, synced and removed: a full or read-only disk shows here, not in a task.
+  const std::string probe = absl::StrCat(dir, "/.cubridge-probe-", getpid());
+  const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return bad(absl::StrCat("cannot create a file: ", std::strerror(errno)));
+  const std::string block(4096, 'x');
+  const bool wrote = write(fd, block.data(), block.size()) == static_cast<ssize_t>(block.size()) &&
+                     fsync(fd) == 0;
+  const int err = errno;
+  close(fd);
+  unlink(probe.c_str());
+  if (!wrote) return bad(absl::StrCat("cannot write a file: ", std::strerror(err)));
+  struct statvfs vfs;
+  if (statvfs(dir.c_str(), &vfs) == 0) {
+    const int64_t free_bytes = static_cast<int64_t>(vfs.f_bavail) * static_cast<int64_t>(vfs.f_frsize);
+    if (free_bytes < min_free_bytes) {
+      return bad(absl::StrCat("has ", free_bytes >> 20, " MiB free, under the ",
+                              min_free_bytes >> 20, " MiB a task may need (free space, or lower "
+                              "--min-free-mb)"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace cubridge::workerd

@@ -1,8 +1,16 @@
 // The worker daemon: finds its GPU (or serves as a CPU worker: lift and transfer, and `ir`-level
 // candidates), registers with the coordinator, leases the tasks its arch can run, runs each in a
 // child process (`cubridge-worker run-task`) while heartbeating the lease, and reports progress
-// and the outcome. It outlives crashing tasks, reconnects when the coordinator restarts, and on
-// SIGTERM finishes (or hands back) its task before it exits.
+// and the outcome, classified (infrastructure, candidate, spec). It outlives crashing tasks,
+// reconnects when the coordinator restarts, and on SIGTERM finishes (or hands back) its task
+// before it exits.
+//
+// A worker whose own machine fails it does not keep failing other people's tasks: it checks its
+// work dir (exists, is a directory, writable, free space) at start and before each lease, and
+// after `max_infra_failures` infrastructure failures in a row, or a failed check, it fences itself
+// off: it leases nothing, reports NOT_SERVING (to the coordinator, on its grpc.health.v1 and in
+// cubridge_worker_healthy) with the reason, and runs its self-check again with a doubling backoff
+// until it passes.
 #pragma once
 
 #include <atomic>
@@ -31,6 +39,10 @@ struct DaemonOptions {
   double gpu_timeout_seconds = 120;  // per GPU candidate
   std::chrono::milliseconds drain_timeout{60000};
   std::chrono::milliseconds lease_wait{5000};
+  std::string health_listen;             // host:port for grpc.health.v1; empty = none
+  int64_t min_free_bytes = int64_t{256} << 20;  // the work dir's free space needed to lease
+  int max_infra_failures = 3;            // in a row, before it fences itself off
+  std::chrono::milliseconds unhealthy_backoff{5000};  // first self-check retry; doubles to 5 min
   // Set (an endpoint and a model): the worker registers the capability `llm` and runs the
   // transfers of llm and hybrid jobs. Only these flags reach the task child; the API key stays in
   // the file they name or in CUBRIDGE_LLM_API_KEY, which the child inherits.
@@ -49,18 +61,35 @@ class Daemon {
  private:
   absl::Status Discover();
   absl::Status Register();
-  void RunTask(const v1::Task& task);
+  // Runs the task; returns the class of its failure (UNSPECIFIED when it did not fail).
+  v1::FailureClass RunTask(const v1::Task& task);
   // Sends a finished task's outcome, riding out a coordinator restart; gives up on a refusal.
-  // A failure carries what the attempt produced before it failed (`partial_result`, JSON).
-  void Report(const v1::Task& task, bool ok, const std::string& result_or_error, bool retryable,
-              const std::string& partial_result = "");
+  // A failure carries its class and what the attempt produced before it failed (JSON).
+  void Complete(const v1::Task& task, const std::string& result);
+  void Fail(const v1::Task& task, v1::FailureClass failure_class, const std::string& error,
+            const std::string& partial_result = "");
+  template <typename Request, typename Response, typename Method>
+  void Report(const v1::Task& task, Method method, const Request& request);
+  // Work dir and runner in order; FAILED_PRECONDITION saying what is wrong otherwise.
+  absl::Status SelfCheck() const;
+  // Stops leasing, says why everywhere, and waits for the self-check to pass again.
+  void Fence(const std::string& reason);
+  void ReportHealth(v1::WorkerHealth health, const std::string& reason);
+  // The pause before a retry: ends early when the channel connects again.
+  void AwaitCoordinator(std::chrono::milliseconds backoff);
   template <typename Request, typename Response, typename Method>
   grpc::Status Call(Method method, const Request& request, Response* response,
                     std::chrono::milliseconds deadline);
 
   DaemonOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Workers::Stub> stub_;
-  core::Metrics metrics_;
+  core::Metrics metrics_{core::Metrics::Role::kWorker};
+  std::unique_ptr<grpc::Server> health_server_;
+  int infra_failures_ = 0;   // in a row
+  // Since when the channel to the coordinator has been down, while it is.
+  std::optional<std::chrono::steady_clock::time_point> unreachable_since_;
+  std::string last_failure_;  // the last infrastructure failure, for the fencing reason
   std::string arch_, gpu_name_, worker_id_;
   int64_t memory_bytes_ = 0;
   std::chrono::milliseconds lease_{10000};
@@ -69,8 +98,13 @@ class Daemon {
 };
 
 // The child side: reads the request (kind, payload, options), runs the task, writes the result
-// document ({ok, result} or {ok: false, error, retryable, result: what the attempt produced}).
-// Exit 0 when the task succeeded, 1 when it failed.
+// document ({ok, result} or {ok: false, error, failure_class, retryable, result: what the attempt
+// produced}). Exit 0 when the task succeeded, 1 when it failed, 3 when the result could not be
+// written (the reason goes to stderr).
 int RunTaskChild(const std::string& request_path, const std::string& result_path);
+
+// The work dir is usable: it exists (or can be made), is a directory, takes a file write and has
+// `min_free_bytes` free. FAILED_PRECONDITION "work dir PATH: what is wrong (how to fix)".
+absl::Status CheckWorkDir(const std::string& dir, int64_t min_free_bytes);
 
 }  // namespace cubridge::workerd

@@ -4,7 +4,6 @@
 #include <filesystem>
 #include <fstream>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cuir/ir/program.h"
@@ -131,7 +130,7 @@ absl::StatusOr<json> RunTransfer(const json& payload, const ExecuteOptions& o,
   if (!p.status.ok()) {
     if (partial != nullptr) *partial = result;
     // A mismatch is a fact about this spec and this program, not bad luck: no retry.
-    if (absl::StartsWith(p.status.message(), "verify: ")) {
+    if (p.failed_stage == pipeline::Proposal::Stage::kVerify) {
       return absl::FailedPreconditionError(p.status.message());
     }
     return p.status;  // "transfer: ..." with its own code (a spent budget is not retried)
@@ -202,11 +201,7 @@ absl::StatusOr<json> RunLiftLlm(const json& payload, const ExecuteOptions& o,
   json result = {{"transcript", outcome.transcript}, {"llm_usage", outcome.usage}};
   if (!outcome.status.ok()) {
     if (partial != nullptr) *partial = result;
-    // No GPU here: another worker of the arch may have one.
-    if (absl::StrContains(outcome.status.message(), "there is none to use here")) {
-      return absl::UnavailableError(outcome.status.message());
-    }
-    return outcome.status;
+    return outcome.status;  // no GPU here is UNAVAILABLE: another worker of the arch may have one
   }
   result["program"] = absl::StrCat("# Lifted by CuBridge from ", r.kernel_path, " (round ",
                                    outcome.accepted_round, "); it agreed with the compiled kernel on ",
@@ -326,15 +321,20 @@ absl::StatusOr<json> ExecuteTask(const std::string& kind, const json& payload,
   return absl::InvalidArgumentError(absl::StrCat("unknown task kind \"", kind, "\""));
 }
 
-bool Retryable(const absl::Status& s) {
+v1::FailureClass Classify(const std::string& kind, const absl::Status& s) {
   switch (s.code()) {
+    // The input as given cannot succeed anywhere: a bad spec, buffer or program, a mismatch with
+    // the oracle, a model's budget spent.
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kFailedPrecondition:
     case absl::StatusCode::kUnimplemented:
     case absl::StatusCode::kOutOfRange:
-      return false;
+    case absl::StatusCode::kResourceExhausted:
+      return kind == core::kCandidateTask ? v1::FAILURE_CLASS_CANDIDATE : v1::FAILURE_CLASS_SPEC;
+    // Everything else is about this machine or its surroundings (no GPU, an unwritable folder, a
+    // child that died): another worker may well succeed.
     default:
-      return true;
+      return v1::FAILURE_CLASS_INFRASTRUCTURE;
   }
 }
 

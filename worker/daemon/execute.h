@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
+#include "cubridge/v1/worker.pb.h"
 #include "cuir/propose/llm_flags.h"
 
 namespace cubridge::workerd {
@@ -23,14 +24,16 @@ struct ExecuteOptions {
   std::optional<propose::LlmFlags> llm;
 };
 
-// The task's result document. Errors are the task's failure; Retryable() says whether another
-// attempt could succeed (a bad spec or a mismatch cannot; a missing GPU or a crash can).
+// The task's result document. Errors are the task's failure; Classify() says whose fault it was
+// (a bad spec or a mismatch: the spec's; a candidate that does not lower or compile: the
+// candidate's; a missing GPU or an unwritable folder: this machine's, which another worker may
+// not share).
 // A failure may still have produced something worth keeping (a transfer's LLM transcript and
 // token usage): it goes to `partial_result` when that is given, else it stays null.
 absl::StatusOr<nlohmann::json> ExecuteTask(const std::string& kind, const nlohmann::json& payload,
                                            const ExecuteOptions& options,
                                            const std::function<void(const std::string&)>& progress,
                                            nlohmann::json* partial_result = nullptr);
-bool Retryable(const absl::Status& status);
+v1::FailureClass Classify(const std::string& kind, const absl::Status& status);
 
 }  // namespace cubridge::workerd

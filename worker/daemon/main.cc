@@ -12,6 +12,7 @@
 #include "server/core/signals.h"
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "cuir/propose/llm_flags.h"
 #include "worker/daemon/daemon.h"
 
@@ -61,10 +62,30 @@ int main(int argc, char** argv) {
   app.add_option("--drain-seconds", drain_s,
                  "On SIGTERM, how long the running task may still take before it is handed back")
       ->capture_default_str();
+  app.add_option("--health-listen", o.health_listen,
+                 "grpc.health.v1 address (host:port): NOT_SERVING while the worker fences itself off");
+  int64_t min_free_mb = o.min_free_bytes >> 20;
+  app.add_option("--min-free-mb", min_free_mb,
+                 "Free space the work dir needs before the worker takes a task")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--max-infra-failures", o.max_infra_failures,
+                 "Tasks in a row that may fail for reasons of this machine before the worker "
+                 "stops leasing and runs its self-check")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  double unhealthy_backoff_s = o.unhealthy_backoff.count() / 1000.0;
+  app.add_option("--unhealthy-backoff-seconds", unhealthy_backoff_s,
+                 "First wait before a fenced-off worker runs its self-check again (doubles, up to "
+                 "5 minutes)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cubridge::propose::LlmFlags llm;
   cubridge::propose::AddLlmFlags(&app, llm);
   CLI11_PARSE(app, argc, argv);
   o.drain_timeout = std::chrono::milliseconds(static_cast<int64_t>(drain_s * 1000));
+  o.min_free_bytes = min_free_mb << 20;
+  o.unhealthy_backoff = std::chrono::milliseconds(static_cast<int64_t>(unhealthy_backoff_s * 1000));
   if (o.arch != "auto" && o.arch != "cpu" && o.arch != "sm_80" && o.arch != "sm_90") {
     std::cerr << "cubridge-worker: --arch must be auto, cpu, sm_80 or sm_90, got '" << o.arch << "'\n";
     return 2;
@@ -110,7 +131,13 @@ int main(int argc, char** argv) {
     spdlog::info("signal {}: finishing the current task, then exiting", sig);
     daemon.Drain();
   });
-  auto s = daemon.Run();
+  absl::Status s;
+  try {
+    s = daemon.Run();
+  } catch (const std::exception& e) {
+    // Nothing should throw out of the daemon; if something does, say what instead of aborting.
+    s = absl::InternalError(absl::StrCat("unexpected error: ", e.what()));
+  }
   if (!s.ok()) {
     std::cerr << "cubridge-worker: " << s.message() << "\n";
     return s.code() == absl::StatusCode::kUnauthenticated ? 4 : 3;

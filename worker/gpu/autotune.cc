@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "cuir/pipeline/files.h"
+#include "cuir/files/files.h"
 #include "cuir/pipeline/stages.h"
 #include "worker/gpu/module.h"
 #include "worker/gpu/nvrtc.h"
@@ -154,7 +154,7 @@ GpuAutotuner::GpuAutotuner(AutotuneOptions options) : options_(std::move(options
 GpuAutotuner::~GpuAutotuner() {
   const char* keep = std::getenv("CUBRIDGE_KEEP_GPU_FILES");
   if (own_work_root_ && (keep == nullptr || *keep == '\0')) {
-    pipeline::RemoveTree(options_.work_root);
+    files::RemoveTree(options_.work_root);
   }
 }
 

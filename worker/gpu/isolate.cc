@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -84,7 +85,11 @@ absl::StatusOr<ChildOutcome> RunChild(const std::string& mode, const nlohmann::j
   if (!request.is_null()) {
     std::ofstream out(request_path);
     out << request.dump(2);
-    if (!out) return absl::FailedPreconditionError("cannot write " + request_path.string());
+    out.close();  // a full disk shows when the buffer is written out, not before
+    if (out.fail()) {
+      return absl::UnavailableError(absl::StrCat("cannot write ", request_path.string(), ": ",
+                                                 std::strerror(errno)));
+    }
   }
   std::vector<std::string> args = {runner, mode};
   if (!request.is_null()) args.insert(args.end(), {"--request", request_path.string()});
@@ -136,10 +141,12 @@ absl::StatusOr<ChildOutcome> RunChild(const std::string& mode, const nlohmann::j
     out.error = absl::StrCat("the runner died of ", SignalName(out.signal), " (signal ",
                              out.signal, ") while running ", options.what);
   } else if (out.exit_code != 0 || parsed.is_discarded()) {
+    const std::string said = Tail(out.stderr_tail, 3);
     out.error = out.result.contains("error")
                     ? out.result["error"].get<std::string>()
-                    : absl::StrCat("the runner exited with code ", out.exit_code,
-                                   " and no result: ", Tail(out.stderr_tail, 3));
+                    : absl::StrCat(options.what, " exited with code ", out.exit_code,
+                                   " and wrote no result",
+                                   said.empty() ? " (and printed nothing)" : ": " + said);
   } else {
     out.ok = true;
   }

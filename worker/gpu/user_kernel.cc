@@ -7,7 +7,7 @@
 #include "cuir/ir/program.h"
 #include "cuir/lower/expert.h"
 #include "cuir/lower/lift.h"
-#include "cuir/pipeline/files.h"
+#include "cuir/files/files.h"
 #include "worker/gpu/module.h"
 #include "worker/gpu/nvrtc.h"
 
@@ -23,7 +23,7 @@ absl::StatusOr<lower::LoweredKernel> LoadUserKernel(const std::string& path,
   // user's own line numbers.
   std::string prelude = "#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n";
   for (const char* header : {"common/cuir_platform.cuh", "common/launch_abi.cuh"}) {
-    auto text = pipeline::ReadFile((std::filesystem::path(lower::ExpertsDir()) / header).string());
+    auto text = files::ReadFile((std::filesystem::path(lower::ExpertsDir()) / header).string());
     if (!text.ok()) return text.status();
     absl::StrAppend(&prelude, *text, "\n");
   }
@@ -46,7 +46,8 @@ UserKernelComparator::UserKernelComparator(GpuAutotuner* tuner, lower::LoweredKe
 absl::Status UserKernelComparator::Prepare() {
   auto probe = tuner_->Probe(arch_);
   if (!probe.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat(
+    // UNAVAILABLE: another worker of the arch may have the GPU this one lacks.
+    return absl::UnavailableError(absl::StrCat(
         "a lifted program is accepted only when it agrees with the compiled kernel on a GPU, and "
         "there is none to use here: ", probe.status().message()));
   }

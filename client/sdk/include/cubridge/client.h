@@ -8,12 +8,19 @@
 //   auto job = (*client)->Submit(*request);
 //   auto done = (*client)->Watch(job->job_id(), [](const cubridge::v1::StageEvent& e) { ... });
 //
-// Every call returns the server's gRPC status as an absl::Status with the same code and message.
+// Every call returns the server's gRPC status as an absl::Status with the same code and message;
+// ErrorDetailOf(status) says why where the code alone does not (e.g. the coordinator is up but
+// its Redis store is not, or an idempotency key already names another request's job).
+//
+// A coordinator that restarts is ridden through: calls wait for the connection and retry
+// UNAVAILABLE with backoff until their deadline, and Watch resumes its stream after the events it
+// already delivered.
 #pragma once
 
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,9 +35,14 @@ struct ClientOptions {
   std::string token;  // sent as "authorization: Bearer <token>" metadata on every call
   bool tls = false;
   std::string root_certs_file;  // PEM CA bundle for TLS; empty = the system's roots
-  std::chrono::milliseconds deadline{30000};  // per unary call (streams have none)
-  int max_attempts = 5;  // attempts per call; only UNAVAILABLE is retried
-  std::chrono::milliseconds initial_backoff{200};  // doubles after every failed attempt
+  // Per unary call, reconnects and retries included; for Watch, how long it keeps trying to get
+  // a stream back after one broke (a stream itself may last as long as the job).
+  std::chrono::milliseconds deadline{30000};
+  int max_attempts = 0;  // attempts per call (0: as many as fit the deadline); only UNAVAILABLE is retried
+  std::chrono::milliseconds initial_backoff{100};  // doubles after every failed attempt, up to 1 s
+  // Called before each retry with the status that failed (e.g. to say "waiting for the
+  // coordinator"); may be empty. Runs on the calling thread.
+  std::function<void(const absl::Status& failed, int attempt)> on_retry;
 
   // The defaults above, overridden by CUBRIDGE_ADDRESS, CUBRIDGE_TOKEN (else the contents of
   // the file CUBRIDGE_TOKEN_FILE names) and CUBRIDGE_TLS_CA (a CA bundle; turns TLS on). Fails
@@ -44,6 +56,11 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
 
 // SUCCEEDED, FAILED and CANCELLED: the job will not change any more.
 bool IsTerminal(v1::JobState state);
+
+// Why a call failed, when the coordinator said (STORE_UNAVAILABLE, DRAINING, SPEC_CHECKERS_BUSY,
+// IDEMPOTENCY_CONFLICT with the job, INTERNAL with its incident id); nullopt otherwise, e.g. for
+// a coordinator that could not be reached at all.
+std::optional<v1::ErrorDetail> ErrorDetailOf(const absl::Status& status);
 
 // Safe to use from several threads at once: after Connect nothing in it changes.
 class Client {
@@ -67,7 +84,8 @@ class Client {
   // for an unknown job.
   absl::StatusOr<std::string> Transcript(const std::string& job_id);
   // Calls on_event for each of the job's stage events, from the first, and returns the job once
-  // it ended. A broken stream is re-opened and the events already delivered are not repeated.
+  // it ended. A broken stream is re-opened from the next event (none is repeated), for as long as
+  // a new stream comes within the deadline.
   absl::StatusOr<v1::Job> Watch(const std::string& job_id,
                                 std::function<void(const v1::StageEvent&)> on_event);
   // The ended job; DEADLINE_EXCEEDED when it has not ended within `timeout`.

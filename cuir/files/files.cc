@@ -1,4 +1,4 @@
-#include "cuir/pipeline/files.h"
+#include "cuir/files/files.h"
 
 #include <ftw.h>
 #include <cstdio>
@@ -12,7 +12,7 @@
 
 #include "absl/strings/str_format.h"
 
-namespace cubridge::pipeline {
+namespace cubridge::files {
 namespace fs = std::filesystem;
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
@@ -89,4 +89,4 @@ void RemoveTree(const std::string& path) {
       FTW_DEPTH | FTW_PHYS);
 }
 
-}  // namespace cubridge::pipeline
+}  // namespace cubridge::files

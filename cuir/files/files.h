@@ -1,5 +1,6 @@
 // Small file utilities with the guarantees the pipeline promises: whole-file writes that never
 // leave a half-written file, directory publication that never leaves a half-filled output.
+// Free of LibTorch, so the service commands of cubridge-cli use them without loading it.
 #pragma once
 
 #include <map>
@@ -8,7 +9,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace cubridge::pipeline {
+namespace cubridge::files {
 
 absl::StatusOr<std::string> ReadFile(const std::string& path);
 
@@ -24,4 +25,4 @@ std::optional<std::map<std::string, std::string>> ReadDir(const std::string& dir
 // CUDA LibTorch exports its own copy of that symbol, which crashes when it wins the lookup.
 void RemoveTree(const std::string& path);
 
-}  // namespace cubridge::pipeline
+}  // namespace cubridge::files

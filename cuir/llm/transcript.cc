@@ -1,8 +1,8 @@
-#include "cuir/propose/transcript.h"
+#include "cuir/llm/transcript.h"
 
 #include "absl/strings/str_cat.h"
 
-namespace cubridge::propose {
+namespace cubridge::llm {
 
 std::string RenderTranscript(const nlohmann::json& transcript) {
   if (!transcript.is_array() || transcript.empty()) return "(no LLM conversation)\n";
@@ -22,4 +22,4 @@ std::string RenderTranscript(const nlohmann::json& transcript) {
   return out;
 }
 
-}  // namespace cubridge::propose
+}  // namespace cubridge::llm

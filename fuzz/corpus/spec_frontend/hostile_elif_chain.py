@@ -1,0 +1,84 @@
+def reference(q, k, v, scale: float, c: bool = True):
+    if c:
+        pass
+    elif c:
+        pass
+    elif c:
+        pass
+    elif c:
+        pass
+    elif c:
+        pass
+    elif c:
+        pass
+    elif c:
+        pass
+    elif c:
+        pass
+    elif c:
+        pass
+    elif c:
+        pass
+    elif c:
+        pass
+    elif c:
+        pass
+    elif c:
+        pass
+    elif c:
+        pass
+    elif c:
+        pass
+    elif c:
+        pass
+    elif c:
+        pass
+    elif c:
+        pass
+    elif c:
+        pass
+    elif c:
+        pass
+    elif c:
+        pass
+    elif c:
+        pass
+    elif c:
+        pass
+    elif c:
+        pass
+    elif c:
+        pass
+    elif c:
+        pass
+    elif c:
+        pass
+    elif c:
+        pass
+    elif c:
+        pass
+    elif c:
+        pass
+    elif c:
+        pass
+    elif c:
+        pass
+    elif c:
+        pass
+    elif c:
+        pass
+    elif c:
+        pass
+    elif c:
+        pass
+    elif c:
+        pass
+    elif c:
+        pass
+    elif c:
+        pass
+    elif c:
+        pass
+    elif c:
+        pass
+    return q

@@ -1,0 +1,34 @@
+def h0(x):
+    return x + 1
+def h1(x):
+    return h0(h0(x))
+def h2(x):
+    return h1(h1(x))
+def h3(x):
+    return h2(h2(x))
+def h4(x):
+    return h3(h3(x))
+def h5(x):
+    return h4(h4(x))
+def h6(x):
+    return h5(h5(x))
+def h7(x):
+    return h6(h6(x))
+def h8(x):
+    return h7(h7(x))
+def h9(x):
+    return h8(h8(x))
+def h10(x):
+    return h9(h9(x))
+def h11(x):
+    return h10(h10(x))
+def h12(x):
+    return h11(h11(x))
+def h13(x):
+    return h12(h12(x))
+def h14(x):
+    return h13(h13(x))
+def h15(x):
+    return h14(h14(x))
+def score_mod(score, b, h, q_idx, kv_idx):
+    return h15(score)

@@ -1,0 +1,2 @@
+def score_mod(score, b, h, q_idx, kv_idx):
+    return ----------------------------------------score

@@ -1,0 +1,5 @@
+"""Brackets in text: ((((( [[[[ {{{{ - - - -"""
+def mask_mod(b, h, q_idx, kv_idx):
+    # ((((((((((((((((((((((((((((((((((((((((
+    s = '(((((\'((((('
+    return (q_idx >= kv_idx) & (q_idx - kv_idx <= 128)
