@@ -321,17 +321,11 @@ absl::Status Guard::Token(size_t& i) {
   }
   const bool after_dot = std::exchange(prev_dot_, false);
   const std::string_view callee = std::exchange(call_name_, {});
-  if (IsDigit(c) || (c == '.' && i + 1 < src_.size() && IsDigit(src_[i + 1]))) {
+  const bool number = IsDigit(c) || (c == '.' && i + 1 < src_.size() && IsDigit(src_[i + 1]));
+  if (number || IsQuote(c)) {  // a literal: one part
     in_targets_ = false;
     const size_t at = i;
-    i = SkipNumber(i);
-    Operand();
-    return AddParts(at, 1);
-  }
-  if (IsQuote(c)) {
-    in_targets_ = false;
-    const size_t at = i;
-    i = SkipString(i);
+    i = number ? SkipNumber(i) : SkipString(i);
     Operand();
     return AddParts(at, 1);
   }

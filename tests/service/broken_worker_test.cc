@@ -43,6 +43,18 @@ class BrokenWorker : public Cluster {
     EXPECT_TRUE(ClientStub()->ListWorkers(ctx.get(), v1::ListWorkersRequest(), &out).ok());
     return {out.workers().begin(), out.workers().end()};
   }
+  // The worker (found by the id in its log) is in the `workers` listing as NOT_SERVING, and the
+  // reason says `why`.
+  void ExpectListedUnhealthy(Process* worker, const std::string& why) {
+    bool listed = false;
+    for (const v1::WorkerInfo& w : Workers()) {
+      if (worker->Log().find(w.worker_id()) == std::string::npos) continue;
+      listed = true;
+      EXPECT_EQ(w.health(), v1::WORKER_HEALTH_NOT_SERVING);
+      EXPECT_THAT(w.health_reason(), HasSubstr(why));
+    }
+    EXPECT_TRUE(listed) << "the worker is not listed:\n" << worker->Log();
+  }
 };
 
 TEST_F(BrokenWorker, AFullDiskWorkerFailsNoneOfSixJobs) {
@@ -68,14 +80,7 @@ TEST_F(BrokenWorker, AFullDiskWorkerFailsNoneOfSixJobs) {
   }
   EXPECT_EQ(failed, 0) << Logs();
   // It took itself out of service and says why, where an operator looks.
-  bool reported = false;
-  for (const v1::WorkerInfo& w : Workers()) {
-    if (broken->Log().find(w.worker_id()) == std::string::npos) continue;
-    reported = true;
-    EXPECT_EQ(w.health(), v1::WORKER_HEALTH_NOT_SERVING);
-    EXPECT_THAT(w.health_reason(), HasSubstr("work dir"));
-  }
-  EXPECT_TRUE(reported) << "the broken worker is not listed:\n" << broken->Log();
+  ExpectListedUnhealthy(broken, "work dir");
   EXPECT_TRUE(broken->Alive()) << broken->Log();
 }
 
@@ -97,14 +102,7 @@ TEST_F(BrokenWorker, AWorkerWhoseTasksKeepDyingFencesItselfOffAndSaysWhy) {
     const v1::Job done = WaitEnded(id, 300s);
     EXPECT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << Describe(done) << Logs();
   }
-  bool reported = false;
-  for (const v1::WorkerInfo& w : Workers()) {
-    if (crashing->Log().find(w.worker_id()) == std::string::npos) continue;
-    reported = true;
-    EXPECT_EQ(w.health(), v1::WORKER_HEALTH_NOT_SERVING);
-    EXPECT_THAT(w.health_reason(), HasSubstr("2 tasks in a row failed on this machine"));
-  }
-  EXPECT_TRUE(reported);
+  ExpectListedUnhealthy(crashing, "2 tasks in a row failed on this machine");
 }
 
 TEST_F(BrokenWorker, AWorkDirThatIsAFileIsAClearErrorNotAnAbort) {
