@@ -473,12 +473,6 @@ absl::StatusOr<v1::Job> JobFlow::Cancel(const std::string& job_id) {
   return Describe(job_id);
 }
 
-const std::vector<std::string>& WorkerClasses() {
-  static const std::vector<std::string> classes = {
-      "cpu", "sm_80", "sm_90", kLlmClass, LlmGpuClass("sm_80"), LlmGpuClass("sm_90")};
-  return classes;
-}
-
 void JobFlow::RefreshQueueDepth() {
   if (metrics_ == nullptr) return;
   for (const std::string& cls : WorkerClasses()) {

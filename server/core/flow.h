@@ -104,8 +104,6 @@ std::string ProposerOf(const v1::SubmitJobRequest& request);
 std::string TransferTaskId(const std::string& spec_hash, const std::string& proposer);
 // liftllm-<kernel hash>-<arch>: a user kernel lifted by a model and checked on a GPU of the arch.
 std::string LiftLlmTaskId(const std::string& kernel_hash, const std::string& arch);
-// The worker classes whose queues exist: cpu, sm_80, sm_90, llm (and llm-<arch> for lifts).
-const std::vector<std::string>& WorkerClasses();
 // A stored event (JSON, as JobStore keeps them) in the API's form.
 v1::StageEvent EventFromJson(const std::string& job_id, const std::string& text);
 

@@ -29,6 +29,11 @@ absl::Status Bad(absl::string_view what, absl::string_view id, absl::string_view
 
 }  // namespace
 
+const std::vector<std::string>& WorkerArchs() {
+  static const std::vector<std::string> archs = {"cpu", "sm_80", "sm_90"};
+  return archs;
+}
+
 absl::Status CheckJobId(absl::string_view id) {
   if (id.size() == 18 && absl::StartsWith(id, "j-") && LowerHex(id.substr(2))) return absl::OkStatus();
   return Bad("a job id", id, "job ids are j- and 16 hex digits, as submit printed (e.g. j-0123456789abcdef)");
@@ -40,7 +45,7 @@ absl::Status CheckSpecHash(absl::string_view hash) {
 }
 
 absl::Status CheckWorkerId(absl::string_view id) {
-  for (absl::string_view arch : {"cpu", "sm_80", "sm_90"}) {
+  for (const std::string& arch : WorkerArchs()) {
     const std::string prefix = absl::StrCat("w-", arch, "-");
     if (id.size() == prefix.size() + 10 && absl::StartsWith(id, prefix) &&
         LowerHex(id.substr(prefix.size()))) {

@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 #include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
@@ -13,6 +14,9 @@ namespace cubridge::core {
 
 absl::Status CheckJobId(absl::string_view id);           // j- and 16 hex digits
 absl::Status CheckSpecHash(absl::string_view hash);      // 64 hex digits (sha256)
+// The archs a worker registers as: cpu, sm_80, sm_90 (worker ids, queues and metric labels).
+const std::vector<std::string>& WorkerArchs();
+
 absl::Status CheckWorkerId(absl::string_view id);        // w-<arch>-<10 hex digits>
 absl::Status CheckTaskId(absl::string_view id);          // lift-, transfer-, cand-, liftllm-...
 absl::Status CheckIdempotencyKey(absl::string_view key); // 1-256 of [A-Za-z0-9._:@/+=-]

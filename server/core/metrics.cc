@@ -13,6 +13,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "server/core/ids.h"
+#include "server/core/task_contract.h"
 
 namespace cubridge::core {
 
@@ -116,8 +118,6 @@ const prometheus::Histogram::BucketBoundaries kCheckSeconds = {0.001, 0.005, 0.0
 
 // The label values each series can take: all of them are exported from start-up.
 const std::vector<std::string> kTaskKinds = {"lift", "transfer", "candidate", "lift_llm"};
-const std::vector<std::string> kArchs = {"cpu", "sm_80", "sm_90"};
-const std::vector<std::string> kClasses = {"cpu", "sm_80", "sm_90", "llm", "llm-sm_80", "llm-sm_90"};
 const std::vector<std::string> kFailureClasses = {"infrastructure", "candidate", "spec"};
 const std::vector<std::string> kSpecCheckOutcomes = {"ok",      "invalid", "crashed",
                                                      "timeout", "cached",  "unavailable"};
@@ -137,12 +137,12 @@ void Metrics::ExportZeros(Role role) {
     for (const char* c : {"hit", "miss", "duplicate"}) f_->submitted.Add({{"cache", c}});
     for (const char* r : {"hit", "miss"}) f_->lookups.Add({{"result", r}});
     for (const std::string& k : kTaskKinds) f_->stages.Add({{"stage", k}}, kSeconds);
-    for (const std::string& c : kClasses) f_->depth.Add({{"class", c}});
+    for (const std::string& c : WorkerClasses()) f_->depth.Add({{"class", c}});
     f_->expiries.Add({});
     f_->retries.Add({});
     f_->dead.Add({});
     for (const std::string& c : kFailureClasses) f_->failures.Add({{"class", c}});
-    for (const std::string& a : kArchs) {
+    for (const std::string& a : WorkerArchs()) {
       f_->workers.Add({{"arch", a}});
       f_->unhealthy.Add({{"arch", a}});
     }

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cuir/pipeline/verify.h"
+#include "server/core/ids.h"
 
 namespace cubridge::core {
 
@@ -40,6 +41,18 @@ absl::StatusOr<nlohmann::json> Field(const nlohmann::json& doc, const std::strin
     return absl::InvalidArgumentError(absl::StrCat(what, ": the field '", name, "' is missing"));
   }
   return doc[name];
+}
+
+const std::vector<std::string>& WorkerClasses() {
+  static const std::vector<std::string> classes = [] {
+    std::vector<std::string> out = WorkerArchs();
+    out.emplace_back(kLlmClass);
+    for (const std::string& arch : WorkerArchs()) {
+      if (arch != "cpu") out.push_back(LlmGpuClass(arch));
+    }
+    return out;
+  }();
+  return classes;
 }
 
 }  // namespace cubridge::core

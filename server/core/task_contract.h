@@ -38,6 +38,9 @@ inline constexpr char kLlmClass[] = "llm";
 // Lifting a user's kernel needs both a model and a GPU of the arch to check its proposals on:
 // the queue "llm-<arch>", leased by workers of that arch that registered the llm capability.
 inline std::string LlmGpuClass(const std::string& arch) { return std::string(kLlmClass) + "-" + arch; }
+// The worker classes whose queues exist: each arch of WorkerArchs(), llm, and llm-<arch> for the
+// GPU archs (lifts by a model).
+const std::vector<std::string>& WorkerClasses();
 
 // "rules" | "llm" | "hybrid"; a request that names none gets the rules.
 inline constexpr char kDefaultProposer[] = "rules";

@@ -175,7 +175,7 @@ TEST_F(ProposerFlow, AFailedAttemptKeepsWhatItLeftUntilTheTaskIsRevived) {
   // A crash leaves nothing: what the earlier attempt left stays.
   auto b = q.LeaseNext("llm", "w");
   ASSERT_TRUE(b.ok() && b->has_value());
-  EXPECT_EQ(*q.Fail("t", (*b)->fencing_token, {"crashed", false}), "dead");
+  EXPECT_EQ(*q.Fail("t", (*b)->fencing_token, {.error = "crashed", .retryable = false}), "dead");
   EXPECT_EQ(q.Get("t")->result, R"({"transcript": [1]})");
   ASSERT_TRUE(*q.Revive("t"));
   EXPECT_EQ(q.Get("t")->result, "") << "a revived task showed its previous life's result";
