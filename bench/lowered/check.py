@@ -8,14 +8,32 @@ HERE = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else os.path.dirname(os
 ARCH = sys.argv[2] if len(sys.argv) > 2 else "sm_90"
 
 
+class Buffer(ctypes.Structure):
+    """cubridge_attn_fwd_buffer: one captured tensor (launch_abi.cuh)."""
+    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int32), ("rank", ctypes.c_int32),
+                ("sizes", ctypes.c_int64 * 4), ("strides", ctypes.c_int64 * 4)]
+
+
+DTYPE_CODES = {torch.int32: 0, torch.int64: 1, torch.bool: 2, torch.float32: 3,
+               torch.bfloat16: 4, torch.float16: 5}
+
+
+def set_buffer(p, i, t):
+    p.buffers[i].data = t.data_ptr()
+    p.buffers[i].dtype = DTYPE_CODES[t.dtype]
+    p.buffers[i].rank = t.dim()
+    for d in range(t.dim()):
+        p.buffers[i].sizes[d] = t.shape[d]
+        p.buffers[i].strides[d] = t.stride(d)
+
+
 class Params(ctypes.Structure):
     _fields_ = ([("q", ctypes.c_void_p), ("k", ctypes.c_void_p), ("v", ctypes.c_void_p),
                  ("o", ctypes.c_void_p), ("lse", ctypes.c_void_p)] +
                 [(f"{t}_{s}_stride", ctypes.c_int64) for t in "qkvo" for s in ("batch", "head", "row")] +
                 [("lse_batch_stride", ctypes.c_int64), ("lse_head_stride", ctypes.c_int64)] +
                 [(n, ctypes.c_int32) for n in ("batch", "heads_q", "heads_kv", "head_dim", "seqlen_q", "seqlen_kv", "dtype")] +
-                [("softmax_scale", ctypes.c_float), ("buffers", ctypes.c_void_p * 8),
-                 ("buffer_lengths", ctypes.c_int64 * 8), ("workspace", ctypes.c_void_p),
+                [("softmax_scale", ctypes.c_float), ("buffers", Buffer * 8), ("workspace", ctypes.c_void_p),
                  ("workspace_size", ctypes.c_size_t)])
 
 
@@ -187,8 +205,7 @@ def make_params(lib, q, k, v, o, lse, scale, bufs, dtype_code=0):
     p.seqlen_q, p.seqlen_kv, p.dtype, p.softmax_scale = q.shape[2], k.shape[2], dtype_code, scale
     dev_bufs = [b.cuda() for b in bufs]
     for i, b in enumerate(dev_bufs):
-        p.buffers[i] = b.data_ptr()
-        p.buffer_lengths[i] = b.numel()
+        set_buffer(p, i, b)
     ws_size = lib.cubridge_attn_fwd_workspace_size(ctypes.byref(p))
     ws = torch.empty(max(ws_size, 1), dtype=torch.uint8, device="cuda")
     p.workspace, p.workspace_size = ws.data_ptr(), ws_size
@@ -240,7 +257,7 @@ def main():
         p.batch, p.heads_q, p.heads_kv, p.head_dim, p.seqlen_q, p.seqlen_kv, p.dtype, p.softmax_scale = 1, 2, 2, 64, 100, 100, 0, 0.125
         dev = [b.cuda() for b in bufs]
         for i, b in enumerate(dev):
-            p.buffers[i] = b.data_ptr(); p.buffer_lengths[i] = b.numel()
+            set_buffer(p, i, b)
         err = lib.cubridge_attn_fwd(ctypes.byref(p), None)
         ok = err == 1
         failures += not ok

@@ -44,8 +44,9 @@ void AddConfigFlags(CLI::App* cmd, ConfigFlags& f) {
   cmd->add_option("--scale", c.softmax_scale, "Softmax scale (default 1/sqrt(head-dim))");
   cmd->add_option("--param", f.params, "Override a spec parameter: NAME=VALUE");
   cmd->add_option("--buffer", f.buffers,
-                  "Buffer values: NAME=lengths:A,B,.. | NAME=values:.. | NAME=file:PATH | "
-                  "NAME=random");
+                  "A captured tensor's values: NAME=random | NAME=random:DTYPE | "
+                  "NAME=random:DTYPE[D0,D1,..] | NAME=tensor:PATH (torch.save) | "
+                  "NAME=lengths:A,B,.. | NAME=values:.. | NAME=file:PATH");
 }
 
 absl::StatusOr<ResolvedConfig> ResolveConfig(const ConfigFlags& f) {

@@ -260,6 +260,11 @@ void AddSubmitFlags(CLI::App* cmd, SubmitFlags& f) {
 
 // The coordinator cannot read this machine's files, so a file: buffer travels as its values.
 absl::StatusOr<std::string> WireBufferSource(const std::string& name, const std::string& source) {
+  if (absl::StartsWith(source, "tensor:")) {
+    return absl::UnimplementedError(absl::StrCat(
+        "--buffer ", name, "=", source, ": tensor files are read by `adapt --local` only; the "
+        "service does not carry tensors yet: give values:1,2,.. or random:DTYPE[D0,..]"));
+  }
   if (!absl::StartsWith(source, "file:")) return source;
   auto text = files::ReadFile(source.substr(5));
   if (!text.ok()) {

@@ -29,6 +29,7 @@
 #include "cuir/interp/tensor_eval.h"
 #include "cuir/ir/eval.h"
 #include "cuir/ir/schedule.h"
+#include "cuir/spec/tensors.h"
 
 namespace cubridge::interp {
 namespace {
@@ -212,27 +213,61 @@ class Interpreter {
     return absl::OkStatus();
   }
 
+  // A captured tensor: the dtype and rank the program declares, and per dimension at least the
+  // size the program reaches at this shape (where that is known statically).
   absl::Status BindBuffer(const Stmt& s) {
-    INTERP_ASSIGN_OR_RETURN(int64_t len, cuir::EvalInt(s.value, globals_));
     auto it = inputs_.buffers.find(s.name);
     if (it == inputs_.buffers.end() || !it->second.defined()) {
       return InvalidAt(s.loc, absl::StrCat("buffer ", s.name,
                                            " has no values in the job's inputs: provide it (e.g. "
-                                           "--buffer ", s.name, "=lengths:A,B,...)"));
+                                           "--buffer ", s.name, "=random:",
+                                           cuir::TensorDTypeName(s.dtype), ")"));
     }
     const torch::Tensor& t = it->second;
-    if (t.dim() != 1 || t.size(0) != len || t.is_floating_point() ||
-        t.scalar_type() == torch::kBool) {
-      return InvalidAt(s.loc, absl::StrCat(
-                                  "buffer ", s.name, " must be a 1-D int tensor of length ", len,
-                                  " (", cuir::PrintExpr(s.value), "), got ",
-                                  c10::toString(t.scalar_type()), " of shape [",
-                                  absl::StrJoin(t.sizes().vec(), ", "), "]"));
+    const auto dtype = spec::TensorDTypeOf(t.scalar_type());
+    // The interpreter computes on values: an int64 tensor serves an int32 declaration (the
+    // kernel's launcher is the one that needs the exact storage type).
+    bool fits = dtype && cuir::ElementType(*dtype) == cuir::ElementType(s.dtype) &&
+                t.dim() == static_cast<int64_t>(s.exprs.size());
+    std::vector<std::string> least;
+    for (size_t d = 0; d < s.exprs.size(); ++d) {
+      if (s.exprs[d] == nullptr) {
+        least.push_back("?");
+        continue;
+      }
+      INTERP_ASSIGN_OR_RETURN(int64_t need, cuir::EvalInt(s.exprs[d], globals_));
+      least.push_back(absl::StrCat(need));
+      fits = fits && d < static_cast<size_t>(t.dim()) && t.size(d) >= need;
     }
-    torch::Tensor values = t.to(torch::kLong).contiguous();
+    if (!fits) {
+      return InvalidAt(s.loc, absl::StrCat(
+                                  "buffer ", s.name, " must be an ",
+                                  cuir::TypeName(cuir::ElementType(s.dtype)),
+                                  " tensor of shape at least [", absl::StrJoin(least, ", "),
+                                  "] (`", cuir::PrintExpr(cuir::Index(s.name, s.exprs)),
+                                  "` at this shape), got ", c10::toString(t.scalar_type()),
+                                  " of shape [", absl::StrJoin(t.sizes().vec(), ", "), "]"));
+    }
+    const torch::Tensor values = t.contiguous();
     buffers_[s.name] = values;
-    globals_.buffers[s.name].assign(values.data_ptr<int64_t>(),
-                                    values.data_ptr<int64_t>() + values.numel());
+    cuir::BufferData data;
+    data.element = s.type;
+    data.sizes = values.sizes().vec();
+    data.values.reserve(values.numel());
+    if (s.type == cuir::Type::kBool) {
+      const auto flat = values.reshape({-1}).contiguous();
+      const bool* p = flat.data_ptr<bool>();
+      for (int64_t i = 0; i < flat.numel(); ++i) data.values.emplace_back(p[i]);
+    } else if (s.type == cuir::Type::kInt) {
+      const auto flat = values.to(torch::kLong).reshape({-1});
+      const int64_t* p = flat.data_ptr<int64_t>();
+      for (int64_t i = 0; i < flat.numel(); ++i) data.values.emplace_back(p[i]);
+    } else {
+      const auto flat = values.to(torch::kDouble).reshape({-1});
+      const double* p = flat.data_ptr<double>();
+      for (int64_t i = 0; i < flat.numel(); ++i) data.values.emplace_back(p[i]);
+    }
+    globals_.buffers[s.name] = std::move(data);
     return absl::OkStatus();
   }
 

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "cuir/interp/interp.h"
 
 namespace cubridge::interp {
@@ -161,6 +162,32 @@ class Evaluator {
       case UnaryOp::kFloor: return torch::floor(AsFloat(a));
       case UnaryOp::kToFloat: return AsFloat(a);
       case UnaryOp::kToInt: return AsInt(a);  // float -> int64 truncates toward zero
+      case UnaryOp::kSin: return torch::sin(AsFloat(a));
+      case UnaryOp::kCos: return torch::cos(AsFloat(a));
+      case UnaryOp::kTan: return torch::tan(AsFloat(a));
+      case UnaryOp::kAsin: return torch::asin(AsFloat(a));
+      case UnaryOp::kAcos: return torch::acos(AsFloat(a));
+      case UnaryOp::kAtan: return torch::atan(AsFloat(a));
+      case UnaryOp::kSinh: return torch::sinh(AsFloat(a));
+      case UnaryOp::kCosh: return torch::cosh(AsFloat(a));
+      case UnaryOp::kAsinh: return torch::asinh(AsFloat(a));
+      case UnaryOp::kAcosh: return torch::acosh(AsFloat(a));
+      case UnaryOp::kAtanh: return torch::atanh(AsFloat(a));
+      case UnaryOp::kErf: return torch::erf(AsFloat(a));
+      case UnaryOp::kErfc: return torch::erfc(AsFloat(a));
+      case UnaryOp::kLog1p: return torch::log1p(AsFloat(a));
+      case UnaryOp::kExpm1: return torch::expm1(AsFloat(a));
+      case UnaryOp::kLog10: return torch::log10(AsFloat(a));
+      case UnaryOp::kTrunc: return torch::trunc(AsFloat(a));
+      case UnaryOp::kRound: return torch::round(AsFloat(a));  // half to even
+      // (0 < x) - (x < 0), as torch and the scalar evaluator define it (NaN gives 0).
+      case UnaryOp::kSign: return torch::sub(torch::gt(a, 0).to(a.scalar_type()),
+                                             torch::lt(a, 0).to(a.scalar_type()));
+      case UnaryOp::kBitNot:
+        if (t != Type::kInt) {
+          return TypeError(e, loc, "`bit_not` needs an int operand, got float");
+        }
+        return torch::bitwise_not(a);
       case UnaryOp::kNot: break;
     }
     return InvalidAt(loc, "unknown unary operator");
@@ -188,6 +215,29 @@ class Evaluator {
                                             " and ", TypeName(tb)));
     }
     if (op == BinaryOp::kDiv) return torch::div(AsFloat(a), AsFloat(b));
+    if (op == BinaryOp::kAtan2) return torch::atan2(AsFloat(a), AsFloat(b));
+    switch (op) {
+      case BinaryOp::kBitAnd: case BinaryOp::kBitOr: case BinaryOp::kBitXor:
+      case BinaryOp::kShl: case BinaryOp::kShr: {
+        if (ta != Type::kInt || tb != Type::kInt) {
+          return TypeError(e, loc, absl::StrCat("`", cuir::BinaryOpName(op),
+                                                "` needs int operands, got ", TypeName(ta),
+                                                " and ", TypeName(tb)));
+        }
+        const torch::Tensor x = a.to(torch::kLong), y = b.to(torch::kLong);
+        if (op == BinaryOp::kBitAnd) return torch::bitwise_and(x, y);
+        if (op == BinaryOp::kBitOr) return torch::bitwise_or(x, y);
+        if (op == BinaryOp::kBitXor) return torch::bitwise_xor(x, y);
+        // torch: shifting by a negative amount or by 64 or more gives 0 (left) or the sign
+        // (right); within range, a left shift wraps.
+        const torch::Tensor out_of_range = torch::logical_or(y < 0, y >= 64);
+        const torch::Tensor amount = torch::where(out_of_range, torch::full_like(y, 63), y);
+        if (op == BinaryOp::kShr) return torch::bitwise_right_shift(x, amount);
+        return torch::where(out_of_range, torch::zeros_like(x),
+                            torch::bitwise_left_shift(x, amount));
+      }
+      default: break;
+    }
     if (op == BinaryOp::kPow) {
       if (ta == Type::kInt && tb == Type::kInt && IsConstNonNegativeInt(e->args[1])) {
         return torch::pow(a, b);
@@ -216,6 +266,13 @@ class Evaluator {
     }
     if (is_int) {
       if (auto s = CheckNonZero(e, loc, y); !s.ok()) return s;
+    }
+    if (op == BinaryOp::kFmod) {  // C: the dividend's sign
+      if (!is_int) return torch::fmod(x, y);
+      // x fmod -1 is 0; computed by the CPU's division, INT64_MIN by -1 would trap.
+      const torch::Tensor minus_one = y.eq(-1);
+      return torch::where(minus_one, torch::zeros_like(x),
+                          torch::fmod(x, torch::where(minus_one, torch::ones_like(y), y)));
     }
     // Python semantics: // floors, % takes the divisor's sign; cdiv(a, b) = -((-a) // b).
     switch (op) {
@@ -248,41 +305,82 @@ class Evaluator {
     return torch::where(v[0], x, y);
   }
 
+  // The buffer's values in the evaluator's types: int64, the float type, bool.
   absl::StatusOr<torch::Tensor> Buffer(const cuir::Expr& e, const cuir::SourceLoc& loc) const {
-    if (auto it = env_.buffers.find(e.name); it != env_.buffers.end()) return it->second;
-    if (env_.scalars != nullptr) {
+    torch::Tensor t;
+    if (auto it = env_.buffers.find(e.name); it != env_.buffers.end()) {
+      t = it->second;
+    } else if (env_.scalars != nullptr) {
       if (auto it = env_.scalars->buffers.find(e.name); it != env_.scalars->buffers.end()) {
-        // Borrowed view of the vector; the gather below copies before the vector can go away.
-        auto& values = const_cast<std::vector<int64_t>&>(it->second);
-        return torch::from_blob(values.data(), {static_cast<int64_t>(values.size())},
-                                torch::kLong);
+        t = FromValues(it->second);
       }
     }
-    return InvalidAt(loc, absl::StrCat("buffer `", e.name, "` has no data here (unbound buffer)"));
+    if (!t.defined()) {
+      return InvalidAt(loc, absl::StrCat("buffer `", e.name, "` has no data here (unbound buffer)"));
+    }
+    switch (TensorType(t)) {
+      case Type::kBool: return t;
+      case Type::kInt: return t.to(torch::kLong);
+      default: return t.to(float_);
+    }
   }
 
+  static torch::Tensor FromValues(const cuir::BufferData& data) {
+    const auto n = static_cast<int64_t>(data.values.size());
+    switch (data.element) {
+      case Type::kBool: {
+        auto t = torch::empty({n}, torch::kBool);
+        for (int64_t i = 0; i < n; ++i) t[i] = std::get<bool>(data.values[i]);
+        return t.reshape(data.sizes);
+      }
+      case Type::kInt: {
+        std::vector<int64_t> v(n);
+        for (int64_t i = 0; i < n; ++i) v[i] = std::get<int64_t>(data.values[i]);
+        return torch::tensor(v, torch::kLong).reshape(data.sizes);
+      }
+      default: {
+        std::vector<double> v(n);
+        for (int64_t i = 0; i < n; ++i) v[i] = std::get<double>(data.values[i]);
+        return torch::tensor(v, torch::kDouble).reshape(data.sizes);
+      }
+    }
+  }
+
+  // Python indexing: one int tensor per dimension (they broadcast), negative counting from the
+  // end; an index out of range is an error naming it.
   absl::StatusOr<torch::Tensor> EvalIndex(const ExprPtr& e, const cuir::SourceLoc& loc) {
     auto buffer = Buffer(*e, loc);
     if (!buffer.ok()) return buffer.status();
-    auto index = Eval(e->args[0], loc);
-    if (!index.ok()) return index.status();
-    if (TensorType(*index) != Type::kInt) {
-      return TypeError(e, loc, absl::StrCat("buffer index must be an int, got ",
-                                            TypeName(TensorType(*index))));
+    if (static_cast<int64_t>(e->args.size()) != buffer->dim()) {
+      return InvalidAt(loc, absl::StrCat("buffer `", e->name, "` has shape [",
+                                         absl::StrJoin(buffer->sizes().vec(), ", "),
+                                         "] but is indexed with ", e->args.size(),
+                                         " indices in `", cuir::PrintExpr(e), "`"));
     }
-    const int64_t len = buffer->size(0);
-    if (index->numel() > 0) {
-      const int64_t lo = index->min().item<int64_t>();
-      const int64_t hi = index->max().item<int64_t>();
-      if (lo < 0 || hi >= len) {
-        return absl::OutOfRangeError(absl::StrCat(
-            Where(loc), "index ", lo < 0 ? lo : hi, " is out of range for buffer `", e->name,
-            "` of length ", len, " in `", cuir::PrintExpr(e),
-            "` (the job's buffer must cover every index the kernel reads)"));
+    if (e->args.empty()) return *buffer;
+    c10::List<c10::optional<torch::Tensor>> indices;
+    for (size_t d = 0; d < e->args.size(); ++d) {
+      auto index = Eval(e->args[d], loc);
+      if (!index.ok()) return index.status();
+      if (TensorType(*index) != Type::kInt) {
+        return TypeError(e, loc, absl::StrCat("buffer index must be an int, got ",
+                                              TypeName(TensorType(*index))));
       }
+      const int64_t size = buffer->size(static_cast<int64_t>(d));
+      if (index->numel() > 0) {
+        const int64_t lo = index->min().item<int64_t>();
+        const int64_t hi = index->max().item<int64_t>();
+        if (lo < -size || hi >= size) {
+          return absl::OutOfRangeError(absl::StrCat(
+              Where(loc), "index ", lo < -size ? lo : hi, " is out of range for dimension ", d,
+              " of buffer `", e->name, "` of shape [", absl::StrJoin(buffer->sizes().vec(), ", "),
+              "] in `", cuir::PrintExpr(e),
+              "` (the job's buffer must cover every index the kernel reads)"));
+        }
+      }
+      indices.push_back(torch::where(*index < 0, *index + size, *index));
     }
-    torch::Tensor flat = buffer->to(torch::kLong).index_select(0, index->reshape({-1}));
-    return flat.reshape(index->sizes());
+    return at::index(*buffer, indices);
   }
 
   const TensorEnv& env_;

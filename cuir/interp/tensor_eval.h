@@ -15,7 +15,8 @@ namespace cubridge::interp {
 
 // Names an expression may use, looked up in this order: `tensors` (per-element symbols such as
 // score [rows, cols], q_idx [rows, 1], kv_idx [1, cols]; they broadcast against each other),
-// `values`, then `scalars->vars`. Buffers are 1-D int64 tensors; indexing one gathers with a
+// `values`, then `scalars->vars`. Buffers are the captured tensors, any rank and dtype (read as
+// int64, the float type or bool); indexing one gathers with Python's negative indices and a
 // bounds check.
 struct TensorEnv {
   absl::flat_hash_map<std::string, torch::Tensor> tensors;

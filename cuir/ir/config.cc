@@ -49,4 +49,9 @@ absl::Status ValidateConfig(const AttentionConfig& c) {
   return absl::OkStatus();
 }
 
+std::vector<std::pair<std::string, int64_t>> BuiltinSizes(const AttentionConfig& c) {
+  return {{"batch", c.batch},       {"heads_q", c.heads_q},   {"heads_kv", c.heads_kv},
+          {"head_dim", c.head_dim}, {"seqlen_q", c.seqlen_q}, {"seqlen_kv", c.seqlen_kv}};
+}
+
 }  // namespace cubridge::cuir

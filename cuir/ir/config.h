@@ -3,6 +3,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 
@@ -25,6 +27,10 @@ struct AttentionConfig {
   // Human-readable one-liner, e.g. "b=1 hq=32 hkv=8 d=128 sq=257 skv=300 bf16 scale=0.0884".
   std::string ToString() const;
 };
+
+// The int builtin symbols with the config's values: batch, heads_q, heads_kv, head_dim, seqlen_q,
+// seqlen_kv (softmax_scale, a float, is not among them).
+std::vector<std::pair<std::string, int64_t>> BuiltinSizes(const AttentionConfig& c);
 
 // INVALID_ARGUMENT naming the field and the accepted values when the config is unusable.
 absl::Status ValidateConfig(const AttentionConfig& c);

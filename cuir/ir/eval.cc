@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 namespace cubridge::cuir {
 namespace {
@@ -40,9 +41,15 @@ absl::StatusOr<Type> UnaryResult(UnaryOp op, Type a) {
       return Type::kInt;
     case UnaryOp::kNeg:
     case UnaryOp::kAbs:
+    case UnaryOp::kSign:
       if (IsNumeric(a)) return a;
       break;
-    default:  // exp, exp2, log, log2, sqrt, tanh, sigmoid, floor: float math
+    case UnaryOp::kBitNot:
+      if (a == Type::kInt) return Type::kInt;
+      return absl::InvalidArgumentError(absl::StrCat(
+          "`bit_not` needs an int operand, got ", TypeName(a),
+          a == Type::kBool ? " (negate a bool with `!`)" : " (convert it with `int(...)`)"));
+    default:  // exp, log, sqrt, tanh, sin, erf, floor, round, ...: float math
       if (IsNumeric(a)) return Type::kFloat;
       break;
   }
@@ -71,7 +78,17 @@ absl::StatusOr<Type> BinaryResult(BinaryOp op, Type a, Type b, bool pow_int_expo
   if (IsComparison(op)) return Type::kBool;
   switch (op) {
     case BinaryOp::kDiv:
+    case BinaryOp::kAtan2:
       return Type::kFloat;
+    case BinaryOp::kBitAnd:
+    case BinaryOp::kBitOr:
+    case BinaryOp::kBitXor:
+    case BinaryOp::kShl:
+    case BinaryOp::kShr:
+      if (a == Type::kInt && b == Type::kInt) return Type::kInt;
+      return absl::InvalidArgumentError(
+          absl::StrCat("`", name, "` needs int operands, got ", TypeName(a), " and ", TypeName(b),
+                       " (bit operations work on ints; convert with `int(...)`)"));
     case BinaryOp::kCdiv:
       if (a == Type::kInt && b == Type::kInt) return Type::kInt;
       return absl::InvalidArgumentError(
@@ -242,27 +259,31 @@ class Evaluator {
   }
 
   absl::StatusOr<Value> Element(const ExprPtr& e, const SourceLoc& loc) {
-    auto index = Eval(e->args[0], loc);
-    if (!index.ok()) return index.status();
-    if (!std::holds_alternative<int64_t>(*index)) {
-      return InExpr(absl::InvalidArgumentError(absl::StrCat(
-                        "buffer index must be an int, got ", TypeName(TypeOfValue(*index)))),
-                    e, loc);
+    std::vector<int64_t> index;
+    for (const ExprPtr& arg : e->args) {
+      auto i = Eval(arg, loc);
+      if (!i.ok()) return i.status();
+      if (!std::holds_alternative<int64_t>(*i)) {
+        return InExpr(absl::InvalidArgumentError(absl::StrCat(
+                          "buffer index must be an int, got ", TypeName(TypeOfValue(*i)))),
+                      e, loc);
+      }
+      index.push_back(std::get<int64_t>(*i));
     }
     auto it = env_.buffers.find(e->name);
     if (it == env_.buffers.end()) {
       return absl::InvalidArgumentError(
           absl::StrCat(Prefix(loc), "buffer `", e->name, "` has no data here (unbound buffer)"));
     }
-    const int64_t i = std::get<int64_t>(*index);
-    const auto& data = it->second;
-    if (i < 0 || i >= static_cast<int64_t>(data.size())) {
-      return absl::OutOfRangeError(absl::StrFormat(
-          "%sindex %d is out of range for buffer `%s` of length %d in `%s` (the job's buffer "
-          "must cover every index the kernel reads)",
-          Prefix(loc), i, e->name, data.size(), PrintExpr(e)));
+    const BufferData& data = it->second;
+    const auto offset = ElementOffset(data.sizes, index);
+    if (!offset) {
+      return absl::OutOfRangeError(absl::StrCat(
+          Prefix(loc), "index [", absl::StrJoin(index, ", "), "] is out of range for buffer `",
+          e->name, "` of shape [", absl::StrJoin(data.sizes, ", "), "] in `", PrintExpr(e),
+          "` (the job's buffer must cover every index the kernel reads)"));
     }
-    return Value(data[i]);
+    return data.values[*offset];
   }
 
   absl::StatusOr<Value> EvalUnary(const ExprPtr& e, const SourceLoc& loc) {
@@ -272,8 +293,12 @@ class Evaluator {
     if (!rt.ok()) return InExpr(rt.status(), e, loc);
     if (*rt == Type::kInt && e->unary_op != UnaryOp::kToInt) {
       const int64_t x = AsInt(*a);
-      if (e->unary_op == UnaryOp::kNeg) return Value(WrapSub(0, x));
-      return Value(x < 0 ? WrapSub(0, x) : x);  // abs
+      switch (e->unary_op) {
+        case UnaryOp::kNeg: return Value(WrapSub(0, x));
+        case UnaryOp::kSign: return Value(int64_t{(0 < x) - (x < 0)});
+        case UnaryOp::kBitNot: return Value(~x);
+        default: return Value(x < 0 ? WrapSub(0, x) : x);  // abs
+      }
     }
     if (*rt == Type::kBool) return Value(!std::get<bool>(*a));
     const double x = AsDouble(*a);
@@ -290,7 +315,27 @@ class Evaluator {
       case UnaryOp::kFloor: return Value(std::floor(x));
       case UnaryOp::kToFloat: return Value(x);
       case UnaryOp::kToInt: return ToInt(*a, e, loc);
-      case UnaryOp::kNot: break;
+      case UnaryOp::kSin: return Value(std::sin(x));
+      case UnaryOp::kCos: return Value(std::cos(x));
+      case UnaryOp::kTan: return Value(std::tan(x));
+      case UnaryOp::kAsin: return Value(std::asin(x));
+      case UnaryOp::kAcos: return Value(std::acos(x));
+      case UnaryOp::kAtan: return Value(std::atan(x));
+      case UnaryOp::kSinh: return Value(std::sinh(x));
+      case UnaryOp::kCosh: return Value(std::cosh(x));
+      case UnaryOp::kAsinh: return Value(std::asinh(x));
+      case UnaryOp::kAcosh: return Value(std::acosh(x));
+      case UnaryOp::kAtanh: return Value(std::atanh(x));
+      case UnaryOp::kErf: return Value(std::erf(x));
+      case UnaryOp::kErfc: return Value(std::erfc(x));
+      case UnaryOp::kLog1p: return Value(std::log1p(x));
+      case UnaryOp::kExpm1: return Value(std::expm1(x));
+      case UnaryOp::kLog10: return Value(std::log10(x));
+      case UnaryOp::kTrunc: return Value(std::trunc(x));
+      case UnaryOp::kRound: return Value(std::nearbyint(x));  // half to even
+      // torch: (0 < x) - (x < 0), so NaN gives 0.
+      case UnaryOp::kSign: return Value(static_cast<double>((0 < x) - (x < 0)));
+      case UnaryOp::kNot: case UnaryOp::kBitNot: break;
     }
     return absl::InternalError("unhandled unary op");
   }
@@ -348,7 +393,7 @@ class Evaluator {
   static absl::StatusOr<Value> IntArith(BinaryOp op, int64_t x, int64_t y, const ExprPtr& e,
                                         const SourceLoc& loc) {
     const bool divides = op == BinaryOp::kFloorDiv || op == BinaryOp::kMod ||
-                         op == BinaryOp::kCdiv;
+                         op == BinaryOp::kCdiv || op == BinaryOp::kFmod;
     if (divides && y == 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           Prefix(loc), "integer division by zero in `", PrintExpr(e), "` (the right operand `",
@@ -364,6 +409,15 @@ class Evaluator {
       case BinaryOp::kMin: return Value(std::min(x, y));
       case BinaryOp::kMax: return Value(std::max(x, y));
       case BinaryOp::kCdiv: return Value(WrapSub(0, FloorDivInt(WrapSub(0, x), y)));
+      case BinaryOp::kFmod: return Value(y == -1 ? 0 : x % y);  // C: sign of x
+      case BinaryOp::kBitAnd: return Value(x & y);
+      case BinaryOp::kBitOr: return Value(x | y);
+      case BinaryOp::kBitXor: return Value(x ^ y);
+      // torch: a shift by a negative amount or past the width gives 0 (left) or the sign (right).
+      case BinaryOp::kShl:
+        return Value(y < 0 || y >= 64 ? int64_t{0}
+                                      : static_cast<int64_t>(static_cast<uint64_t>(x) << y));
+      case BinaryOp::kShr: return Value(x >> (y < 0 || y >= 64 ? 63 : y));
       default: break;
     }
     return absl::InternalError("unhandled int op");
@@ -379,6 +433,8 @@ class Evaluator {
       case BinaryOp::kMod: return ModFloat(x, y);
       case BinaryOp::kPow: return std::pow(x, y);
       case BinaryOp::kMin: return MinMaxFloat(true, x, y);
+      case BinaryOp::kAtan2: return std::atan2(x, y);
+      case BinaryOp::kFmod: return std::fmod(x, y);
       default: return MinMaxFloat(false, x, y);  // kMax
     }
   }
@@ -438,14 +494,16 @@ class TypeChecker {
     if (it == env_.buffers.end()) {
       return absl::InvalidArgumentError(absl::StrCat(Prefix(loc), "undeclared buffer `", e->name,
                                                      "` (declare it with `buffer ", e->name,
-                                                     ": int[LENGTH]`)"));
+                                                     ": DTYPE[EXTENT, ...]`)"));
     }
-    auto index = Check(e->args[0], loc);
-    if (!index.ok()) return index;
-    if (*index != Type::kInt) {
-      return InExpr(absl::InvalidArgumentError(
-                        absl::StrCat("buffer index must be an int, got ", TypeName(*index))),
-                    e, loc);
+    for (const ExprPtr& arg : e->args) {
+      auto index = Check(arg, loc);
+      if (!index.ok()) return index;
+      if (*index != Type::kInt) {
+        return InExpr(absl::InvalidArgumentError(
+                          absl::StrCat("buffer index must be an int, got ", TypeName(*index))),
+                      e, loc);
+      }
     }
     return it->second;
   }
@@ -486,6 +544,19 @@ bool IsLiteral(const ExprPtr& e) {
 }
 
 }  // namespace
+
+std::optional<int64_t> ElementOffset(const std::vector<int64_t>& sizes,
+                                     const std::vector<int64_t>& index) {
+  if (index.size() != sizes.size()) return std::nullopt;
+  int64_t offset = 0;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    int64_t i = index[d];
+    if (i < -sizes[d] || i >= sizes[d]) return std::nullopt;
+    if (i < 0) i += sizes[d];
+    offset = offset * sizes[d] + i;
+  }
+  return offset;
+}
 
 std::string ValueToString(const Value& v) {
   if (const auto* b = std::get_if<bool>(&v)) return *b ? "true" : "false";

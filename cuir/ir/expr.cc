@@ -45,10 +45,8 @@ int BinaryPrec(BinaryOp op) {
     case BinaryOp::kFloorDiv:
     case BinaryOp::kMod: return kPrecMul;
     case BinaryOp::kPow: return kPrecPow;
-    case BinaryOp::kMin:
-    case BinaryOp::kMax:
-    case BinaryOp::kCdiv: return kPrecPrimary;
-    default: return kPrecCmp;
+    default:
+      return IsComparison(op) ? kPrecCmp : kPrecPrimary;  // the rest print as calls
   }
 }
 
@@ -144,7 +142,10 @@ void PrintTo(const ExprPtr& e, std::string* out) {
     case ExprKind::kSelect: return PrintArgs("select", e->args, out);
     case ExprKind::kIndex:
       absl::StrAppend(out, e->name, "[");
-      PrintTo(e->args[0], out);
+      for (size_t i = 0; i < e->args.size(); ++i) {
+        if (i > 0) absl::StrAppend(out, ", ");
+        PrintTo(e->args[i], out);
+      }
       return out->push_back(']');
   }
 }
@@ -249,6 +250,26 @@ const char* UnaryOpName(UnaryOp op) {
     case UnaryOp::kFloor: return "floor";
     case UnaryOp::kToFloat: return "float";
     case UnaryOp::kToInt: return "int";
+    case UnaryOp::kSin: return "sin";
+    case UnaryOp::kCos: return "cos";
+    case UnaryOp::kTan: return "tan";
+    case UnaryOp::kAsin: return "asin";
+    case UnaryOp::kAcos: return "acos";
+    case UnaryOp::kAtan: return "atan";
+    case UnaryOp::kSinh: return "sinh";
+    case UnaryOp::kCosh: return "cosh";
+    case UnaryOp::kAsinh: return "asinh";
+    case UnaryOp::kAcosh: return "acosh";
+    case UnaryOp::kAtanh: return "atanh";
+    case UnaryOp::kErf: return "erf";
+    case UnaryOp::kErfc: return "erfc";
+    case UnaryOp::kLog1p: return "log1p";
+    case UnaryOp::kExpm1: return "expm1";
+    case UnaryOp::kLog10: return "log10";
+    case UnaryOp::kTrunc: return "trunc";
+    case UnaryOp::kRound: return "round";
+    case UnaryOp::kSign: return "sign";
+    case UnaryOp::kBitNot: return "bit_not";
   }
   return "?";
 }
@@ -273,6 +294,13 @@ const char* BinaryOpName(BinaryOp op) {
     case BinaryOp::kNe: return "!=";
     case BinaryOp::kAnd: return "&&";
     case BinaryOp::kOr: return "||";
+    case BinaryOp::kAtan2: return "atan2";
+    case BinaryOp::kFmod: return "fmod";
+    case BinaryOp::kBitAnd: return "bit_and";
+    case BinaryOp::kBitOr: return "bit_or";
+    case BinaryOp::kBitXor: return "bit_xor";
+    case BinaryOp::kShl: return "shl";
+    case BinaryOp::kShr: return "shr";
   }
   return "?";
 }
@@ -292,7 +320,14 @@ bool IsComparison(BinaryOp op) {
 bool IsLogical(BinaryOp op) { return op == BinaryOp::kAnd || op == BinaryOp::kOr; }
 
 bool IsCallStyle(BinaryOp op) {
-  return op == BinaryOp::kMin || op == BinaryOp::kMax || op == BinaryOp::kCdiv;
+  switch (op) {
+    case BinaryOp::kMin: case BinaryOp::kMax: case BinaryOp::kCdiv: case BinaryOp::kAtan2:
+    case BinaryOp::kFmod: case BinaryOp::kBitAnd: case BinaryOp::kBitOr: case BinaryOp::kBitXor:
+    case BinaryOp::kShl: case BinaryOp::kShr:
+      return true;
+    default:
+      return false;
+  }
 }
 
 ExprPtr BoolLit(bool v, SourceLoc loc) {
@@ -340,9 +375,13 @@ ExprPtr Select(ExprPtr cond, ExprPtr a, ExprPtr b, SourceLoc loc) {
 }
 
 ExprPtr Index(std::string buffer, ExprPtr index, SourceLoc loc) {
+  return Index(std::move(buffer), std::vector<ExprPtr>{std::move(index)}, std::move(loc));
+}
+
+ExprPtr Index(std::string buffer, std::vector<ExprPtr> indices, SourceLoc loc) {
   Expr e = Node(ExprKind::kIndex, std::move(loc));
   e.name = std::move(buffer);
-  e.args = {std::move(index)};
+  e.args = std::move(indices);
   return Make(std::move(e));
 }
 

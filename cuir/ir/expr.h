@@ -28,7 +28,9 @@ enum class ExprKind {
   kUnary,     // op(args[0])
   kBinary,    // args[0] op args[1]
   kSelect,    // select(args[0], args[1], args[2]): cond ? a : b
-  kIndex,     // name[args[0]]: element of a 1-D buffer
+  kIndex,     // name[args...]: element of a buffer (a captured tensor); one int index per
+              // dimension (none for rank 0), Python semantics: -size <= i < size, negative i
+              // counts from the end
 };
 
 enum class UnaryOp {
@@ -45,6 +47,14 @@ enum class UnaryOp {
   kFloor,    // floor(x) -> float
   kToFloat,  // float(x)
   kToInt,    // int(x): truncation toward zero, like torch's .to(int64)
+  // Float math (the result is float whatever the operand), as torch and CUDA's libm define them.
+  kSin, kCos, kTan, kAsin, kAcos, kAtan,
+  kSinh, kCosh, kAsinh, kAcosh, kAtanh,
+  kErf, kErfc, kLog1p, kExpm1, kLog10,
+  kTrunc,    // trunc(x) -> float: toward zero
+  kRound,    // round(x) -> float: half to even, like torch.round
+  kSign,     // sign(x): -1, 0 or 1 of x's type (NaN stays NaN)
+  kBitNot,   // bit_not(x): ~x on ints
 };
 
 enum class BinaryOp {
@@ -57,7 +67,16 @@ enum class BinaryOp {
   kCdiv,      // cdiv(a, b) = ceil(a / b) for ints
   kLt, kLe, kGt, kGe, kEq, kNe,
   kAnd, kOr,  // && and || on bools (no short-circuit semantics needed: expressions are pure)
+  kAtan2,     // atan2(a, b) -> float
+  kFmod,      // fmod(a, b): C remainder, sign of a (torch.fmod); ints stay ints
+  kBitAnd, kBitOr, kBitXor,  // bit_and / bit_or / bit_xor(a, b) on ints
+  kShl, kShr,  // shl(a, b) = a << b, shr(a, b) = a >> b (arithmetic) on 64-bit ints, as torch:
+               // a shift by a negative amount or by 64 or more gives 0 (shl) or the sign (shr)
 };
+
+// Every op, in declaration order (tests and tables walk them all).
+inline constexpr int kUnaryOpCount = static_cast<int>(UnaryOp::kBitNot) + 1;
+inline constexpr int kBinaryOpCount = static_cast<int>(BinaryOp::kShr) + 1;
 
 const char* UnaryOpName(UnaryOp op);    // spelling in the text form, e.g. "exp" or "-"
 const char* BinaryOpName(BinaryOp op);  // spelling in the text form, e.g. "+" or "min"
@@ -74,7 +93,7 @@ struct Expr {
   bool bool_value = false;
   int64_t int_value = 0;
   double float_value = 0.0;
-  std::string name;  // kVar: symbol; kIndex: buffer name
+  std::string name;  // kVar: symbol; kIndex: buffer name (args: the indices)
   UnaryOp unary_op = UnaryOp::kNeg;
   BinaryOp binary_op = BinaryOp::kAdd;
   std::vector<ExprPtr> args;
@@ -95,6 +114,10 @@ struct Expr {
 // go: the parser refuses deeper text and the validator deeper programs, with file:line:col.
 inline constexpr int kMaxExprDepth = 512;
 
+// Buffers (captured tensors) have rank 0 to 4, like the layouts attention variants index
+// (a scalar, per head, [H, buckets], [B, H, Sq, Skv]).
+inline constexpr size_t kMaxBufferRank = 4;
+
 // Constructors. `loc` is optional everywhere.
 ExprPtr BoolLit(bool v, SourceLoc loc = {});
 ExprPtr IntLit(int64_t v, SourceLoc loc = {});
@@ -104,6 +127,7 @@ ExprPtr Unary(UnaryOp op, ExprPtr a, SourceLoc loc = {});
 ExprPtr Binary(BinaryOp op, ExprPtr a, ExprPtr b, SourceLoc loc = {});
 ExprPtr Select(ExprPtr cond, ExprPtr a, ExprPtr b, SourceLoc loc = {});
 ExprPtr Index(std::string buffer, ExprPtr index, SourceLoc loc = {});
+ExprPtr Index(std::string buffer, std::vector<ExprPtr> indices, SourceLoc loc = {});
 
 // Structural equality (locations ignored).
 bool Equal(const ExprPtr& a, const ExprPtr& b);

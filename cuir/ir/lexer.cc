@@ -13,7 +13,7 @@ namespace {
 
 constexpr std::array<std::string_view, 8> kTwoCharPuncts = {"**", "//", "<=", ">=",
                                                              "==", "!=", "&&", "||"};
-constexpr std::string_view kOneCharPuncts = "{}[](),:=<>+-*/%!";
+constexpr std::string_view kOneCharPuncts = "{}[](),:=<>+-*/%!?";
 // The only identifiers with a '.', lexed as one keyword each.
 constexpr std::array<std::string_view, 2> kDottedKeywords = {"softmax.init", "softmax.online"};
 

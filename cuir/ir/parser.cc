@@ -38,12 +38,24 @@ const OpSpelling* MatchOp(const Token& t, const std::array<OpSpelling, N>& ops) 
   return nullptr;
 }
 
-constexpr std::array<UnaryOp, 11> kUnaryCalls = {
-    UnaryOp::kAbs,  UnaryOp::kExp,     UnaryOp::kExp2,  UnaryOp::kLog,
-    UnaryOp::kLog2, UnaryOp::kSqrt,    UnaryOp::kTanh,  UnaryOp::kSigmoid,
-    UnaryOp::kFloor, UnaryOp::kToFloat, UnaryOp::kToInt};
-constexpr std::array<BinaryOp, 3> kBinaryCalls = {BinaryOp::kMin, BinaryOp::kMax,
-                                                   BinaryOp::kCdiv};
+// Every op but the operators (`-`, `!`, infix binaries) is written as a call `name(args)`.
+std::vector<UnaryOp> UnaryCalls() {
+  std::vector<UnaryOp> ops;
+  for (int i = 0; i < kUnaryOpCount; ++i) {
+    const auto op = static_cast<UnaryOp>(i);
+    if (op != UnaryOp::kNeg && op != UnaryOp::kNot) ops.push_back(op);
+  }
+  return ops;
+}
+std::vector<BinaryOp> BinaryCalls() {
+  std::vector<BinaryOp> ops;
+  for (int i = 0; i < kBinaryOpCount; ++i) {
+    if (IsCallStyle(static_cast<BinaryOp>(i))) ops.push_back(static_cast<BinaryOp>(i));
+  }
+  return ops;
+}
+const std::vector<UnaryOp> kUnaryCalls = UnaryCalls();
+const std::vector<BinaryOp> kBinaryCalls = BinaryCalls();
 
 std::string KnownFunctions() {
   std::vector<std::string> names;
@@ -281,9 +293,21 @@ absl::StatusOr<ExprPtr> Parser::ParsePrimary() {
   if (name.text == "true" || name.text == "false") return BoolLit(name.text == "true", name.loc);
   if (Peek().IsPunct("(")) return ParseCall(name);
   if (Peek().IsPunct("[")) {
-    CUIR_ASSIGN_OR_RETURN(ExprPtr index, ParseNested(Next().loc, &Parser::ParseOr));
+    const SourceLoc open = Next().loc;
+    std::vector<ExprPtr> indices;  // `x[]` reads a rank-0 buffer
+    if (!Peek().IsPunct("]")) {
+      do {
+        if (indices.size() == kMaxBufferRank) {
+          return ErrorAt(Peek().loc, absl::StrCat("buffers have at most ", kMaxBufferRank,
+                                                  " dimensions; index with at most ",
+                                                  kMaxBufferRank, " expressions"));
+        }
+        CUIR_ASSIGN_OR_RETURN(ExprPtr index, ParseNested(open, &Parser::ParseOr));
+        indices.push_back(std::move(index));
+      } while (AcceptPunct(","));
+    }
     CUIR_RETURN_IF_ERROR(ExpectPunct("]"));
-    return Index(name.text, std::move(index), name.loc);
+    return Index(name.text, std::move(indices), name.loc);
   }
   return Var(name.text, name.loc);
 }

@@ -24,7 +24,7 @@ bool SameStmts(const std::vector<Stmt>& a, const std::vector<Stmt>& b);
 
 bool SameStmt(const Stmt& a, const Stmt& b) {
   return a.kind == b.kind && a.name == b.name && a.type == b.type && Equal(a.value, b.value) &&
-         Equal(a.aux, b.aux) && a.attr == b.attr && a.operands == b.operands &&
+         Equal(a.aux, b.aux) && a.attr == b.attr && a.dtype == b.dtype && a.operands == b.operands &&
          a.names == b.names && SameExprs(a.exprs, b.exprs) && SameRanges(a.ranges, b.ranges) &&
          a.table == b.table && a.full_var == b.full_var && Equal(a.pipeline, b.pipeline) &&
          a.split == b.split && SameStmts(a.body, b.body);

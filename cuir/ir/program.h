@@ -42,6 +42,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "cuir/ir/dtype.h"
 #include "cuir/ir/expr.h"
 
 namespace cubridge::cuir {
@@ -51,7 +52,10 @@ enum class StmtKind {
   kExpert,  // expert "NAME"                       name = expert kernel id
   kParam,   // param NAME: TYPE = EXPR             orchestration knob (tile size, stages, warps)
   kConst,   // const NAME: TYPE = EXPR             a spec's scalar parameter, by value
-  kBuffer,  // buffer NAME: TYPE[EXPR]             a spec's 1-D tensor buffer; value = length
+  kBuffer,  // buffer NAME: DTYPE[EXTENT, ...]     a spec's captured tensor, rank 0-4; dtype =
+            //   storage, type = element type; exprs = per dimension the size the program
+            //   reaches (the least size a call's tensor must have), null (`?`) where the index
+            //   depends on data
   kRole,    // role NAME warps EXPR [regs EXPR]     a warp role; value = warps, aux = regs or null
   kGrid,    // grid AXIS < EXPR (, AXIS < EXPR)* [schedule NAME]
             //   names = axis names, exprs = extents, attr = schedule ("" = linear)
@@ -93,6 +97,7 @@ struct Stmt {
   SourceLoc loc;
   std::string name;                   // declared / result name (see StmtKind)
   Type type = Type::kInt;             // param, const, buffer element, let
+  TensorDType dtype = TensorDType::kInt32;        // buffer storage
   ExprPtr value;                      // main expression (see StmtKind); epilogue: sink or null
   ExprPtr aux;                        // secondary expression (mask `when`, role `regs`)
   std::string attr;                   // grid schedule

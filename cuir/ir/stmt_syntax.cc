@@ -87,18 +87,36 @@ void PrintTypedValue(const Stmt& s, StmtPrinter& out) {
   out.Line(StrCat(Kw(s), " ", s.name, ": ", TypeName(s.type), " = ", E(s.value)));
 }
 
-// ----- buffer NAME: TYPE[LENGTH] -------------------------------------------------------------
+// ----- buffer NAME: DTYPE[EXTENT, ...] ------------------------------------------------------
 
 absl::Status ParseBuffer(Parser& p, Stmt& s) {
   CUIR_ASSIGN_OR_RETURN(s.name, p.ExpectName("a buffer name"));
   CUIR_RETURN_IF_ERROR(p.ExpectPunct(":"));
-  CUIR_ASSIGN_OR_RETURN(s.type, p.ParseType());
+  const Token& dtype = p.Peek();
+  const auto d = dtype.kind == TokKind::kIdent ? TensorDTypeFromName(dtype.text) : std::nullopt;
+  if (!d) return p.Expected(StrCat("a buffer dtype (", TensorDTypeNames(), ")"));
+  p.Next();
+  s.dtype = *d;
+  s.type = ElementType(*d);
   CUIR_RETURN_IF_ERROR(p.ExpectPunct("["));
-  CUIR_RETURN_IF_ERROR(ParseExprInto(p, &s.value));
+  if (p.AcceptPunct("]")) return absl::OkStatus();  // rank 0
+  do {
+    if (s.exprs.size() == kMaxBufferRank) {
+      return p.ErrorAt(p.Peek().loc, StrCat("buffers have at most ", kMaxBufferRank,
+                                            " dimensions"));
+    }
+    ExprPtr extent;  // `?`: the reach depends on data
+    if (!p.AcceptPunct("?")) CUIR_RETURN_IF_ERROR(ParseExprInto(p, &extent));
+    s.exprs.push_back(std::move(extent));
+  } while (p.AcceptPunct(","));
   return p.ExpectPunct("]");
 }
 void PrintBuffer(const Stmt& s, StmtPrinter& out) {
-  out.Line(StrCat(Kw(s), " ", s.name, ": ", TypeName(s.type), "[", E(s.value), "]"));
+  std::string dims;
+  for (size_t i = 0; i < s.exprs.size(); ++i) {
+    absl::StrAppend(&dims, i > 0 ? ", " : "", s.exprs[i] ? E(s.exprs[i]) : "?");
+  }
+  out.Line(StrCat(Kw(s), " ", s.name, ": ", TensorDTypeName(s.dtype), "[", dims, "]"));
 }
 
 // ----- role NAME warps EXPR [regs EXPR] -------------------------------------------------------

@@ -415,7 +415,8 @@ absl::Status Validator::CheckVisible(const ExprPtr& e, const ExprScope& scope,
     }
     if (indexed) {
       return ErrorAt(loc, absl::StrCat("undeclared buffer `", n, "`; declare it at the top with "
-                                       "`buffer ", n, ": int[LENGTH]`"));
+                                       "`buffer ", n, ": DTYPE[EXTENT, ...]`, e.g. `buffer ", n,
+                                       ": int32[seqlen_q]`"));
     }
     return ErrorAt(loc, absl::StrCat("undeclared name `", n, "`; declare it before use, e.g. "
                                      "`const ", n, ": int = ...` for a spec parameter or `let ",
@@ -424,6 +425,13 @@ absl::Status Validator::CheckVisible(const ExprPtr& e, const ExprScope& scope,
   if (indexed && sym->kind != SymKind::kBuffer) {
     return ErrorAt(loc, absl::StrCat("`", n, "` is ", Describe(sym->kind),
                                      ", not a buffer; only buffers can be indexed"));
+  }
+  if (indexed && sym->decl != nullptr && e->args.size() != sym->decl->exprs.size()) {
+    const size_t rank = sym->decl->exprs.size();
+    return ErrorAt(loc, absl::StrCat("buffer `", n, "` has ", rank, " dimension",
+                                     rank == 1 ? "" : "s", " (declared at ", sym->loc.ToString(),
+                                     ") but is indexed with ", e->args.size(), " index",
+                                     e->args.size() == 1 ? "" : "es", ": `", PrintExpr(e), "`"));
   }
   if (!indexed && !IsScalar(sym->kind)) {
     std::string hint = sym->kind == SymKind::kBuffer ? absl::StrCat("; index it: `", n, "[i]`")
@@ -564,13 +572,20 @@ std::optional<int64_t> Validator::ConstInt(const ExprPtr& e) const {
 }
 
 absl::Status Validator::VerifyBuffer(const Stmt& s) {
-  if (s.type != Type::kInt) {
-    return ErrorAt(s.loc, absl::StrCat("buffer `", s.name, "` has element type ",
-                                       TypeName(s.type), "; buffers hold ints: `buffer ", s.name,
-                                       ": int[LENGTH]`"));
+  if (s.type != ElementType(s.dtype)) {
+    return ErrorAt(s.loc, absl::StrCat("buffer `", s.name, "` of dtype ", TensorDTypeName(s.dtype),
+                                       " has element type ", TypeName(s.type), ", expected ",
+                                       TypeName(ElementType(s.dtype))));
   }
-  CUIR_RETURN_IF_ERROR(Expect(s.value, kPlain, s, {Type::kInt}, "a buffer length"));
-  return Declare(s.name, Symbol{SymKind::kBuffer, s.type, s.loc});
+  if (s.exprs.size() > kMaxBufferRank) {
+    return ErrorAt(s.loc, absl::StrCat("buffer `", s.name, "` has ", s.exprs.size(),
+                                       " dimensions; buffers have at most ", kMaxBufferRank));
+  }
+  for (const ExprPtr& extent : s.exprs) {
+    if (extent == nullptr) continue;  // `?`
+    CUIR_RETURN_IF_ERROR(Expect(extent, kPlain, s, {Type::kInt}, "a buffer extent"));
+  }
+  return Declare(s.name, Symbol{SymKind::kBuffer, s.type, s.loc, "", &s});
 }
 
 // ----- role NAME warps EXPR [regs EXPR] -----------------------------------------------------

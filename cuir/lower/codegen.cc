@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "cuir/ir/bounds.h"
 #include "cuir/lower/cuda_emit.h"
 #include "cuir/lower/names.h"
 
@@ -57,8 +58,9 @@ absl::Status InvalidAt(const Stmt& s, absl::string_view what) {
 
 struct BufferInfo {
   const Stmt* decl;
-  std::string cpp;
+  std::string cpp;  // = binding.data
   int slot;
+  BufferBinding binding;
 };
 
 struct TableInfo {
@@ -336,15 +338,16 @@ bool Costly(const ExprPtr& e) {
     case cuir::ExprKind::kIndex: return true;
     case cuir::ExprKind::kUnary:
       switch (e->unary_op) {
-        case UnaryOp::kExp: case UnaryOp::kExp2: case UnaryOp::kLog: case UnaryOp::kLog2:
-        case UnaryOp::kSqrt: case UnaryOp::kTanh: case UnaryOp::kSigmoid: return true;
-        default: break;
+        case UnaryOp::kNeg: case UnaryOp::kNot: case UnaryOp::kAbs: case UnaryOp::kFloor:
+        case UnaryOp::kToFloat: case UnaryOp::kToInt: case UnaryOp::kTrunc: case UnaryOp::kRound:
+        case UnaryOp::kSign: case UnaryOp::kBitNot: break;
+        default: return true;  // the transcendental functions
       }
       break;
     case cuir::ExprKind::kBinary:
       switch (e->binary_op) {
         case BinaryOp::kDiv: case BinaryOp::kFloorDiv: case BinaryOp::kMod: case BinaryOp::kCdiv:
-        case BinaryOp::kPow: return true;
+        case BinaryOp::kPow: case BinaryOp::kAtan2: case BinaryOp::kFmod: return true;
         default: break;
       }
       break;
@@ -473,7 +476,7 @@ class RegionWriter {
     }
   }
   void BindBuffers(EmitScope* scope) const {
-    for (const BufferInfo& b : buffers_) scope->BindBuffer(b.decl->name, b.cpp);
+    for (const BufferInfo& b : buffers_) scope->BindBuffer(b.decl->name, b.binding);
   }
   bool InBase(StmtKind kind, const std::string& name) const {
     return cuir::FindDecl(base_, kind, name) != nullptr;
@@ -525,7 +528,14 @@ class RegionWriter {
             s->loc.ToString(), ": the lowering does not know more than ", kMaxBuffers,
             " buffers (`", StmtHeader(*s), "`): the launcher ABI has ", kMaxBuffers, " slots"));
       }
-      buffers_.push_back({s, Fresh(s->name), static_cast<int>(buffers_.size())});
+      BufferBinding binding;
+      binding.data = Fresh(s->name);
+      binding.dtype = s->dtype;
+      for (size_t d = 0; d < s->exprs.size(); ++d) {
+        binding.sizes.push_back(Fresh(absl::StrCat(s->name, "_size", d)));
+        if (d + 1 < s->exprs.size()) binding.strides.push_back(Fresh(absl::StrCat(s->name, "_stride", d)));
+      }
+      buffers_.push_back({s, binding.data, static_cast<int>(buffers_.size()), binding});
     }
     BindBuffers(&kernel_);
     return absl::OkStatus();
@@ -657,12 +667,24 @@ class RegionWriter {
   static std::string BufferSlot(const std::string& params, const BufferInfo& b) {
     return absl::StrCat(params, ".buffers[", b.slot, "]");
   }
-  // `const int* doc = p.buffers[0];` for every buffer: generated code reads buffers by name.
+  // `const int* doc = ...data;` and the sizes and strides of every buffer: generated code reads
+  // buffers by these names (nvcc keeps only what an expression uses).
   std::string BufferLocals(const std::string& params, absl::string_view indent = "  ") const {
     std::string text;
     for (const BufferInfo& b : buffers_) {
-      absl::StrAppend(&text, indent, "const int* __restrict__ const ", b.cpp, " = ",
-                      BufferSlot(params, b), ";  // buffer ", b.decl->name, "\n");
+      const std::string slot = BufferSlot(params, b);
+      const char* type = StorageCType(b.binding.dtype);
+      absl::StrAppend(&text, indent, "const ", type, "* __restrict__ const ", b.cpp,
+                      " = static_cast<const ", type, "*>(", slot, ".data);  // buffer ",
+                      b.decl->name, "\n");
+      for (size_t d = 0; d < b.binding.sizes.size(); ++d) {
+        absl::StrAppend(&text, indent, "[[maybe_unused]] const long long ", b.binding.sizes[d],
+                        " = ", slot, ".sizes[", d, "];\n");
+        if (d < b.binding.strides.size()) {
+          absl::StrAppend(&text, indent, "[[maybe_unused]] const long long ", b.binding.strides[d],
+                          " = ", slot, ".strides[", d, "];\n");
+        }
+      }
     }
     return text;
   }
@@ -887,6 +909,8 @@ class RegionWriter {
     scope.Bind(kQFloat, "q_f", CType::kFloat);
     scope.Bind(kKvFloat, "kv_f", CType::kFloat);
     if (with_score) scope.Bind("score", "score", CType::kFloat);
+    // The visitors pass in-bounds indices only, so int `//` and `%` may take cheaper exact forms.
+    scope.SetBounds(cuir::ElementBoundsEnv());
     return scope;
   }
 
@@ -959,6 +983,8 @@ class RegionWriter {
                                              EmitScope* element,
                                              std::string* outside_walk = nullptr) {
     EmitScope top = kernel_, block = loop_, row = loop_, col = loop_;
+    // Row and column slots past the tile's end read its last in-bounds index.
+    for (EmitScope* scope : {&top, &block, &row, &col}) scope->SetBounds(cuir::ElementBoundsEnv());
     row.Bind("q_idx", "q_idx", CType::kInt);
     col.Bind("kv_idx", "kv_idx", CType::kInt);
     row.Bind(kQFloat, "static_cast<float>(q_idx)", CType::kFloat);
@@ -1067,6 +1093,7 @@ class RegionWriter {
     EmitScope scope = kernel_;
     scope.Bind("q_idx", "q_idx", CType::kInt);
     scope.Bind(kQFloat, "q_f", CType::kFloat);
+    scope.SetBounds(cuir::ElementBoundsEnv());  // shift_lse_rows clamps q_idx into the tile
     return scope;
   }
 
@@ -1155,18 +1182,30 @@ class RegionWriter {
 
   // ---- buffers and tables outside the loop ---------------------------------------------------
 
-  // A buffer must be given and at least as long as declared (lengths in elements); the launch
-  // plan, on the host or the device, refuses the call otherwise.
+  // A buffer must be given with the dtype and rank the kernel was lowered for, at least the sizes
+  // its indexing reaches at this call's shape, and unit stride innermost; the launch plan, on
+  // the host or the device, refuses the call otherwise.
   absl::Status BufferCheck() {
     if (buffers_.empty()) return absl::OkStatus();
     EmitScope scope = ns_.WithTarget(EmitTarget::kHost);
     BindBuiltins(&scope, "p.");
     std::string checks;
     for (const BufferInfo& b : buffers_) {
-      LOWER_ASSIGN_OR_RETURN(length, EmitExpr(b.decl->value, scope));
-      absl::StrAppend(&checks, Origin(*b.decl), "  if (", BufferSlot("p", b),
-                      " == nullptr || p.buffer_lengths[", b.slot, "] < ",
-                      Convert(length, CType::kLong), ") return false;\n");
+      const std::string slot = BufferSlot("p", b);
+      const size_t rank = b.decl->exprs.size();
+      absl::StrAppend(&checks, Origin(*b.decl), "  if (", slot, ".data == nullptr || ", slot,
+                      ".dtype != ", static_cast<int>(b.decl->dtype), " || ", slot, ".rank != ",
+                      rank, ") return false;\n");
+      for (size_t d = 0; d < rank; ++d) {
+        if (b.decl->exprs[d] == nullptr) continue;  // the reach depends on data
+        LOWER_ASSIGN_OR_RETURN(extent, EmitExpr(b.decl->exprs[d], scope));
+        absl::StrAppend(&checks, "  if (", slot, ".sizes[", d, "] < ",
+                        Convert(extent, CType::kLong), ") return false;\n");
+      }
+      if (rank > 0) {  // reads assume a unit stride innermost
+        absl::StrAppend(&checks, "  if (", slot, ".sizes[", rank - 1, "] > 1 && ", slot,
+                        ".strides[", rank - 1, "] != 1) return false;\n");
+      }
     }
     out_["buffer_check"] = absl::StrCat(
         "__host__ __device__ __forceinline__ bool variant_buffers_ok(const ", params_type_,

@@ -1,5 +1,6 @@
 #include "cuir/lower/cuda_emit.h"
 
+#include <bit>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -105,16 +106,45 @@ class Emitter {
                               "table predicate sees only its `per` axes, q_idx and kv_idx)"));
   }
 
+  // data + i0 * stride0 + ... + i_last (unit stride), each index wrapped Python-style unless
+  // it is provably non-negative; a negative literal counts from the size directly.
   absl::StatusOr<CExpr> EmitIndex(const ExprPtr& e, const SourceLoc& loc) {
-    const std::string* buffer = scope_.FindBuffer(e->name);
+    const BufferBinding* buffer = scope_.FindBuffer(e->name);
     if (buffer == nullptr) return Error(e, loc, absl::StrCat("no buffer `", e->name, "`"));
     if (scope_.target() == EmitTarget::kHost) {
       return Error(e, loc, "buffers live on the device and cannot size the launch");
     }
-    auto index = Emit(e->args[0], loc);
-    if (!index.ok()) return index.status();
-    if (!IsInt(index->type)) return Error(e, loc, "a buffer index must be an int");
-    return CExpr{absl::StrCat("__ldg(", *buffer, " + ", index->text, ")"), CType::kInt};
+    if (e->args.size() != buffer->sizes.size()) {
+      return Error(e, loc, absl::StrCat("buffer `", e->name, "` has ", buffer->sizes.size(),
+                                        " dimensions, indexed with ", e->args.size()));
+    }
+    static const cuir::BoundsEnv kElement = cuir::ElementBoundsEnv();
+    const cuir::BoundsEnv& env = scope_.bounds() != nullptr ? *scope_.bounds() : kElement;
+    std::string offset;
+    for (size_t d = 0; d < e->args.size(); ++d) {
+      auto index = Emit(e->args[d], loc);
+      if (!index.ok()) return index.status();
+      if (!IsInt(index->type)) return Error(e, loc, "a buffer index must be an int");
+      // Strided dimensions multiply in 64 bits (a [B, H, S, S] bias passes 2^31 elements); the
+      // innermost one adds to the pointer as it is.
+      const bool last = d + 1 == e->args.size();
+      std::string i;
+      const ExprPtr& arg = e->args[d];
+      if (arg->kind == cuir::ExprKind::kIntLit && arg->int_value < 0) {
+        i = absl::StrCat("(", buffer->sizes[d], " - ", -arg->int_value, ")");
+      } else if (cuir::ProvablyNonNegative(arg, env)) {
+        i = last ? index->text : Convert(*index, CType::kLong);
+      } else {
+        i = Call("cuir_wrap", Convert(*index, CType::kLong), buffer->sizes[d]);
+      }
+      absl::StrAppend(&offset, d > 0 ? " + " : "",
+                      last ? i : absl::StrCat(i, " * ", buffer->strides[d]));
+    }
+    const std::string at = offset.empty() ? buffer->data
+                                          : absl::StrCat(buffer->data, " + ",
+                                                         e->args.size() > 1 ? "(" + offset + ")"
+                                                                            : offset);
+    return CExpr{Call("cuir_ld", at), ValueCType(buffer->dtype)};
   }
 
   absl::StatusOr<CExpr> EmitUnary(const ExprPtr& e, const SourceLoc& loc) {
@@ -133,6 +163,19 @@ class Emitter {
     }
     if (!IsNumber(a->type)) return Error(e, loc, "a bool is not a number here");
     if (op == UnaryOp::kNeg) return CExpr{absl::StrCat("(-", a->text, ")"), a->type};
+    if (op == UnaryOp::kSign) {  // (0 < x) - (x < 0): NaN gives 0, as torch
+      if (a->type == CType::kFloat) {
+        return CExpr{absl::StrCat("((float)((0.0f < ", a->text, ") - (", a->text, " < 0.0f)))"),
+                     CType::kFloat};
+      }
+      return CExpr{absl::StrCat("((", CTypeName(a->type), ")((0 < ", a->text, ") - (", a->text,
+                                " < 0)))"),
+                   a->type};
+    }
+    if (op == UnaryOp::kBitNot) {
+      if (!IsInt(a->type)) return Error(e, loc, "`bit_not` needs an int");
+      return CExpr{absl::StrCat("(~", a->text, ")"), a->type};
+    }
     if (op == UnaryOp::kAbs) {
       const char* fn = a->type == CType::kInt ? "abs" : a->type == CType::kLong ? "llabs" : "fabsf";
       return CExpr{Call(fn, a->text), a->type};
@@ -147,6 +190,24 @@ class Emitter {
       case UnaryOp::kTanh: fn = "cuir_tanh"; break;
       case UnaryOp::kSigmoid: fn = "cuir_sigmoid"; break;
       case UnaryOp::kFloor: fn = "floorf"; break;
+      case UnaryOp::kSin: fn = "sinf"; break;
+      case UnaryOp::kCos: fn = "cosf"; break;
+      case UnaryOp::kTan: fn = "tanf"; break;
+      case UnaryOp::kAsin: fn = "asinf"; break;
+      case UnaryOp::kAcos: fn = "acosf"; break;
+      case UnaryOp::kAtan: fn = "atanf"; break;
+      case UnaryOp::kSinh: fn = "sinhf"; break;
+      case UnaryOp::kCosh: fn = "coshf"; break;
+      case UnaryOp::kAsinh: fn = "asinhf"; break;
+      case UnaryOp::kAcosh: fn = "acoshf"; break;
+      case UnaryOp::kAtanh: fn = "atanhf"; break;
+      case UnaryOp::kErf: fn = "erff"; break;
+      case UnaryOp::kErfc: fn = "erfcf"; break;
+      case UnaryOp::kLog1p: fn = "log1pf"; break;
+      case UnaryOp::kExpm1: fn = "expm1f"; break;
+      case UnaryOp::kLog10: fn = "log10f"; break;
+      case UnaryOp::kTrunc: fn = "truncf"; break;
+      case UnaryOp::kRound: fn = "rintf"; break;  // half to even, like torch.round
       default: return Error(e, loc, "unknown unary operator");
     }
     return CExpr{Call(fn, AsFloat(*a)), CType::kFloat};
@@ -184,10 +245,10 @@ class Emitter {
       case BinaryOp::kDiv: return FloatInfix(*a, "/", *b);
       case BinaryOp::kFloorDiv:
         if (is_float) return CExpr{Call("cuir_floordiv_f", AsFloat(*a), AsFloat(*b)), CType::kFloat};
-        return CExpr{Call(IntTemplate("cuir_floordiv", ints), a->text, b->text), ints};
+        return IntDivision(e, *a, *b, ints);
       case BinaryOp::kMod:
         if (is_float) return CExpr{Call("cuir_mod_f", AsFloat(*a), AsFloat(*b)), CType::kFloat};
-        return CExpr{Call(IntTemplate("cuir_mod", ints), a->text, b->text), ints};
+        return IntDivision(e, *a, *b, ints);
       case BinaryOp::kMin:
       case BinaryOp::kMax: {
         const bool is_min = op == BinaryOp::kMin;
@@ -198,6 +259,24 @@ class Emitter {
         return CExpr{Call(IntTemplate(is_min ? "cuir_min" : "cuir_max", ints), a->text, b->text),
                      ints};
       }
+      case BinaryOp::kAtan2: return CExpr{Call("atan2f", AsFloat(*a), AsFloat(*b)), CType::kFloat};
+      case BinaryOp::kFmod:
+        if (is_float) return CExpr{Call("fmodf", AsFloat(*a), AsFloat(*b)), CType::kFloat};
+        return CExpr{Call(IntTemplate("cuir_fmod", ints), a->text, b->text), ints};
+      case BinaryOp::kBitAnd:
+      case BinaryOp::kBitOr:
+      case BinaryOp::kBitXor: {
+        if (is_float) return Error(e, loc, "bit operations need ints");
+        const char* sym = op == BinaryOp::kBitAnd ? "&" : op == BinaryOp::kBitOr ? "|" : "^";
+        return Infix(CExpr{Convert(*a, ints), ints}, sym, CExpr{Convert(*b, ints), ints}, ints);
+      }
+      case BinaryOp::kShl:
+      case BinaryOp::kShr:
+        // torch shifts 64-bit ints; out-of-range amounts are defined there (cuir_shl / cuir_shr).
+        if (is_float) return Error(e, loc, "shifts need ints");
+        return CExpr{Call(op == BinaryOp::kShl ? "cuir_shl" : "cuir_shr",
+                          Convert(*a, CType::kLong), Convert(*b, CType::kLong)),
+                     CType::kLong};
       case BinaryOp::kCdiv:
         if (is_float) return Error(e, loc, "`cdiv` needs ints");
         return CExpr{Call(IntTemplate("cuir_cdiv", ints), a->text, b->text), ints};
@@ -211,6 +290,39 @@ class Emitter {
       default: break;
     }
     return Error(e, loc, "unknown binary operator");
+  }
+
+  // Python's int `a // b` or `a % b` (e's op) in the cheapest form exact for the operands'
+  // ranges (docs/lowering.md, "Integer division and modulo"):
+  //   b = 2^k             a >> k, a & (2^k - 1): two's complement shifts and masks floor
+  //   b > 0, a >= 0       a / b, a % b: truncation is the floor there; by a literal, nvcc makes
+  //                       it a multiply-high
+  //   b > 0               cuir_floordiv_pos / cuir_mod_pos: one unsigned division, no sign tests
+  //   otherwise           cuir_floordiv / cuir_mod
+  // A divisor whose range is a single value is written as that literal.
+  CExpr IntDivision(const ExprPtr& e, const CExpr& a, const CExpr& b, CType t) {
+    static const cuir::BoundsEnv kNoSymbols;
+    const cuir::BoundsEnv& env = scope_.bounds() != nullptr ? *scope_.bounds() : kNoSymbols;
+    const bool mod = e->binary_op == BinaryOp::kMod;
+    const cuir::IntBounds d = cuir::BoundsOf(e->args[1], env);
+    const bool positive = d.lo.has_value() && *d.lo >= 1;
+    const bool known = positive && d.hi == d.lo;
+    const std::string divisor = known ? IntLiteral(*d.lo) : b.text;
+    const std::string dividend = Convert(a, t);
+    if (known && (*d.lo & (*d.lo - 1)) == 0) {
+      const int shift = std::countr_zero(static_cast<uint64_t>(*d.lo));
+      if (mod) return CExpr{absl::StrCat("(", dividend, " & ", IntLiteral(*d.lo - 1), ")"), t};
+      if (shift == 0) return CExpr{dividend, t};
+      return CExpr{absl::StrCat("(", dividend, " >> ", shift, ")"), t};
+    }
+    if (positive && cuir::ProvablyNonNegative(e->args[0], env)) {
+      return CExpr{absl::StrCat("(", dividend, mod ? " % " : " / ", divisor, ")"), t};
+    }
+    if (positive) {
+      return CExpr{Call(IntTemplate(mod ? "cuir_mod_pos" : "cuir_floordiv_pos", t), a.text, divisor),
+                   t};
+    }
+    return CExpr{Call(IntTemplate(mod ? "cuir_mod" : "cuir_floordiv", t), a.text, b.text), t};
   }
 
   absl::StatusOr<CExpr> EmitComparison(const ExprPtr& e, const SourceLoc& loc, const CExpr& a,
@@ -283,8 +395,28 @@ void EmitScope::Bind(const std::string& cuir_name, std::string cpp_name, CType t
   vars_[cuir_name] = CExpr{std::move(cpp_name), type};
 }
 
-void EmitScope::BindBuffer(const std::string& cuir_name, std::string cpp_name) {
-  buffers_[cuir_name] = std::move(cpp_name);
+void EmitScope::BindBuffer(const std::string& cuir_name, BufferBinding binding) {
+  buffers_[cuir_name] = std::move(binding);
+}
+
+const char* StorageCType(cuir::TensorDType d) {
+  switch (d) {
+    case cuir::TensorDType::kInt32: return "int";
+    case cuir::TensorDType::kInt64: return "long long";
+    case cuir::TensorDType::kBool: return "bool";
+    case cuir::TensorDType::kFloat32: return "float";
+    case cuir::TensorDType::kBFloat16: return "__nv_bfloat16";
+    case cuir::TensorDType::kFloat16: return "__half";
+  }
+  return "?";
+}
+
+CType ValueCType(cuir::TensorDType d) {
+  switch (cuir::ElementType(d)) {
+    case cuir::Type::kBool: return CType::kBool;
+    case cuir::Type::kFloat: return CType::kFloat;
+    default: return d == cuir::TensorDType::kInt64 ? CType::kLong : CType::kInt;
+  }
 }
 
 const CExpr* EmitScope::Find(const std::string& cuir_name) const {
@@ -292,9 +424,13 @@ const CExpr* EmitScope::Find(const std::string& cuir_name) const {
   return it == vars_.end() ? nullptr : &it->second;
 }
 
-const std::string* EmitScope::FindBuffer(const std::string& cuir_name) const {
+const BufferBinding* EmitScope::FindBuffer(const std::string& cuir_name) const {
   auto it = buffers_.find(cuir_name);
   return it == buffers_.end() ? nullptr : &it->second;
+}
+
+void EmitScope::SetBounds(cuir::BoundsEnv env) {
+  bounds_ = std::make_shared<const cuir::BoundsEnv>(std::move(env));
 }
 
 EmitScope EmitScope::WithTarget(EmitTarget target) const {

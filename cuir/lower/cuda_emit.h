@@ -2,16 +2,22 @@
 //
 // Numeric conventions (docs/lowering.md): index values are `int`; products and powers of ints are
 // computed in `long long` (they are where index math overflows); Python `//`, `%`, ceil division
-// and integer powers go through the helpers of cuir/experts/common/cuir_scalar.cuh; float math is
+// and integer powers go through the helpers of cuir/experts/common/cuir_scalar.cuh, except an int
+// `//` / `%` whose operands' ranges allow a cheaper exact form (a shift, a mask, C's `/` and `%`,
+// or the positive-divisor helpers; see EmitScope::SetBounds); float math is
 // fp32 (expf, exp2f, tanhf, ...); `/` is always a float division; buffers are `const int*`
 // kernel parameters read with __ldg. Every compound subexpression is parenthesized, so the text
 // never depends on C++ precedence.
 #pragma once
 
 #include <map>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "cuir/ir/bounds.h"
+#include "cuir/ir/dtype.h"
 #include "cuir/ir/expr.h"
 
 namespace cubridge::lower {
@@ -25,6 +31,20 @@ struct CExpr {
   CType type = CType::kInt;
 };
 
+// The kernel's names for one captured tensor: its data pointer (typed after the dtype), and per
+// dimension its size and stride (elements) locals; the innermost dimension has unit stride (the
+// launcher checks it), so it has no stride name.
+struct BufferBinding {
+  std::string data;
+  cuir::TensorDType dtype = cuir::TensorDType::kInt32;
+  std::vector<std::string> sizes;    // one per dimension
+  std::vector<std::string> strides;  // one per dimension but the last
+};
+// The C pointee type of a dtype (`int`, `long long`, `bool`, `float`, `__nv_bfloat16`, `__half`)
+// and the C type a read gives (int, long long, bool or float).
+const char* StorageCType(cuir::TensorDType d);
+CType ValueCType(cuir::TensorDType d);
+
 // Where the code runs: host code (launch-time sizes) cannot read device buffers.
 enum class EmitTarget { kDevice, kHost };
 
@@ -34,16 +54,23 @@ class EmitScope {
   explicit EmitScope(EmitTarget target = EmitTarget::kDevice) : target_(target) {}
 
   void Bind(const std::string& cuir_name, std::string cpp_name, CType type);
-  void BindBuffer(const std::string& cuir_name, std::string cpp_name);
+  void BindBuffer(const std::string& cuir_name, BufferBinding binding);
   const CExpr* Find(const std::string& cuir_name) const;
-  const std::string* FindBuffer(const std::string& cuir_name) const;
+  const BufferBinding* FindBuffer(const std::string& cuir_name) const;
   EmitTarget target() const { return target_; }
   EmitScope WithTarget(EmitTarget target) const;
+
+  // The ranges the CuIR symbols have where this code runs (e.g. cuir::ElementBoundsEnv() inside
+  // the element visitors, whose q_idx / kv_idx are in bounds). Int `//` and `%` use them to pick
+  // a cheaper form that is still exact; without them only the literals' own values count.
+  void SetBounds(cuir::BoundsEnv env);
+  const cuir::BoundsEnv* bounds() const { return bounds_.get(); }
 
  private:
   EmitTarget target_;
   std::map<std::string, CExpr> vars_;
-  std::map<std::string, std::string> buffers_;
+  std::map<std::string, BufferBinding> buffers_;
+  std::shared_ptr<const cuir::BoundsEnv> bounds_;  // shared: scopes are copied freely
 };
 
 // Errors (INVALID_ARGUMENT, with the expression's file:line:col): a name not in scope, a buffer

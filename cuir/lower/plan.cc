@@ -89,9 +89,6 @@ class Matcher {
       case StmtKind::kParam: return absl::OkStatus();
       case StmtKind::kConst: plan_.consts.push_back(&s); return absl::OkStatus();
       case StmtKind::kBuffer:
-        if (s.type != cuir::Type::kInt) {
-          return Unimplemented(s, "a buffer of non-int elements", "kernels take int32 buffers");
-        }
         plan_.buffers.push_back(&s);
         return absl::OkStatus();
       case StmtKind::kTable: plan_.tables.push_back(&s); return absl::OkStatus();

@@ -68,8 +68,15 @@ absl::StatusOr<AdaptResult> Adapt(const AdaptOptions& o) {
   nlohmann::json stages = nlohmann::json::array();
   StageRunner stage(o, &stages);
 
-  auto spec = stage.Run("spec", [&](std::string* d) {
-    return SpecStage(spec::LoadSpecFile(o.spec_path), o.param_overrides, d);
+  auto spec = stage.Run("spec", [&](std::string* d) -> absl::StatusOr<spec::Spec> {
+    auto dtypes = spec::BufferDTypesOf(o.buffers);
+    if (!dtypes.ok()) return dtypes.status();
+    auto spec = SpecStage(spec::LoadSpecFile(o.spec_path, *dtypes), o.param_overrides, d);
+    // The job's tensors must fit its shape even where a cached kernel serves it.
+    if (spec.ok()) {
+      if (auto s = spec::CheckBufferSources(*spec, o.config, o.buffers); !s.ok()) return s;
+    }
+    return spec;
   });
   if (!spec.ok()) return spec.status();
   result.spec_hash = spec::SpecHash(*spec, o.config, transfer::RulesetVersion());

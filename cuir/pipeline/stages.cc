@@ -29,7 +29,8 @@ transfer::VariantSpec ToVariantSpec(const spec::Spec& s) {
     v.consts.push_back({p.name, p.type, lit, p.loc});
   }
   for (const auto& b : s.buffers) {
-    v.buffers.push_back({b.name, b.indexed_by_q, b.indexed_by_kv, cuir::Type::kInt, b.loc});
+    if (b.rank < 0) continue;  // never read: not a kernel argument
+    v.buffers.push_back({b.name, b.dtype, spec::BufferExtents(s, b), b.loc});
   }
   return v;
 }

@@ -268,11 +268,7 @@ absl::StatusOr<VerifyReport> VerifyOnCpu(const cuir::Program& program, const spe
     c.batch = shape.batch;
     c.seqlen_q = shape.seqlen_q;
     c.seqlen_kv = shape.seqlen_kv;
-    // The job's buffer values belong to the job's own shape; other shapes get random documents.
-    const bool own_shape =
-        shape.seqlen_q == config.seqlen_q && shape.seqlen_kv == config.seqlen_kv;
-    auto inputs = spec::MakeInputs(spec, c, own_shape ? buffers
-                                                      : std::map<std::string, spec::BufferSource>{},
+    auto inputs = spec::MakeInputs(spec, c, spec::SourcesForShape(spec, buffers, config, c),
                                    ++shape_seed);
     if (!inputs.ok()) return inputs.status();
     auto want = spec::RunOracle(spec, c, *inputs);

@@ -8,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "cuir/pipeline/verify.h"
@@ -111,8 +112,13 @@ std::string TransferPrompt(const cuir::Program& base, const spec::Spec& spec,
   for (const auto& p : spec.params) absl::StrAppend(&params, "- ", p.name, " = ", ParamValue(p), "\n");
   std::string buffers;
   for (const auto& b : spec.buffers) {
-    absl::StrAppend(&buffers, "- ", b.name, ": a 1-D int buffer indexed by ",
-                    b.indexed_by_q ? "q_idx" : "kv_idx", " (its values come with the job)\n");
+    if (b.rank < 0) continue;
+    std::vector<std::string> dims;
+    for (const auto& e : spec::BufferExtents(spec, b)) dims.push_back(e ? cuir::PrintExpr(e) : "?");
+    absl::StrAppend(&buffers, "- ", b.name, ": a captured ", cuir::TensorDTypeName(b.dtype),
+                    " tensor of rank ", b.rank, ", declare it `buffer ", b.name, ": ",
+                    cuir::TensorDTypeName(b.dtype), "[", absl::StrJoin(dims, ", "),
+                    "]` (its values come with the job)\n");
   }
   std::string out = absl::StrCat(
       "## Base program (the expert's lifted CuIR)\n\n```cuir\n", cuir::PrintProgram(base),

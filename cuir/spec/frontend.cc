@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
 #include <filesystem>
 #include <set>
 
@@ -11,9 +12,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "cuir/ir/eval.h"
 #include "cuir/spec/checked_int_ops.h"
 #include "cuir/spec/guard.h"
 #include "cuir/spec/internal.h"
+#include "cuir/spec/tensors.h"
 
 namespace cubridge::spec {
 namespace {
@@ -167,7 +170,10 @@ absl::Status AnalyzeSignature(const SourceText& file, const SpecFunction& f, Spe
     }
     const std::optional<Type> scalar = ScalarParamType(args[i].type());
     if (is_tensor && !has_default) {
-      if (auto s = AddBuffer(spec, SpecBuffer{name, false, false, loc}); !s.ok()) return s;
+      SpecBuffer b;
+      b.name = name;
+      b.loc = loc;
+      if (auto s = AddBuffer(spec, b); !s.ok()) return s;
     } else if (scalar && has_default) {
       auto p = MakeParam(args[i], *scalar, loc);
       if (!p.ok()) return p.status();
@@ -177,11 +183,11 @@ absl::Status AnalyzeSignature(const SourceText& file, const SpecFunction& f, Spe
                                        "` has no default: scalar parameters need one, e.g. `",
                                        name, ": ", cuir::TypeName(*scalar), " = ",
                                        *scalar == Type::kFloat ? "1.0" : "1",
-                                       "` (only tensor buffers such as `doc` go without)"));
+                                       "` (only captured tensors such as `doc` go without)"));
     } else {
       return ErrorAt(loc, absl::StrCat("parameter `", name, "` has type ", args[i].type()->str(),
                                        "; extra parameters are int / float / bool with a "
-                                       "default, or tensors without one (1-D int buffers)"));
+                                       "default, or tensors without one (captured tensors)"));
     }
   }
   return absl::OkStatus();
@@ -207,15 +213,39 @@ std::string ShapeText(c10::IntArrayRef shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
+// Zeros of each buffer's dtype, shaped to what its indexing reaches at `shape`. A dimension whose
+// reach depends on data (an index clamped by another tensor's values, say) gets room for offsets
+// a spec adds to such an index: 1024 for tensors of rank 2 or less, fewer for the larger ones.
+std::map<std::string, torch::Tensor> ProbeBuffers(const Spec& spec,
+                                                  const cuir::AttentionConfig& shape) {
+  cuir::ScalarEnv env;
+  for (const auto& [name, value] : cuir::BuiltinSizes(shape)) env.vars[name] = value;
+  std::map<std::string, torch::Tensor> buffers;
+  for (const SpecBuffer& b : spec.buffers) {
+    std::vector<int64_t> sizes;
+    const int64_t unknown = b.rank <= 2 ? 1024 : b.rank == 3 ? 128 : 32;
+    for (const ExprPtr& extent : BufferExtents(spec, b)) {
+      auto n = extent ? cuir::EvalInt(extent, env) : absl::StatusOr<int64_t>(unknown);
+      sizes.push_back(n.ok() ? std::clamp<int64_t>(*n, 1, int64_t{1} << 16) : unknown);
+    }
+    if (b.rank < 0) sizes = {1};
+    buffers[b.name] = torch::zeros(sizes, TorchDType(b.dtype));
+  }
+  return buffers;
+}
+
 // Runs the compiled function on small broadcast index tensors (dims 2, 3, 5, 7 so that any
 // mix-up shows): it must run on whole tensors, return the right dtype and an elementwise shape.
 absl::StatusOr<Type> Probe(const Spec& spec, const SpecFunction& f) {
   const std::vector<int64_t> full = {2, 3, 5, 7};
   const auto grid = internal::MakeIndexGrid(0, full[0], 0, full[1], full[2], full[3]);
   const auto score = torch::linspace(-3.0, 3.0, 2 * 3 * 5 * 7, torch::kFloat32).view(full);
-  std::map<std::string, torch::Tensor> buffers;
-  for (const SpecBuffer& b : spec.buffers) buffers[b.name] = torch::zeros({7}, torch::kInt64);
-  auto r = internal::CallSpecFunction(spec, f.is_score, grid, score, buffers);
+  cuir::AttentionConfig shape;
+  shape.batch = full[0];
+  shape.heads_q = shape.heads_kv = full[1];
+  shape.seqlen_q = full[2];
+  shape.seqlen_kv = full[3];
+  auto r = internal::CallSpecFunction(spec, f.is_score, grid, score, ProbeBuffers(spec, shape));
   if (!r.ok()) return r.status();
   const Type type = TypeOfDtype(r->scalar_type());
   if (f.is_score == (type == Type::kBool)) return ReturnTypeError(f, type);
@@ -260,8 +290,8 @@ absl::Status CheckTranslationSize(const SpecFunction& f, const ExprPtr& e) {
                                 kMaxModNodes, " (compute the result in fewer steps)"));
 }
 
-absl::StatusOr<ExprPtr> Translate(const SourceText& file, const Spec& spec, const SpecFunction& f,
-                                  Type probed) {
+absl::StatusOr<internal::TypedExpr> Translate(const SourceText& file, const Spec& spec,
+                                              const SpecFunction& f) {
   auto graph = torch::jit::toGraphFunction(*f.fn).graph()->copy();
   torch::jit::Inline(*graph);
   internal::TranslateRequest req{&file, f.name, f.def_loc, graph, {}, {}, {}};
@@ -270,41 +300,69 @@ absl::StatusOr<ExprPtr> Translate(const SourceText& file, const Spec& spec, cons
   for (size_t i = 0; i < args.size(); ++i) {
     const bool positional = i < canonical.size();
     const SpecParam* p = positional ? nullptr : spec.FindParam(args[i].name());
+    const SpecBuffer* b = nullptr;
+    for (const SpecBuffer& x : spec.buffers) {
+      if (!positional && p == nullptr && x.name == args[i].name()) b = &x;
+    }
     req.input_names.push_back(positional ? canonical[i] : args[i].name());
-    req.input_types.push_back(p ? p->type
-                                : (positional && canonical[i] == "score" ? Type::kFloat
-                                                                         : Type::kInt));
+    req.input_types.push_back(p   ? p->type
+                              : b ? cuir::ElementType(b->dtype)
+                                  : (positional && canonical[i] == "score" ? Type::kFloat
+                                                                           : Type::kInt));
     req.input_is_buffer.push_back(!positional && p == nullptr);
   }
   auto r = internal::TranslateGraph(req);
   if (!r.ok()) return r.status();
   if (auto s = CheckTranslationSize(f, r->expr); !s.ok()) return s;
   if (f.is_score == (r->type == Type::kBool)) return ReturnTypeError(f, r->type);
-  if (r->type != probed) {
-    return absl::InternalError(absl::StrCat(
-        f.def_loc.ToString(), ": ", f.name, " translates to a ", cuir::TypeName(r->type),
-        " expression but TorchScript computes ", cuir::TypeName(probed), ": ",
-        cuir::PrintExpr(r->expr), " (a CuBridge bug; please report it with the spec)"));
-  }
-  if (r->type == Type::kInt) {
-    if (r->expr->kind == cuir::ExprKind::kIntLit) {
-      return cuir::FloatLit(static_cast<double>(r->expr->int_value), r->expr->loc);
-    }
-    return cuir::Unary(cuir::UnaryOp::kToFloat, r->expr, r->expr->loc);
-  }
-  return r->expr;
+  return r;
 }
 
-void RecordIndexUses(const ExprPtr& e, Spec* spec) {
-  if (e == nullptr) return;
-  if (e->kind == cuir::ExprKind::kIndex) {
+// The translation checked against what TorchScript computed on the probe; a score_mod's int
+// result becomes a float like torch's `score` tensor makes it.
+absl::StatusOr<ExprPtr> Finish(const SpecFunction& f, const internal::TypedExpr& r, Type probed) {
+  if (r.type != probed) {
+    return absl::InternalError(absl::StrCat(
+        f.def_loc.ToString(), ": ", f.name, " translates to a ", cuir::TypeName(r.type),
+        " expression but TorchScript computes ", cuir::TypeName(probed), ": ",
+        cuir::PrintExpr(r.expr), " (a CuBridge bug; please report it with the spec)"));
+  }
+  if (r.type == Type::kInt) {
+    if (r.expr->kind == cuir::ExprKind::kIntLit) {
+      return cuir::FloatLit(static_cast<double>(r.expr->int_value), r.expr->loc);
+    }
+    return cuir::Unary(cuir::UnaryOp::kToFloat, r.expr, r.expr->loc);
+  }
+  return r.expr;
+}
+
+// Every use of a captured tensor indexes it with the same number of indices: its rank.
+absl::Status RecordIndexUses(const ExprPtr& root, Spec* spec) {
+  if (root == nullptr) return absl::OkStatus();
+  std::vector<const cuir::Expr*> stack = {root.get()};
+  while (!stack.empty()) {
+    const cuir::Expr* e = stack.back();
+    stack.pop_back();
+    // Right to left onto the stack: the first use in reading order fixes the rank.
+    for (auto a = e->args.rbegin(); a != e->args.rend(); ++a) stack.push_back(a->get());
+    if (e->kind != cuir::ExprKind::kIndex) continue;
     for (SpecBuffer& b : spec->buffers) {
       if (b.name != e->name) continue;
-      b.indexed_by_q |= cuir::Mentions(e->args[0], "q_idx");
-      b.indexed_by_kv |= cuir::Mentions(e->args[0], "kv_idx");
+      const int rank = static_cast<int>(e->args.size());
+      if (b.rank < 0) {
+        b.rank = rank;
+        b.use_loc = e->loc;
+      } else if (b.rank != rank) {
+        auto uses = [](int n) { return n == 0 ? std::string("as a value (rank 0)")
+                                              : absl::StrCat("with ", n, n == 1 ? " index" : " indices"); };
+        return ErrorAt(e->loc, absl::StrCat("`", b.name, "` is used ", uses(rank), " here but ",
+                                            uses(b.rank), " at ", b.use_loc.ToString(),
+                                            ": index a captured tensor with one integer "
+                                            "expression per dimension everywhere"));
+      }
     }
   }
-  for (const ExprPtr& a : e->args) RecordIndexUses(a, spec);
+  return absl::OkStatus();
 }
 
 // ---- reference(q, k, v, scale, ...) -----------------------------------------------------------
@@ -476,13 +534,14 @@ absl::StatusOr<std::string> ReadSpecFile(const std::string& path) {
 
 }  // namespace
 
-absl::StatusOr<Spec> LoadSpecFile(const std::string& path) {
+absl::StatusOr<Spec> LoadSpecFile(const std::string& path, const BufferDTypes& dtypes) {
   auto text = ReadSpecFile(path);
   if (!text.ok()) return text.status();
-  return LoadSpecSource(*text, path);
+  return LoadSpecSource(*text, path, dtypes);
 }
 
-absl::StatusOr<Spec> LoadSpecSource(const std::string& source, const std::string& path) {
+absl::StatusOr<Spec> LoadSpecSource(const std::string& source, const std::string& path,
+                                    const BufferDTypes& dtypes) {
   if (absl::Status s = GuardSpecSource(source, path); !s.ok()) return s;
   internal::InstallCheckedIntOps();
   Spec spec;
@@ -510,16 +569,36 @@ absl::StatusOr<Spec> LoadSpecSource(const std::string& source, const std::string
     f.fn = spec.compiled->find_function(f.name);
     if (auto s = AnalyzeSignature(file, f, &spec); !s.ok()) return s;
   }
+  for (SpecBuffer& b : spec.buffers) {
+    if (auto it = dtypes.find(b.name); it != dtypes.end()) b.dtype = it->second;
+  }
+  // Translate first: the probe needs each captured tensor's rank, which its indexing fixes.
+  std::vector<internal::TypedExpr> translated;
   for (const SpecFunction& f : *fns) {
+    auto e = Translate(file, spec, f);
+    if (!e.ok()) {
+      // Without captured tensors the probe runs as is, and its message (a runtime error, a
+      // reduction) says more than "unsupported operation".
+      if (spec.buffers.empty()) {
+        if (auto probed = Probe(spec, f); !probed.ok()) return probed.status();
+      }
+      return e.status();
+    }
+    translated.push_back(*e);
+    (f.is_score ? spec.score : spec.mask) = e->expr;
+  }
+  for (const internal::TypedExpr& t : translated) {
+    if (auto s = RecordIndexUses(t.expr, &spec); !s.ok()) return s;
+  }
+  for (size_t i = 0; i < fns->size(); ++i) {
+    const SpecFunction& f = (*fns)[i];
     auto probed = Probe(spec, f);
     if (!probed.ok()) return probed.status();
-    auto e = Translate(file, spec, f, *probed);
+    auto e = Finish(f, translated[i], *probed);
     if (!e.ok()) return e.status();
     (f.is_score ? spec.score : spec.mask) = *e;
     (f.is_score ? spec.score_loc : spec.mask_loc) = f.def_loc;
   }
-  RecordIndexUses(spec.mask, &spec);
-  RecordIndexUses(spec.score, &spec);
   return spec;
 }
 

@@ -1,12 +1,14 @@
 // The spec hash: the kernel cache key. It identifies what a generated kernel computes, so it is
 // taken over the translated expressions (not the file text) with parameter values substituted:
 // renaming arguments, comments and formatting keep it; any change in the math changes it.
+#include <algorithm>
 #include <map>
 
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+
 #include "cuir/spec/spec.h"
 
 namespace cubridge::spec {
@@ -36,7 +38,7 @@ ExprPtr Canonicalize(const ExprPtr& e, const Spec& spec,
   std::vector<ExprPtr> args;  // in order: the numbering depends on it
   for (const ExprPtr& a : e->args) args.push_back(Canonicalize(a, spec, buffer_names));
   switch (e->kind) {
-    case cuir::ExprKind::kIndex: return cuir::Index(buffer, args[0], e->loc);
+    case cuir::ExprKind::kIndex: return cuir::Index(buffer, std::move(args), e->loc);
     case cuir::ExprKind::kUnary: return cuir::Unary(e->unary_op, args[0], e->loc);
     case cuir::ExprKind::kBinary: return cuir::Binary(e->binary_op, args[0], args[1], e->loc);
     case cuir::ExprKind::kSelect: return cuir::Select(args[0], args[1], args[2], e->loc);
@@ -84,7 +86,18 @@ std::string CanonicalForm(const Spec& spec, const cuir::AttentionConfig& config,
   std::string out = Header(config, ruleset_version);
   absl::StrAppend(&out, "mask ", mask ? cuir::PrintExpr(mask) : "none", "\n");
   absl::StrAppend(&out, "score ", score ? cuir::PrintExpr(score) : "none", "\n");
+  // A buffer's dtype and rank shape the kernel (its loads, the element type); its sizes and
+  // values are the call's.
+  std::vector<std::pair<std::string, const SpecBuffer*>> ordered;
+  for (const SpecBuffer& b : spec.buffers) ordered.emplace_back(buffer_names.at(b.name), &b);
+  std::sort(ordered.begin(), ordered.end(), [](const auto& x, const auto& y) {
+    return x.first.size() != y.first.size() ? x.first.size() < y.first.size() : x.first < y.first;
+  });
   absl::StrAppend(&out, "buffers ", buffer_names.size(), "\n");
+  for (const auto& [canonical, b] : ordered) {
+    absl::StrAppend(&out, "buffer ", canonical, " ", cuir::TensorDTypeName(b->dtype), " ",
+                    b->rank < 0 ? std::string("unused") : absl::StrCat("rank ", b->rank), "\n");
+  }
   return out;
 }
 

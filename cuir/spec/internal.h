@@ -75,7 +75,8 @@ struct TranslateRequest {
   std::string function;  // mask_mod / score_mod, for messages
   cuir::SourceLoc def_loc;
   std::shared_ptr<torch::jit::Graph> graph;  // inlined
-  // Per graph input: the name it becomes and its type; buffers are marked.
+  // Per graph input: the name it becomes and its type (a buffer's: its element type); buffers
+  // are marked.
   std::vector<std::string> input_names;
   std::vector<Type> input_types;
   std::vector<bool> input_is_buffer;
@@ -85,6 +86,9 @@ struct TypedExpr {
   Type type = Type::kBool;
 };
 absl::StatusOr<TypedExpr> TranslateGraph(const TranslateRequest& req);
+// The TorchScript node kinds the translation reads (`aten::sin`, ...), sorted: docs/spec.md's
+// table of operations is checked against it.
+std::vector<std::string> SupportedOperations();
 
 // Sets the default float dtype to float64 for its lifetime, so that index arithmetic the spec
 // promotes to float (`h / heads`) is evaluated in float64 like the rest of the oracle.

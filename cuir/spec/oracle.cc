@@ -38,10 +38,12 @@ absl::Status CheckInputs(const cuir::AttentionConfig& c, const AttentionInputs& 
   return absl::OkStatus();
 }
 
-std::map<std::string, torch::Tensor> Int64Buffers(const AttentionInputs& in,
-                                                  torch::Device device = torch::kCPU) {
+// The captured tensors on `device`, in their own dtypes: the spec computes with them as the
+// user's FlexAttention call would.
+std::map<std::string, torch::Tensor> BuffersOn(const AttentionInputs& in,
+                                               torch::Device device = torch::kCPU) {
   std::map<std::string, torch::Tensor> out;
-  for (const auto& [name, t] : in.buffers) out[name] = t.to(device, torch::kInt64);
+  for (const auto& [name, t] : in.buffers) out[name] = t.to(device);
   return out;
 }
 
@@ -143,7 +145,7 @@ absl::StatusOr<AttentionOutputs> RunOracle(const Spec& spec, const cuir::Attenti
   if (auto s = CheckInputs(config, inputs); !s.ok()) return s;
   torch::NoGradGuard no_grad;
   if (spec.has_reference) return RunReference(spec, config, inputs, options);
-  const auto buffers = Int64Buffers(inputs, options.device);
+  const auto buffers = BuffersOn(inputs, options.device);
   const auto opt = torch::TensorOptions().dtype(options.dtype).device(options.device);
   AttentionOutputs out;
   out.o = torch::zeros({config.batch, config.heads_q, config.seqlen_q, config.head_dim}, opt);
@@ -160,7 +162,7 @@ absl::StatusOr<torch::Tensor> DenseMask(const Spec& spec, const cuir::AttentionC
                                         const AttentionInputs& inputs, torch::Device device) {
   if (auto s = cuir::ValidateConfig(config); !s.ok()) return s;
   torch::NoGradGuard no_grad;
-  auto m = ChunkMask(spec, config, Int64Buffers(inputs, device),
+  auto m = ChunkMask(spec, config, BuffersOn(inputs, device),
                      {0, config.batch, 0, config.heads_q}, device);
   if (!m.ok()) return m.status();
   return m->contiguous();

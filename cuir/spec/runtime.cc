@@ -33,7 +33,11 @@ absl::StatusOr<std::vector<torch::jit::IValue>> BuildArguments(
     if (const SpecParam* p = spec.FindParam(name)) {
       args.push_back(ParamValue(*p));
     } else if (auto it = buffers.find(name); it != buffers.end()) {
-      args.emplace_back(it->second);
+      // Integer tensors go in as int64: LibTorch 1.13 indexes with int64 tensors only (torch 2
+      // takes int32 too), and an int32 element meets the int64 index tensors anyway.
+      const torch::Tensor& t = it->second;
+      const bool int32 = t.scalar_type() == torch::kInt32;
+      args.emplace_back(int32 ? t.to(torch::kInt64) : t);
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
           spec.path, ": no values for buffer `", name, "` (give them with the job's buffer sources)"));
@@ -55,8 +59,8 @@ absl::StatusOr<torch::Tensor> ResultTensor(const torch::jit::IValue& r, const st
 std::string Hint(const std::string& error) {
   const std::string lower = absl::AsciiStrToLower(error);
   if (absl::StrContains(lower, "out of bounds")) {
-    return " (a buffer holds one value per token, seqlen_q or seqlen_kv of them: its index must "
-           "stay within them)";
+    return " (an index leaves a captured tensor: give a tensor that covers every index the "
+           "spec reads at this shape, or keep the index in range, e.g. with torch.clamp)";
   }
   if (absl::StrContains(lower, "scalar") || absl::StrContains(lower, "convert")) {
     return " (spec functions run on broadcast index tensors, as under FlexAttention's vmap: use "

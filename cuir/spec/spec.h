@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "cuir/ir/config.h"
+#include "cuir/ir/dtype.h"
 #include "cuir/ir/expr.h"
 #include "cuir/spec/digest.h"  // Sha256Hex
 
@@ -34,14 +35,21 @@ struct SpecParam {
   SourceLoc loc;
 };
 
-// A tensor parameter without default (e.g. `doc`): a 1-D integer buffer whose values come with
-// the job. `index_uses` records what indexes it (q_idx / kv_idx), which fixes its length.
+// A tensor parameter without default (`doc`, `slopes`, `bias`): a captured tensor whose values,
+// shape and dtype come with the job. Its dtype is the job's (int32 where the job names none: the
+// dtype decides how the spec translates, `slopes[h] * x` is float for a float tensor); its rank is
+// what the spec's indexing says: every use indexes it with the same number of integer
+// expressions (`table[h, bucket]`: 2), a rank-0 tensor is used as a value.
 struct SpecBuffer {
   std::string name;
-  bool indexed_by_q = false;
-  bool indexed_by_kv = false;
-  SourceLoc loc;
+  cuir::TensorDType dtype = cuir::TensorDType::kInt32;
+  int rank = -1;     // -1: the spec never reads it
+  SourceLoc loc;     // the parameter
+  SourceLoc use_loc;  // the first use, which fixed the rank
 };
+
+// Buffer dtypes a job gives (name -> dtype); absent names are int32.
+using BufferDTypes = std::map<std::string, cuir::TensorDType>;
 
 struct Spec {
   std::string path;    // file it came from (for messages)
@@ -72,8 +80,18 @@ struct Spec {
 
 // Reads and compiles a spec file. Errors are INVALID_ARGUMENT "file:line:col: what (how to fix)";
 // an unreadable file is NOT_FOUND / PERMISSION_DENIED with the path.
-absl::StatusOr<Spec> LoadSpecFile(const std::string& path);
-absl::StatusOr<Spec> LoadSpecSource(const std::string& source, const std::string& path);
+// `dtypes`: the job's buffer dtypes (BufferDTypesOf in tensors.h reads them off its sources).
+absl::StatusOr<Spec> LoadSpecFile(const std::string& path, const BufferDTypes& dtypes = {});
+absl::StatusOr<Spec> LoadSpecSource(const std::string& source, const std::string& path,
+                                    const BufferDTypes& dtypes = {});
+
+// Per dimension of a buffer the spec reads, the least size its indexing reaches, as an
+// expression of the builtins (batch, heads_q, seqlen_q, seqlen_kv, ...) with the parameters'
+// current values; null where an index depends on data (another buffer's values). Python's
+// negative indices count: `ids[-1]` reaches size 1. Empty for an unused buffer.
+std::vector<ExprPtr> BufferExtents(const Spec& spec, const SpecBuffer& b);
+// Where the spec indexes buffer `name` (first use), with the index text, for messages.
+std::string BufferUseText(const Spec& spec, const std::string& name);
 
 // Overrides parameter values from "name=value" strings (the job's --param flags).
 absl::Status OverrideParams(Spec& spec, const std::vector<std::string>& assignments);

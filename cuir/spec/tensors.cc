@@ -3,33 +3,47 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <torch/csrc/jit/serialization/pickle.h>
+
+#include <algorithm>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "cuir/ir/eval.h"
 
 namespace cubridge::spec {
 namespace {
 
-torch::ScalarType TorchDtype(cuir::DType d) {
+torch::ScalarType InputDtype(cuir::DType d) {
   return d == cuir::DType::kBF16 ? torch::kBFloat16 : torch::kHalf;
 }
 
-torch::Tensor Int64(const std::vector<int64_t>& values) {
-  return torch::tensor(values, torch::kInt64);
+// The int sources (documents, values, files) give int32, what token ids and lengths fit in and
+// kernels read at half the bytes; a larger value needs a tensor file of int64.
+absl::StatusOr<torch::Tensor> Int32(const std::vector<int64_t>& values, const std::string& where) {
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (values[i] < INT32_MIN || values[i] > INT32_MAX) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": value #", i + 1, " (", values[i], ") does not fit in int32; give int64 values "
+          "as a tensor file (tensor:PATH, torch.save of an int64 tensor)"));
+    }
+  }
+  return torch::tensor(values, torch::kInt64).to(torch::kInt32);
 }
 
 // A few documents (1 to 5) of random lengths: ids 0,0,..,1,1,..; nondecreasing.
 torch::Tensor RandomDocuments(int64_t length, at::Generator& gen) {
-  if (length <= 1) return torch::zeros({length}, torch::kInt64);
+  if (length <= 1) return torch::zeros({length}, torch::kInt32);
   const int64_t docs = 1 + torch::randint(0, std::min<int64_t>(5, length), {1}, gen).item<int64_t>();
   const auto cuts = torch::randperm(length - 1, gen, torch::kInt64).slice(0, 0, docs - 1) + 1;
   auto ids = torch::zeros({length}, torch::kInt64);
   ids.index_put_({cuts}, 1);
-  return ids.cumsum(0);
+  return ids.cumsum(0).to(torch::kInt32);
 }
 
 absl::StatusOr<std::vector<int64_t>> ParseInts(const std::string& text, const std::string& where) {
@@ -65,44 +79,255 @@ absl::StatusOr<torch::Tensor> DocumentsFromLengths(const std::vector<int64_t>& l
     }
     ids.insert(ids.end(), lengths[d], static_cast<int64_t>(d));
   }
-  return Int64(ids);
+  return Int32(ids, where);
 }
 
-absl::StatusOr<torch::Tensor> BufferValues(const SpecBuffer& b, const BufferSource& src,
-                                           int64_t length, at::Generator& gen) {
+struct ParsedSource {
+  std::string kind, arg;
+};
+
+ParsedSource Split(const std::string& spec) {
+  const size_t colon = spec.find(':');
+  if (colon == std::string::npos) return {spec, ""};
+  return {spec.substr(0, colon), spec.substr(colon + 1)};
+}
+
+absl::Status UnknownSource(const std::string& where) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      where, ": unknown source; use random, random:DTYPE, random:DTYPE[D0,D1,..], lengths:A,B,.. "
+             "(document lengths), values:1,2,.., file:PATH (integers) or tensor:PATH (torch.save)"));
+}
+
+// `random:DTYPE` or `random:DTYPE[D0,D1,...]`.
+absl::StatusOr<std::pair<cuir::TensorDType, std::optional<std::vector<int64_t>>>> RandomArg(
+    const std::string& arg, const std::string& where) {
+  const size_t open = arg.find('[');
+  const std::string name = arg.substr(0, open);
+  const auto dtype = cuir::TensorDTypeFromName(name);
+  if (!dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": unknown dtype `", name, "`; use one of ",
+                                                   cuir::TensorDTypeNames()));
+  }
+  if (open == std::string::npos) return std::pair{*dtype, std::optional<std::vector<int64_t>>()};
+  if (arg.back() != ']') {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": write the shape as random:", name, "[D0,D1,..]"));
+  }
+  auto dims = ParseInts(arg.substr(open + 1, arg.size() - open - 2), where);
+  if (!dims.ok()) return dims.status();
+  if (dims->size() > cuir::kMaxBufferRank) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", dims->size(),
+                                                   " dimensions; at most ", cuir::kMaxBufferRank));
+  }
+  int64_t elements = 1;
+  for (int64_t d : *dims) {
+    if (d < 0 || d > (int64_t{1} << 31)) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": dimension ", d, " out of range"));
+    }
+    elements *= std::max<int64_t>(d, 1);
+    if (elements > (int64_t{1} << 31)) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": more than 2^31 elements"));
+    }
+  }
+  return std::pair{*dtype, std::optional<std::vector<int64_t>>(*dims)};
+}
+
+absl::StatusOr<torch::Tensor> LoadTensorFile(const std::string& path, const std::string& where) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(where, ": cannot read ", path));
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  try {
+    const c10::IValue v = torch::pickle_load(bytes);
+    if (!v.isTensor()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": ", path, " holds a ", v.tagKind(), ", not a tensor (save one with "
+          "torch.save(t, path))"));
+    }
+    torch::Tensor t = v.toTensor().contiguous();
+    if (!TensorDTypeOf(t.scalar_type())) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": ", path, " holds a tensor of dtype ",
+                                                     c10::toString(t.scalar_type()), "; use one of ",
+                                                     cuir::TensorDTypeNames()));
+    }
+    if (t.dim() > static_cast<int64_t>(cuir::kMaxBufferRank)) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": ", path, " holds a tensor of rank ",
+                                                     t.dim(), "; at most ", cuir::kMaxBufferRank));
+    }
+    return t;
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": ", path, " is not a file torch.save wrote (", std::string(e.what()).substr(0, 200),
+        ")"));
+  }
+}
+
+torch::Tensor RandomTensor(cuir::TensorDType dtype, const std::vector<int64_t>& shape,
+                           int64_t int_range, at::Generator& gen) {
+  switch (cuir::ElementType(dtype)) {
+    case Type::kFloat: return torch::randn(shape, gen, torch::kFloat32).to(TorchDType(dtype));
+    case Type::kBool: return torch::randint(0, 2, shape, gen, torch::kInt64).to(torch::kBool);
+    default: return torch::randint(0, int_range + 1, shape, gen, torch::kInt64).to(TorchDType(dtype));
+  }
+}
+
+std::string ShapeText(c10::IntArrayRef shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+absl::StatusOr<torch::Tensor> BufferValues(const Spec& spec, const SpecBuffer& b,
+                                           const BufferSource& src,
+                                           const cuir::AttentionConfig& config, at::Generator& gen) {
   const std::string where = absl::StrCat("buffer `", b.name, "` source `", src.spec, "`");
-  const size_t colon = src.spec.find(':');
-  const std::string kind = src.spec.substr(0, colon);
-  const std::string arg = colon == std::string::npos ? "" : src.spec.substr(colon + 1);
-  if (kind == "random" && colon == std::string::npos) return RandomDocuments(length, gen);
+  const auto [kind, arg] = Split(src.spec);
+  std::vector<int64_t> shape = RequiredBufferShape(spec, b, config);
+  const int64_t tokens = std::max(config.seqlen_q, config.seqlen_kv);
+  for (int64_t& d : shape) d = d < 0 ? tokens : d;  // reach unknown: one per token
+  if (b.rank < 0) shape = {tokens};
+  if (src.spec == "random") {
+    if (shape.size() == 1) return RandomDocuments(shape[0], gen);
+    return RandomTensor(cuir::TensorDType::kInt32, shape, tokens, gen);
+  }
+  if (kind == "random") {
+    auto r = RandomArg(arg, where);
+    if (!r.ok()) return r.status();
+    return RandomTensor(r->first, r->second.value_or(shape), tokens, gen);
+  }
+  if (kind == "tensor") return LoadTensorFile(arg, where);
   if (kind == "lengths" || kind == "values" || kind == "file") {
     auto ints = kind == "file" ? ReadIntsFile(arg) : ParseInts(arg, where);
     if (!ints.ok()) return ints.status();
     if (kind == "lengths") return DocumentsFromLengths(*ints, where);
-    return Int64(*ints);
+    return Int32(*ints, where);
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      where, ": unknown source; use random, lengths:A,B,.. (document lengths), values:1,2,.. or "
-             "file:PATH (whitespace-separated integers)"));
+  return UnknownSource(where);
 }
 
-std::string LengthReason(const SpecBuffer& b, const cuir::AttentionConfig& c) {
-  std::vector<std::string> uses;
-  if (b.indexed_by_q) uses.push_back(absl::StrCat("seqlen_q = ", c.seqlen_q));
-  if (b.indexed_by_kv) uses.push_back(absl::StrCat("seqlen_kv = ", c.seqlen_kv));
-  if (uses.empty()) return "max(seqlen_q, seqlen_kv)";
-  return absl::StrCat("indexed by ", b.indexed_by_q ? "q_idx" : "",
-                      b.indexed_by_q && b.indexed_by_kv ? " and " : "",
-                      b.indexed_by_kv ? "kv_idx" : "", ": ", absl::StrJoin(uses, ", "));
+// The tensor against the spec: dtype, rank, and the sizes the indexing reaches.
+absl::Status CheckBuffer(const Spec& spec, const SpecBuffer& b, const BufferSource& src,
+                         const torch::Tensor& t, const cuir::AttentionConfig& config) {
+  const std::string what = absl::StrCat("buffer `", b.name, "` from `", src.spec, "`");
+  const auto dtype = TensorDTypeOf(t.scalar_type());
+  if (!dtype || *dtype != b.dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " is ", c10::toString(t.scalar_type()), " but the spec was loaded for ",
+        cuir::TensorDTypeName(b.dtype), " (load the spec with the job's buffer dtypes: "
+        "BufferDTypesOf)"));
+  }
+  if (b.rank < 0) return absl::OkStatus();  // the spec never reads it
+  if (t.dim() != b.rank) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " has shape ", ShapeText(t.sizes()), " (rank ", t.dim(), ") but the spec indexes it ",
+        b.rank == 0 ? "as a value (rank 0)" : absl::StrCat("with ", b.rank, " indices"), ", as in ",
+        BufferUseText(spec, b.name), ": give a tensor of rank ", b.rank));
+  }
+  const std::vector<int64_t> need = RequiredBufferShape(spec, b, config);
+  for (size_t d = 0; d < need.size(); ++d) {
+    if (need[d] < 0 || t.size(d) >= need[d]) continue;
+    std::vector<std::string> least;
+    for (size_t i = 0; i < need.size(); ++i) {
+      least.push_back(need[i] < 0 ? std::to_string(t.size(i)) : std::to_string(need[i]));
+    }
+    const std::vector<ExprPtr> extents = BufferExtents(spec, b);
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " has shape ", ShapeText(t.sizes()), " but the spec's indexing (",
+        BufferUseText(spec, b.name), ") reaches size ", need[d], " along dimension ", d, " (",
+        cuir::PrintExpr(extents[d]), " at ", config.ToString(), "): give at least [",
+        absl::StrJoin(least, ", "), "]"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
 
-int64_t RequiredBufferLength(const SpecBuffer& b, const cuir::AttentionConfig& config) {
-  int64_t n = 0;
-  if (b.indexed_by_q) n = std::max(n, config.seqlen_q);
-  if (b.indexed_by_kv) n = std::max(n, config.seqlen_kv);
-  return n > 0 ? n : std::max(config.seqlen_q, config.seqlen_kv);
+torch::ScalarType TorchDType(cuir::TensorDType d) {
+  switch (d) {
+    case cuir::TensorDType::kInt32: return torch::kInt32;
+    case cuir::TensorDType::kInt64: return torch::kInt64;
+    case cuir::TensorDType::kBool: return torch::kBool;
+    case cuir::TensorDType::kFloat32: return torch::kFloat32;
+    case cuir::TensorDType::kBFloat16: return torch::kBFloat16;
+    case cuir::TensorDType::kFloat16: return torch::kHalf;
+  }
+  return torch::kInt64;
+}
+
+std::optional<cuir::TensorDType> TensorDTypeOf(torch::ScalarType t) {
+  for (int i = 0; i < cuir::kTensorDTypeCount; ++i) {
+    const auto d = static_cast<cuir::TensorDType>(i);
+    if (TorchDType(d) == t) return d;
+  }
+  return std::nullopt;
+}
+
+std::vector<int64_t> RequiredBufferShape(const Spec& spec, const SpecBuffer& b,
+                                         const cuir::AttentionConfig& config) {
+  cuir::ScalarEnv env;
+  for (const auto& [name, value] : cuir::BuiltinSizes(config)) env.vars[name] = value;
+  std::vector<int64_t> shape;
+  for (const ExprPtr& extent : BufferExtents(spec, b)) {
+    auto n = extent ? cuir::EvalInt(extent, env) : absl::StatusOr<int64_t>(-1);
+    shape.push_back(n.ok() ? *n : -1);
+  }
+  return shape;
+}
+
+std::map<std::string, BufferSource> SourcesForShape(
+    const Spec& spec, const std::map<std::string, BufferSource>& job_sources,
+    const cuir::AttentionConfig& job, const cuir::AttentionConfig& shape) {
+  if (shape.batch == job.batch && shape.seqlen_q == job.seqlen_q &&
+      shape.seqlen_kv == job.seqlen_kv) {
+    return job_sources;
+  }
+  std::map<std::string, BufferSource> out;
+  for (const SpecBuffer& b : spec.buffers) {
+    // int32 keeps plain `random` (documents for token-indexed ids), the others name their dtype.
+    out[b.name].spec = b.dtype == cuir::TensorDType::kInt32
+                           ? "random"
+                           : absl::StrCat("random:", cuir::TensorDTypeName(b.dtype));
+  }
+  return out;
+}
+
+absl::StatusOr<BufferDTypes> BufferDTypesOf(const std::map<std::string, BufferSource>& sources) {
+  BufferDTypes out;
+  for (const auto& [name, src] : sources) {
+    const std::string where = absl::StrCat("buffer `", name, "` source `", src.spec, "`");
+    const auto [kind, arg] = Split(src.spec);
+    if (kind == "random" && !arg.empty()) {
+      auto r = RandomArg(arg, where);
+      if (!r.ok()) return r.status();
+      out[name] = r->first;
+    } else if (kind == "tensor") {
+      auto t = LoadTensorFile(arg, where);
+      if (!t.ok()) return t.status();
+      out[name] = *TensorDTypeOf(t->scalar_type());
+    } else if (kind == "random" || kind == "lengths" || kind == "values" || kind == "file") {
+      out[name] = cuir::TensorDType::kInt32;
+    } else {
+      return UnknownSource(where);
+    }
+  }
+  return out;
+}
+
+absl::Status CheckBufferSources(const Spec& spec, const cuir::AttentionConfig& config,
+                                const std::map<std::string, BufferSource>& sources) {
+  for (const auto& [name, src] : sources) {
+    if (std::none_of(spec.buffers.begin(), spec.buffers.end(),
+                     [&](const SpecBuffer& b) { return b.name == name; })) {
+      return absl::InvalidArgumentError(absl::StrCat("buffer source for `", name, "`: ", spec.path,
+                                                     " has no such buffer"));
+    }
+  }
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(0);
+  for (const SpecBuffer& b : spec.buffers) {
+    auto it = sources.find(b.name);
+    if (it == sources.end()) continue;  // random values fit by construction
+    auto values = BufferValues(spec, b, it->second, config, gen);
+    if (!values.ok()) return values.status();
+    if (auto s = CheckBuffer(spec, b, it->second, *values, config); !s.ok()) return s;
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<AttentionInputs> MakeInputs(const Spec& spec, const cuir::AttentionConfig& config,
@@ -125,7 +350,7 @@ absl::StatusOr<AttentionInputs> MakeInputs(const Spec& spec, const cuir::Attenti
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   auto normal = [&](int64_t heads, int64_t seqlen) {
     return torch::randn({config.batch, heads, seqlen, config.head_dim}, gen, torch::kFloat32)
-        .to(TorchDtype(config.dtype));
+        .to(InputDtype(config.dtype));
   };
   AttentionInputs in;
   in.q = normal(config.heads_q, config.seqlen_q);
@@ -134,14 +359,9 @@ absl::StatusOr<AttentionInputs> MakeInputs(const Spec& spec, const cuir::Attenti
   for (const SpecBuffer& b : spec.buffers) {
     auto it = sources.find(b.name);
     const BufferSource src = it == sources.end() ? BufferSource{} : it->second;
-    const int64_t length = RequiredBufferLength(b, config);
-    auto values = BufferValues(b, src, length, gen);
+    auto values = BufferValues(spec, b, src, config, gen);
     if (!values.ok()) return values.status();
-    if (values->numel() != length) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "buffer `", b.name, "` from `", src.spec, "` has ", values->numel(),
-          " values but needs ", length, " (", LengthReason(b, config), ")"));
-    }
+    if (auto s = CheckBuffer(spec, b, src, *values, config); !s.ok()) return s;
     in.buffers[b.name] = *values;
   }
   return in;

@@ -17,7 +17,7 @@ struct AttentionInputs {
   torch::Tensor q;  // [batch, heads_q, seqlen_q, head_dim], config dtype
   torch::Tensor k;  // [batch, heads_kv, seqlen_kv, head_dim]
   torch::Tensor v;  // [batch, heads_kv, seqlen_kv, head_dim]
-  std::map<std::string, torch::Tensor> buffers;  // name -> 1-D int64
+  std::map<std::string, torch::Tensor> buffers;  // name -> the captured tensor (its dtype, shape)
 };
 
 struct AttentionOutputs {
@@ -26,19 +26,49 @@ struct AttentionOutputs {
                       // undefined from the oracle of a reference spec that returns O only
 };
 
-// How a buffer's values are provided by a job: "file:PATH" (whitespace-separated integers),
-// "lengths:A,B,C" (document lengths -> ids 0,0,..,1,1,..), "values:1,2,3", or "random"
-// (random documents: sorted ids with random lengths, seeded).
+// How a job provides a captured tensor's values:
+//   random                  int32; 1-D: a few random documents (sorted ids); else uniform ints
+//   random:DTYPE            DTYPE (int32 int64 bool float32 bfloat16 float16), shaped to what the
+//                           spec's indexing reaches at the job's sizes
+//   random:DTYPE[D0,D1,..]  that shape
+//   lengths:A,B,C           int32 document ids: 0 A times, 1 B times, ...
+//   values:1,2,3            int32, exactly these
+//   file:PATH               int32 from a text file of integers (whitespace or commas)
+//   tensor:PATH             a tensor saved with torch.save (its dtype and shape)
+// Random floats are standard normal, bools fair coins, ints uniform in
+// [0, max(seqlen_q, seqlen_kv)]; all seeded.
 struct BufferSource {
   std::string spec = "random";
 };
 
-// Fresh random q/k/v (normal, in the config dtype, on CPU) and buffer values.
+// The dtype each source gives; a source that names none (random, lengths, values, file) gives
+// int32. Tensor files are read for theirs. Errors name the buffer and the source.
+absl::StatusOr<BufferDTypes> BufferDTypesOf(const std::map<std::string, BufferSource>& sources);
+
+// Fresh random q/k/v (normal, in the config dtype, on CPU) and the captured tensors. A tensor
+// must have the spec's dtype and rank and at least the sizes its indexing reaches at this
+// config (BufferExtents); errors say which and how to fix.
 absl::StatusOr<AttentionInputs> MakeInputs(const Spec& spec, const cuir::AttentionConfig& config,
                                            const std::map<std::string, BufferSource>& sources,
                                            uint64_t seed);
 
-// Length a buffer must have for the config: max of seqlen_q / seqlen_kv over its index uses.
-int64_t RequiredBufferLength(const SpecBuffer& b, const cuir::AttentionConfig& config);
+// The job's buffer sources read and checked against the spec at `config` (names, dtypes, ranks,
+// sizes), without q/k/v: what a cached kernel needs before it serves the job.
+absl::Status CheckBufferSources(const Spec& spec, const cuir::AttentionConfig& config,
+                                const std::map<std::string, BufferSource>& sources);
+
+// The least shape of buffer `b` at `config`: BufferExtents evaluated, -1 where it depends on
+// data.
+std::vector<int64_t> RequiredBufferShape(const Spec& spec, const SpecBuffer& b,
+                                         const cuir::AttentionConfig& config);
+
+// The job's sources where `shape` is the job's own (batch and sequence lengths: values given for
+// one shape need not fit another), else random values of each buffer's dtype.
+std::map<std::string, BufferSource> SourcesForShape(
+    const Spec& spec, const std::map<std::string, BufferSource>& job_sources,
+    const cuir::AttentionConfig& job, const cuir::AttentionConfig& shape);
+
+torch::ScalarType TorchDType(cuir::TensorDType d);
+std::optional<cuir::TensorDType> TensorDTypeOf(torch::ScalarType t);
 
 }  // namespace cubridge::spec

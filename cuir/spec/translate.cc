@@ -3,6 +3,7 @@
 // Values are translated on demand from the graph's output, so dead code in helpers never matters.
 // A node that comes from a TorchScript builtin (e.g. `2.0 / x` is emitted as reciprocal * 2.0 by
 // a builtin function) has no position in the user's file; it takes its consumer's.
+#include <algorithm>
 #include <cmath>
 #include <functional>
 
@@ -21,10 +22,13 @@ using torch::jit::Node;
 using torch::jit::Value;
 
 constexpr const char* kSupported =
-    "+ - * / // % ** (torch.add/sub/mul/div/floor_divide/remainder/pow), neg, abs, exp, exp2, "
-    "log, log2, sqrt, tanh, sigmoid, floor, ceil, relu, torch.minimum/maximum, clamp, "
-    "torch.where, comparisons, & | ^ ~ on masks (logical_and/or/xor/not), buffer[q_idx] and "
-    "buffer[kv_idx], casts (.float(), .int(), .to(dtype)), full_like/ones_like/zeros_like";
+    "+ - * / // % ** (torch.add/sub/mul/div/floor_divide/remainder/fmod/pow), neg, abs, sign, "
+    "exp, exp2, expm1, log, log2, log10, log1p, sqrt, rsqrt, sigmoid, sin/cos/tan, "
+    "asin/acos/atan, atan2, sinh/cosh/tanh, asinh/acosh/atanh, erf, erfc, floor, ceil, trunc, "
+    "round, relu, torch.minimum/maximum, clamp, torch.where, comparisons, & | ^ ~ (masks: "
+    "logical; ints: bitwise), << >>, logical_and/or/xor/not, indexing captured tensors "
+    "(t[h], t[b, h, q_idx, kv_idx], t[-1]), casts (.float(), .int(), .to(dtype)), "
+    "full_like/ones_like/zeros_like";
 
 // A translated graph value: an expression, or one of the non-scalar things a graph passes
 // around (None, a string such as rounding_mode, a list of indices, a buffer).
@@ -34,6 +38,8 @@ struct TVal {
   ExprPtr expr;
   Type type = Type::kInt;
   std::string text;  // kString: the string; kBuffer: its name; kOpaque: what it is
+  // kList: the items; kBuffer: the indices applied so far (`t[0]` of a 2-D t is still a tensor,
+  // which a further index or its use as a value completes). `type` is a buffer's element type.
   std::vector<TVal> items;
 };
 
@@ -50,6 +56,14 @@ TVal Other(TVal::Kind kind, std::string text = {}) {
   v.kind = kind;
   v.text = std::move(text);
   return v;
+}
+
+// A captured tensor used as a value: the indices so far are all it has (none for a rank-0
+// tensor); the frontend checks that every use of the tensor gives the same number.
+TVal ElementOf(const TVal& buffer, const SourceLoc& loc) {
+  std::vector<ExprPtr> indices;
+  for (const TVal& i : buffer.items) indices.push_back(i.expr);
+  return Ex(cuir::Index(buffer.text, std::move(indices), loc), buffer.type);
 }
 
 Type Promote(Type a, Type b) {
@@ -137,9 +151,13 @@ class Translator {
   explicit Translator(const TranslateRequest& req) : req_(req) {
     const auto inputs = req.graph->inputs();
     for (size_t i = 0; i < inputs.size(); ++i) {
-      vals_[inputs[i]] = req.input_is_buffer[i]
-                             ? Other(TVal::Kind::kBuffer, req.input_names[i])
-                             : Ex(cuir::Var(req.input_names[i], req.def_loc), req.input_types[i]);
+      if (req.input_is_buffer[i]) {
+        TVal buffer = Other(TVal::Kind::kBuffer, req.input_names[i]);
+        buffer.type = req.input_types[i];
+        vals_[inputs[i]] = buffer;
+      } else {
+        vals_[inputs[i]] = Ex(cuir::Var(req.input_names[i], req.def_loc), req.input_types[i]);
+      }
     }
   }
 
@@ -160,10 +178,7 @@ class Translator {
     auto v = Input(n, i, loc);
     if (!v.ok()) return v.status();
     if (v->kind == TVal::Kind::kExpr) return *v;
-    if (v->kind == TVal::Kind::kBuffer) {
-      return Error(loc, absl::StrCat("buffer `", v->text, "` can only be indexed, as in ", v->text,
-                                     "[q_idx] or ", v->text, "[kv_idx]"));
-    }
+    if (v->kind == TVal::Kind::kBuffer) return ElementOf(*v, loc);
     return Error(loc, absl::StrCat("`", n->kind().toQualString(), "` with a ", Describe(*v),
                                    " argument is not supported in ", req_.function));
   }
@@ -313,7 +328,9 @@ TVal Arith(BinaryOp op, const TVal& a0, const TVal& b0, const SourceLoc& loc) {
   }
   const TVal a = Numeric(a0, loc), b = Numeric(b0, loc);
   const Type promoted = Promote(a.type, b.type);
-  if (op == BinaryOp::kDiv) return Ex(Binary(op, a.expr, b.expr, loc), Type::kFloat);
+  if (op == BinaryOp::kDiv || op == BinaryOp::kAtan2) {
+    return Ex(Binary(op, a.expr, b.expr, loc), Type::kFloat);
+  }
   if (op == BinaryOp::kPow && promoted == Type::kInt) {
     // CuIR makes int ** int a float unless the exponent is a literal >= 0; torch keeps it int.
     TVal r = Ex(Binary(op, a.expr, b.expr, loc), Type::kInt);
@@ -434,34 +451,80 @@ Handler Compare(BinaryOp op) {
   };
 }
 
-// & | ^ on masks. `logical` ops accept numbers (nonzero = true); the bitwise ones on ints would
-// be integer bit operations, which CuIR does not have.
-absl::StatusOr<TVal> MaskOperand(Translator& t, Node* n, size_t i, bool logical,
-                                 const SourceLoc& loc) {
+// & | ^ ~: on masks (bools) they combine masks, on ints they are bit operations (a bool beside
+// an int counts as 0/1, as torch promotes it); the `logical_*` ops take any numbers as truth
+// values. Floats have no bit operations in torch either.
+absl::StatusOr<TVal> LogicOperand(Translator& t, Node* n, size_t i, bool logical,
+                                  const SourceLoc& loc) {
   auto v = t.Arg(n, i, loc);
   if (!v.ok()) return v.status();
-  if (v->type == Type::kBool || logical) return Convert(*v, Type::kBool, loc);
-  return t.Error(loc, absl::StrCat("`", n->kind().toQualString(), "` on ", cuir::TypeName(v->type),
-                                   " values (a bit operation) is not supported: & | ^ ~ combine "
-                                   "masks, i.e. comparisons such as q_idx >= kv_idx"));
+  if (logical) return Convert(*v, Type::kBool, loc);
+  if (v->type == Type::kFloat) {
+    return t.Error(loc, absl::StrCat("`", n->kind().toQualString(), "` on a float value: & | ^ ~ "
+                                     "combine masks (bools) or ints bit by bit; compare the "
+                                     "float first (x > 0) or convert it (x.int())"));
+  }
+  return *v;
 }
 
 Handler Logic(BinaryOp op, bool logical, bool exclusive = false) {
   return [=](Translator& t, Node* n, const SourceLoc& loc) -> absl::StatusOr<TVal> {
-    auto a = MaskOperand(t, n, 0, logical, loc);
+    auto a = LogicOperand(t, n, 0, logical, loc);
     if (!a.ok()) return a.status();
-    auto b = MaskOperand(t, n, 1, logical, loc);
+    auto b = LogicOperand(t, n, 1, logical, loc);
     if (!b.ok()) return b.status();
-    if (exclusive) return Ex(Xor(a->expr, b->expr, loc), Type::kBool);
-    return Ex(Binary(op, a->expr, b->expr, loc), Type::kBool);
+    if (a->type == Type::kBool && b->type == Type::kBool) {
+      if (exclusive) return Ex(Xor(a->expr, b->expr, loc), Type::kBool);
+      return Ex(Binary(op, a->expr, b->expr, loc), Type::kBool);
+    }
+    const BinaryOp bit = exclusive ? BinaryOp::kBitXor
+                                   : (op == BinaryOp::kAnd ? BinaryOp::kBitAnd : BinaryOp::kBitOr);
+    return Ex(Binary(bit, Numeric(*a, loc).expr, Numeric(*b, loc).expr, loc), Type::kInt);
   };
 }
 
 Handler Not(bool logical) {
   return [logical](Translator& t, Node* n, const SourceLoc& loc) -> absl::StatusOr<TVal> {
-    auto a = MaskOperand(t, n, 0, logical, loc);
+    auto a = LogicOperand(t, n, 0, logical, loc);
     if (!a.ok()) return a.status();
-    return Ex(cuir::Unary(UnaryOp::kNot, a->expr, loc), Type::kBool);
+    if (a->type == Type::kBool) return Ex(cuir::Unary(UnaryOp::kNot, a->expr, loc), Type::kBool);
+    return Ex(cuir::Unary(UnaryOp::kBitNot, a->expr, loc), Type::kInt);
+  };
+}
+
+// << and >> on ints (torch has no float shifts).
+Handler Shift(BinaryOp op) {
+  return [op](Translator& t, Node* n, const SourceLoc& loc) -> absl::StatusOr<TVal> {
+    TVal v[2];
+    for (size_t i = 0; i < 2; ++i) {
+      auto x = t.Arg(n, i, loc);
+      if (!x.ok()) return x.status();
+      if (x->type == Type::kFloat) {
+        return t.Error(loc, absl::StrCat("`", n->kind().toQualString(), "` on a float value: "
+                                         "shifts take ints (convert with .int() or .long())"));
+      }
+      v[i] = Numeric(*x, loc);
+    }
+    return Ex(Binary(op, v[0].expr, v[1].expr, loc), Type::kInt);
+  };
+}
+
+// trunc / round keep ints as they are (torch returns the int tensor unchanged).
+Handler IntPreserving(UnaryOp op) {
+  return [op](Translator& t, Node* n, const SourceLoc& loc) -> absl::StatusOr<TVal> {
+    auto x = t.Arg(n, 0, loc);
+    if (!x.ok()) return x.status();
+    if (n->inputs().size() > 1) {  // round(x, decimals=d)
+      auto decimals = t.Input(n, 1, loc);
+      if (!decimals.ok()) return decimals.status();
+      if (!IsIntLit(*decimals, 0)) {
+        return t.Error(loc, "torch.round with decimals is not supported: scale, round and "
+                            "divide instead (torch.round(x * 100) / 100)");
+      }
+    }
+    const TVal v = Numeric(*x, loc);
+    if (v.type == Type::kInt) return v;
+    return Ex(cuir::Unary(op, v.expr, loc), Type::kFloat);
   };
 }
 
@@ -521,25 +584,36 @@ Handler Fill(std::optional<double> fixed, bool like) {
   };
 }
 
-absl::StatusOr<TVal> IndexBuffer(Translator& t, Node* n, const TVal& self, const TVal& index,
+// `self[index]`: one more index into a captured tensor.
+absl::StatusOr<TVal> IndexBuffer(Translator& t, const TVal& self, const TVal& index0,
                                  const SourceLoc& loc) {
+  const TVal index = index0.kind == TVal::Kind::kBuffer ? ElementOf(index0, loc) : index0;
   if (self.kind != TVal::Kind::kBuffer) {
-    return t.Error(loc, "indexing is only supported on buffers (tensor parameters such as `doc`), "
-                        "as in doc[q_idx]");
+    return t.Error(loc, "indexing is only supported on captured tensors (tensor parameters such "
+                        "as `doc` or `bias`), as in bias[b, h, q_idx, kv_idx]");
+  }
+  if (index.kind == TVal::Kind::kNone) {
+    return t.Error(loc, absl::StrCat("slices (`:`, `...`) of `", self.text, "` are not supported: "
+                                     "index every dimension with an integer expression, as in ",
+                                     self.text, "[h, q_idx]"));
   }
   if (index.kind != TVal::Kind::kExpr || index.type != Type::kInt) {
-    return t.Error(loc, absl::StrCat("buffer `", self.text,
-                                     "` must be indexed by one integer expression, as in ",
-                                     self.text, "[q_idx]"));
+    return t.Error(loc, absl::StrCat("`", self.text, "` must be indexed by integer expressions ",
+                                     "(of b, h, q_idx, kv_idx, parameters and constants), not a ",
+                                     index.kind == TVal::Kind::kExpr ? cuir::TypeName(index.type)
+                                                                     : "non-scalar",
+                                     index.type == Type::kBool ? " (mask indexing selects, it "
+                                                                 "does not read one element)"
+                                                               : ""));
   }
-  if (!cuir::Mentions(index.expr, "q_idx") && !cuir::Mentions(index.expr, "kv_idx")) {
-    return t.Error(loc, absl::StrCat("buffer `", self.text, "` is indexed by `",
-                                     cuir::PrintExpr(index.expr),
-                                     "`: buffers hold one value per token, so the index must be "
-                                     "an expression of q_idx or kv_idx, as in ",
-                                     self.text, "[q_idx]"));
+  if (self.items.size() == cuir::kMaxBufferRank) {
+    return t.Error(loc, absl::StrCat("`", self.text, "` is indexed with more than ",
+                                     cuir::kMaxBufferRank, " indices; captured tensors have at "
+                                     "most ", cuir::kMaxBufferRank, " dimensions"));
   }
-  return Ex(cuir::Index(self.text, index.expr, loc), Type::kInt);
+  TVal out = self;
+  out.items.push_back(index);
+  return out;
 }
 
 absl::StatusOr<TVal> AtenIndex(Translator& t, Node* n, const SourceLoc& loc) {
@@ -547,12 +621,19 @@ absl::StatusOr<TVal> AtenIndex(Translator& t, Node* n, const SourceLoc& loc) {
   if (!self.ok()) return self.status();
   auto list = t.Input(n, 1, loc);
   if (!list.ok()) return list.status();
-  if (list->kind != TVal::Kind::kList || list->items.size() != 1) {
-    return t.Error(loc, "buffers are 1-D: index them with a single expression, as in doc[q_idx]");
+  if (list->kind != TVal::Kind::kList) {
+    return t.Error(loc, "index captured tensors with integer expressions, as in t[h, q_idx]");
   }
-  return IndexBuffer(t, n, *self, list->items[0], loc);
+  TVal r = *self;
+  for (const TVal& item : list->items) {
+    auto next = IndexBuffer(t, r, item, loc);
+    if (!next.ok()) return next.status();
+    r = *next;
+  }
+  return r;
 }
 
+// t[i] with a Python int i (a constant, a parameter or int arithmetic) is `select(t, 0, i)`.
 absl::StatusOr<TVal> AtenSelect(Translator& t, Node* n, const SourceLoc& loc) {
   auto self = t.Input(n, 0, loc);
   if (!self.ok()) return self.status();
@@ -560,8 +641,11 @@ absl::StatusOr<TVal> AtenSelect(Translator& t, Node* n, const SourceLoc& loc) {
   if (!dim.ok()) return dim.status();
   auto index = t.Input(n, 2, loc);
   if (!index.ok()) return index.status();
-  if (!IsIntLit(*dim, 0)) return t.Error(loc, "buffers are 1-D: index them along dimension 0");
-  return IndexBuffer(t, n, *self, *index, loc);
+  if (!IsIntLit(*dim, 0)) {
+    return t.Error(loc, "index the dimensions of a captured tensor in order, one integer "
+                        "expression each (slices and `...` are not supported)");
+  }
+  return IndexBuffer(t, *self, *index, loc);
 }
 
 const absl::flat_hash_map<std::string, Handler>& Handlers() {
@@ -579,18 +663,37 @@ const absl::flat_hash_map<std::string, Handler>& Handlers() {
     for (const char* k : {"aten::Bool", "aten::BoolImplicit"}) h[k] = CastTo(Type::kBool);
     h["aten::to"] = To;
     h["aten::type_as"] = To;
-    for (auto [k, op] : {std::pair{"aten::exp", UnaryOp::kExp}, {"aten::exp2", UnaryOp::kExp2},
-                         {"aten::special_exp2", UnaryOp::kExp2}, {"aten::log", UnaryOp::kLog},
-                         {"aten::log2", UnaryOp::kLog2}, {"aten::sqrt", UnaryOp::kSqrt},
-                         {"aten::tanh", UnaryOp::kTanh}, {"aten::sigmoid", UnaryOp::kSigmoid},
-                         {"aten::special_expit", UnaryOp::kSigmoid}}) {
+    for (auto [k, op] : std::initializer_list<std::pair<const char*, UnaryOp>>{
+             {"aten::exp", UnaryOp::kExp}, {"aten::exp2", UnaryOp::kExp2},
+             {"aten::special_exp2", UnaryOp::kExp2}, {"aten::log", UnaryOp::kLog},
+             {"aten::log2", UnaryOp::kLog2}, {"aten::log10", UnaryOp::kLog10},
+             {"aten::sqrt", UnaryOp::kSqrt}, {"aten::tanh", UnaryOp::kTanh},
+             {"aten::sigmoid", UnaryOp::kSigmoid}, {"aten::special_expit", UnaryOp::kSigmoid},
+             {"aten::sin", UnaryOp::kSin}, {"aten::cos", UnaryOp::kCos},
+             {"aten::tan", UnaryOp::kTan}, {"aten::asin", UnaryOp::kAsin},
+             {"aten::arcsin", UnaryOp::kAsin}, {"aten::acos", UnaryOp::kAcos},
+             {"aten::arccos", UnaryOp::kAcos}, {"aten::atan", UnaryOp::kAtan},
+             {"aten::arctan", UnaryOp::kAtan}, {"aten::sinh", UnaryOp::kSinh},
+             {"aten::cosh", UnaryOp::kCosh}, {"aten::asinh", UnaryOp::kAsinh},
+             {"aten::arcsinh", UnaryOp::kAsinh}, {"aten::acosh", UnaryOp::kAcosh},
+             {"aten::arccosh", UnaryOp::kAcosh}, {"aten::atanh", UnaryOp::kAtanh},
+             {"aten::arctanh", UnaryOp::kAtanh}, {"aten::erf", UnaryOp::kErf},
+             {"aten::special_erf", UnaryOp::kErf}, {"aten::erfc", UnaryOp::kErfc},
+             {"aten::special_erfc", UnaryOp::kErfc}, {"aten::log1p", UnaryOp::kLog1p},
+             {"aten::special_log1p", UnaryOp::kLog1p}, {"aten::expm1", UnaryOp::kExpm1},
+             {"aten::special_expm1", UnaryOp::kExpm1}}) {
       h[k] = FloatMath(op);
     }
-    for (auto [k, op] : {std::pair{"aten::neg", UnaryOp::kNeg}, {"aten::negative", UnaryOp::kNeg},
-                         {"aten::abs", UnaryOp::kAbs}, {"prim::abs", UnaryOp::kAbs},
-                         {"aten::absolute", UnaryOp::kAbs}}) {
+    for (auto [k, op] : std::initializer_list<std::pair<const char*, UnaryOp>>{
+             {"aten::neg", UnaryOp::kNeg}, {"aten::negative", UnaryOp::kNeg},
+             {"aten::abs", UnaryOp::kAbs}, {"prim::abs", UnaryOp::kAbs},
+             {"aten::absolute", UnaryOp::kAbs}, {"aten::sign", UnaryOp::kSign},
+             {"aten::sgn", UnaryOp::kSign}}) {
       h[k] = SameTypeMath(op);
     }
+    h["aten::trunc"] = IntPreserving(UnaryOp::kTrunc);
+    h["aten::fix"] = IntPreserving(UnaryOp::kTrunc);
+    h["aten::round"] = IntPreserving(UnaryOp::kRound);
     h["aten::floor"] = Rounding(false);
     h["aten::ceil"] = Rounding(true);
     h["aten::relu"] = [](Translator& t, Node* n, const SourceLoc& loc) -> absl::StatusOr<TVal> {
@@ -622,8 +725,14 @@ const absl::flat_hash_map<std::string, Handler>& Handlers() {
                          {"aten::floor_divide", BinaryOp::kFloorDiv},
                          {"aten::floordiv", BinaryOp::kFloorDiv},
                          {"aten::remainder", BinaryOp::kMod}, {"aten::__mod__", BinaryOp::kMod},
-                         {"aten::pow", BinaryOp::kPow}, {"aten::float_power", BinaryOp::kPow}}) {
+                         {"aten::pow", BinaryOp::kPow}, {"aten::float_power", BinaryOp::kPow},
+                         {"aten::fmod", BinaryOp::kFmod}, {"aten::atan2", BinaryOp::kAtan2},
+                         {"aten::arctan2", BinaryOp::kAtan2}}) {
       h[k] = BinaryArith(op);
+    }
+    for (const char* k : {"aten::__lshift__", "aten::bitwise_left_shift"}) h[k] = Shift(BinaryOp::kShl);
+    for (const char* k : {"aten::__rshift__", "aten::bitwise_right_shift"}) {
+      h[k] = Shift(BinaryOp::kShr);
     }
     h["aten::rsub"] = BinaryArith(BinaryOp::kSub, /*swapped=*/true);
     h["aten::div"] = Div;
@@ -664,6 +773,16 @@ const absl::flat_hash_map<std::string, Handler>& Handlers() {
     h["aten::scalar_tensor"] = Fill(std::nullopt, /*like=*/false);
     h["aten::tensor"] = Fill(std::nullopt, /*like=*/false);
     h["aten::index"] = AtenIndex;
+    h["aten::slice"] = [](Translator& t, Node* n, const SourceLoc& loc) -> absl::StatusOr<TVal> {
+      auto self = t.Input(n, 0, loc);
+      if (!self.ok()) return self.status();
+      const std::string what = self->kind == TVal::Kind::kBuffer
+                                   ? absl::StrCat("of `", self->text, "` ")
+                                   : std::string();
+      return t.Error(loc, absl::StrCat("slices (`:`, `...`) ", what, "are not supported: index "
+                                       "every dimension with an integer expression, as in "
+                                       "t[h, q_idx]"));
+    };
     h["aten::select"] = AtenSelect;
     return m;
   }();
@@ -671,6 +790,13 @@ const absl::flat_hash_map<std::string, Handler>& Handlers() {
 }
 
 }  // namespace
+
+std::vector<std::string> SupportedOperations() {
+  std::vector<std::string> ops;
+  for (const auto& [name, handler] : Handlers()) ops.push_back(name);
+  std::sort(ops.begin(), ops.end());
+  return ops;
+}
 
 absl::StatusOr<TypedExpr> TranslateGraph(const TranslateRequest& req) {
   return Translator(req).Run();

@@ -42,13 +42,6 @@ cuir::SourceLoc BestLoc(const cuir::SourceLoc& decl, const ExprPtr& value) {
   return decl.known() || !value ? decl : value->loc;
 }
 
-ExprPtr BufferLength(const VariantSpec::Buffer& b) {
-  if (b.indexed_by_q && b.indexed_by_kv) {
-    return cuir::Binary(cuir::BinaryOp::kMax, cuir::Var("seqlen_q"), cuir::Var("seqlen_kv"));
-  }
-  return cuir::Var(b.indexed_by_q ? "seqlen_q" : "seqlen_kv");
-}
-
 }  // namespace
 
 absl::Status ApplyParamsConst(cuir::Program& program, RuleContext& ctx) {
@@ -87,25 +80,17 @@ absl::Status ApplyBuffersDeclare(cuir::Program& program, RuleContext& ctx) {
   std::vector<std::string> declared;
   for (const VariantSpec::Buffer& b : ctx.spec.buffers) {
     std::string key = BufferKey(b.name);
-    if (b.type != Type::kInt) {
-      ctx.claims.Decline(key,
-                         absl::StrCat("its element type is ", cuir::TypeName(b.type),
-                                      "; only int buffers (e.g. document ids) are covered"),
-                         b.loc);
-      continue;
-    }
-    if (!b.indexed_by_q && !b.indexed_by_kv) {
-      ctx.claims.Decline(key, "it is indexed by neither q_idx nor kv_idx, so its length is unknown",
-                         b.loc);
-      continue;
-    }
     Stmt s;
     s.kind = StmtKind::kBuffer;
     s.loc = b.loc;
     s.name = b.name;
-    s.type = Type::kInt;
-    s.value = BufferLength(b);
-    declared.push_back(absl::StrCat(b.name, "[", cuir::PrintExpr(s.value), "]"));
+    s.dtype = b.dtype;
+    s.type = cuir::ElementType(b.dtype);
+    s.exprs = b.extents;
+    std::vector<std::string> dims;
+    for (const ExprPtr& e : b.extents) dims.push_back(e ? cuir::PrintExpr(e) : "?");
+    declared.push_back(absl::StrCat(b.name, ": ", cuir::TensorDTypeName(b.dtype), "[",
+                                    absl::StrJoin(dims, ", "), "]"));
     program.stmts.insert(program.stmts.begin() + at++, std::move(s));
     ctx.claims.Claim(key);
   }

@@ -13,7 +13,11 @@ using cuir::ExprPtr;
 // The first buffer read whose index depends on `score` (a data-dependent gather: no tile of the
 // kernel holds the buffer at positions known before the scores are computed).
 const cuir::Expr* ScoreIndexedRead(const ExprPtr& e) {
-  if (e->kind == ExprKind::kIndex && cuir::Mentions(e->args[0], "score")) return e.get();
+  if (e->kind == ExprKind::kIndex) {
+    for (const ExprPtr& index : e->args) {
+      if (cuir::Mentions(index, "score")) return e.get();
+    }
+  }
   for (const ExprPtr& a : e->args) {
     if (const cuir::Expr* hit = ScoreIndexedRead(a)) return hit;
   }

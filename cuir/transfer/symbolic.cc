@@ -409,7 +409,7 @@ bool IsIntValued(const ExprPtr& e, const absl::flat_hash_set<std::string>& int_v
     case ExprKind::kVar:
       return int_vars.contains(e->name);
     case ExprKind::kIndex:
-      return rec(e->args[0]);
+      return false;  // a buffer's element type is not known here
     case ExprKind::kSelect:
       return rec(e->args[1]) && rec(e->args[2]);
     case ExprKind::kUnary:

@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "cuir/ir/config.h"
+#include "cuir/ir/dtype.h"
 #include "cuir/ir/program.h"
 
 namespace cubridge::transfer {
@@ -35,12 +36,13 @@ struct VariantSpec {
     cuir::SourceLoc loc;  // where the spec declares it (for messages)
   };
   std::vector<Const> consts;
+  // A captured tensor the spec reads: its dtype and, per dimension, the size its indexing
+  // reaches (the spec frontend's BufferExtents; null where that depends on data).
   struct Buffer {
     std::string name;
-    bool indexed_by_q = false;
-    bool indexed_by_kv = false;
-    cuir::Type type = cuir::Type::kInt;  // element type; only int buffers are covered
-    cuir::SourceLoc loc;                 // where the spec declares it (for messages)
+    cuir::TensorDType dtype = cuir::TensorDType::kInt32;
+    std::vector<cuir::ExprPtr> extents;
+    cuir::SourceLoc loc;  // where the spec declares it (for messages)
   };
   std::vector<Buffer> buffers;
 };

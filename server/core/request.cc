@@ -147,10 +147,11 @@ absl::StatusOr<CheckedRequest> CheckRequest(const v1::SubmitJobRequest& r, const
   // spends a process on it.
   if (auto s = spec::GuardSpecSource(r.spec().source(), file); !s.ok()) return s;
   for (const auto& [name, source] : r.spec().buffers()) {
-    if (source.rfind("file:", 0) == 0) {
+    if (source.rfind("file:", 0) == 0 || source.rfind("tensor:", 0) == 0) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "buffer '", name, "': file: sources name files on the submitting machine; send the "
-          "values (values:1,2,..) or lengths (lengths:A,B,..) instead"));
+          "buffer '", name, "': ", source.substr(0, source.find(':')), ": sources name files on "
+          "the submitting machine; send the values (values:1,2,..), lengths (lengths:A,B,..) or "
+          "random values (random:DTYPE[D0,..]) instead"));
     }
   }
   CheckedRequest out;

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cuir/spec/spec.h"
+#include "cuir/spec/tensors.h"
 #include "server/core/request.h"
 #include "server/core/spec_checker.h"
 
@@ -22,7 +23,11 @@ v1::SpecCheckResponse Refused(const absl::Status& s) {
 v1::SpecCheckResponse Check(const v1::SpecCheckRequest& in) {
   const v1::SubmitJobRequest& r = in.request();
   const std::string file = r.spec().file_name().empty() ? "spec.py" : r.spec().file_name();
-  auto spec = spec::LoadSpecSource(r.spec().source(), file);
+  std::map<std::string, spec::BufferSource> sources;
+  for (const auto& [name, source] : r.spec().buffers()) sources[name] = spec::BufferSource{source};
+  auto dtypes = spec::BufferDTypesOf(sources);
+  if (!dtypes.ok()) return Refused(absl::InvalidArgumentError(dtypes.status().message()));
+  auto spec = spec::LoadSpecSource(r.spec().source(), file, *dtypes);
   if (!spec.ok()) return Refused(absl::InvalidArgumentError(spec.status().message()));
   std::vector<std::string> overrides;
   for (const auto& [name, value] : r.spec().params()) overrides.push_back(name + "=" + value);

@@ -16,6 +16,7 @@
 #include "cuir/lower/lift.h"
 #include "cuir/pipeline/stages.h"
 #include "cuir/pipeline/adapt.h"
+#include "tests/generality_suite.h"
 #include "tests/lower/lower_test_util.h"
 #include "worker/gpu/autotune.h"
 #include "worker/gpu/driver.h"
@@ -160,6 +161,42 @@ INSTANTIATE_TEST_SUITE_P(Examples, EveryExample,
                                            "causal_document", "share_question",
                                            "relative_position", "alibi", "softcap",
                                            "alibi_window_softcap"));
+
+// The generality suite (examples/specs/generality): specs nobody tuned for, verified on the GPU at
+// the ragged default shapes; the specs alternate bf16 with GQA 8/2 and fp16 with MHA 4/4, so
+// both dtypes and both head layouts see every class of the suite.
+class GeneralityOnGpu : public Gpu,
+                        public ::testing::WithParamInterface<cubridge::testing::GeneralitySpec> {};
+
+TEST_P(GeneralityOnGpu, VerifiesOnTheGpu) {
+  const auto& g = GetParam();
+  const bool odd = std::hash<std::string>{}(g.name) % 2 == 1;
+  cuir::AttentionConfig c = odd ? Config(2, 4, 4, 130) : Config(2, 8, 2, 130);
+  c.dtype = odd ? cuir::DType::kFP16 : cuir::DType::kBF16;
+  GpuAutotuner tuner(Options({Tile()}, false));
+  pipeline::AdaptOptions o;
+  o.buffers = g.buffers;
+  o.param_overrides = g.params;
+  o.spec_path = g.path;
+  o.config = c;
+  o.arch = arch_;
+  o.out_dir = dir_ + "/out";
+  o.use_cache = false;
+  o.seed = 1234;
+  o.gpu = &tuner;
+  o.gpu_mode = pipeline::GpuMode::kRequire;
+  auto r = pipeline::Adapt(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const auto& gpu = r->report["gpu"];
+  ASSERT_TRUE(gpu.contains("best")) << gpu.dump(2);
+  const auto& cand = gpu["candidates"][0];
+  EXPECT_TRUE(cand.value("passed", false)) << cand.dump(2);
+  EXPECT_GE(cand["verification"]["shapes"].size(), 4u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Suite, GeneralityOnGpu,
+                         ::testing::ValuesIn(cubridge::testing::GeneralitySuite()),
+                         cubridge::testing::GeneralityName);
 
 // ALiBi and relative position lower with their q_idx terms moved from the element loop to the
 // LSE (SplitRowTerms, region epilogue_rows), on both experts: the fa2_sm80 kernel runs on this

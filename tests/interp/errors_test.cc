@@ -76,7 +76,7 @@ TEST(Errors, HeadOutsideTheTensor) {
 
 Pieces DocumentProgram(const std::string& length) {
   Pieces p;
-  p.decls = {absl::StrCat("buffer doc: int[", length, "]")};
+  p.decls = {absl::StrCat("buffer doc: int32[", length, "]")};
   p.after_qk = {"mask S = doc[q_idx] == doc[kv_idx]"};
   return p;
 }
@@ -95,7 +95,8 @@ TEST(Errors, BufferOfTheWrongLength) {
   inputs.buffers["doc"] = torch::zeros({10}, torch::kLong);
   const absl::Status s = RunText(text, kConfig, inputs);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-  EXPECT_THAT(s.message(), HasSubstr("buffer doc must be a 1-D int tensor of length 300"));
+  EXPECT_THAT(s.message(), HasSubstr("buffer doc must be an int tensor of shape at least [300]"));
+  EXPECT_THAT(s.message(), HasSubstr("got Long of shape [10]"));
 }
 
 TEST(Errors, BufferIndexOutOfRangeNamesTheExpression) {
@@ -110,7 +111,8 @@ TEST(Errors, BufferIndexOutOfRangeNamesTheExpression) {
   const std::string line_prefix = mask_loc.substr(0, mask_loc.rfind(':') + 1);
   EXPECT_THAT(s.message(), HasSubstr(line_prefix));
   // The first block whose keys pass the end is n_block 1, keys [64, 128).
-  EXPECT_THAT(s.message(), HasSubstr("index 127 is out of range for buffer `doc` of length 100"));
+  EXPECT_THAT(s.message(), HasSubstr("index 127 is out of range for dimension 0 of buffer `doc` "
+                                     "of shape [100]"));
 }
 
 TEST(Errors, InvalidProgramIsRejectedBeforeRunning) {

@@ -49,7 +49,7 @@ Pieces Document() {
   Pieces p;
   p.block_m = 64;
   p.block_n = 32;
-  p.decls = {"buffer doc: int[max(seqlen_q, seqlen_kv)]"};
+  p.decls = {"buffer doc: int32[max(seqlen_q, seqlen_kv)]"};
   p.tables = {"table T = blocks(q_idx >= kv_idx && doc[q_idx] == doc[kv_idx])"};
   p.loop = "n_block, full in table T[m_block]";
   p.after_qk = {"mask S = q_idx >= kv_idx && doc[q_idx] == doc[kv_idx] when !full"};

@@ -136,7 +136,7 @@ TEST(EvalTest, VariablesAndBuffers) {
   env.vars["q_idx"] = int64_t{5};
   env.vars["kv_idx"] = int64_t{2};
   env.vars["cap"] = 20.0;
-  env.buffers["doc"] = {0, 0, 1, 1, 1, 2};
+  env.buffers["doc"] = BufferData::Ints({0, 0, 1, 1, 1, 2});
   EXPECT_TRUE(EvB("q_idx >= kv_idx && doc[q_idx] == doc[kv_idx] + 1", env));
   EXPECT_EQ(EvI("(kv_idx - q_idx) // 2", env), -2);
   EXPECT_DOUBLE_EQ(EvF("cap * tanh(0.0 / cap)", env), 0.0);
@@ -163,16 +163,37 @@ TEST(EvalTest, ParsedLocationIsTheOperator) {
 
 TEST(EvalTest, BufferOutOfRangeNamesBufferIndexAndLength) {
   ScalarEnv env;
-  env.buffers["doc"] = {0, 1, 2};
+  env.buffers["doc"] = BufferData::Ints({0, 1, 2});
   env.vars["i"] = int64_t{5};
-  for (const char* index : {"i", "-1"}) {
+  for (const char* index : {"i", "-4"}) {
     auto v = EvalScalar(Index("doc", P(index), kAt), env);
     ASSERT_FALSE(v.ok());
     EXPECT_EQ(v.status().code(), absl::StatusCode::kOutOfRange);
     EXPECT_THAT(v.status().message(),
-                AllOf(HasSubstr("t.cuir:3:14"), HasSubstr("`doc`"), HasSubstr("length 3"),
-                      HasSubstr(index[0] == '-' ? "index -1" : "index 5")));
+                AllOf(HasSubstr("t.cuir:3:14"), HasSubstr("`doc`"), HasSubstr("shape [3]"),
+                      HasSubstr(index[0] == '-' ? "index [-4]" : "index [5]")));
   }
+}
+
+TEST(EvalTest, BufferIndicesFollowPython) {
+  ScalarEnv env;
+  BufferData table;  // [2, 3] row-major, floats
+  table.element = Type::kFloat;
+  table.sizes = {2, 3};
+  for (int i = 0; i < 6; ++i) table.values.emplace_back(0.5 * i);
+  env.buffers["t"] = table;
+  env.buffers["doc"] = BufferData::Ints({4, 5, 6});
+  EXPECT_EQ(std::get<int64_t>(*EvalScalar(P("doc[-1]"), env)), 6);
+  EXPECT_EQ(std::get<int64_t>(*EvalScalar(P("doc[-3]"), env)), 4);
+  EXPECT_EQ(std::get<double>(*EvalScalar(P("t[1, 2]"), env)), 2.5);
+  EXPECT_EQ(std::get<double>(*EvalScalar(P("t[-1, 0]"), env)), 1.5);
+  EXPECT_EQ(EvalScalar(P("t[2, 0]"), env).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(EvalScalar(P("t[0]"), env).status().code(), absl::StatusCode::kOutOfRange);
+  BufferData scalar;
+  scalar.element = Type::kBool;
+  scalar.values.emplace_back(true);
+  env.buffers["s"] = scalar;
+  EXPECT_TRUE(std::get<bool>(*EvalScalar(P("s[]"), env)));
 }
 
 TEST(EvalTest, UnboundNamesAndBadOperandsAreErrors) {

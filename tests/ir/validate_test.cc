@@ -88,7 +88,7 @@ std::string WithMask(const std::string& mask_line) {
 // can be broken one at a time.
 std::string DocumentMask(const std::string& table_decl, const std::string& loop_indices,
                          bool declare_buffer = true) {
-  std::string decls = declare_buffer ? "  buffer doc: int[max(seqlen_q, seqlen_kv)]\n" : "";
+  std::string decls = declare_buffer ? "  buffer doc: int32[max(seqlen_q, seqlen_kv)]\n" : "";
   std::string text = InsertAfter(BaseText(), "  grid ", decls + "  " + table_decl + "\n");
   text = Replace(text, kLoop, "for n_block, full in table T[" + loop_indices +
                                   "] pipeline STAGES {");
@@ -175,7 +175,7 @@ TEST(ValidateTest, ScoreIsOnlyVisibleInScoreMod) {
 TEST(ValidateTest, UndeclaredBuffer) {
   const std::string text = DocumentMask(kDocTable, "m_block", /*declare_buffer=*/false);
   ExpectInvalid(text, PosOf(text, "doc[q_idx]"),
-                {"undeclared buffer `doc`", "buffer doc: int[LENGTH]"});
+                {"undeclared buffer `doc`", "buffer doc: DTYPE[EXTENT, ...]"});
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -371,7 +371,7 @@ TEST(ValidateTest, SinkCannotUseElementNames) {
 
 TEST(ValidateTest, SinkCannotReadBuffers) {
   const std::string text =
-      WithSink("float(doc[h])", "  buffer doc: int[max(seqlen_q, seqlen_kv)]\n");
+      WithSink("float(doc[h])", "  buffer doc: int32[max(seqlen_q, seqlen_kv)]\n");
   ExpectInvalid(text, PosOf(text, "doc[h]"), {"cannot read buffer `doc`", "as a const"});
 }
 

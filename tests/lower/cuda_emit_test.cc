@@ -18,7 +18,7 @@ EmitScope TestScope(EmitTarget target = EmitTarget::kDevice) {
   s.Bind("x", "x", CType::kFloat);
   s.Bind("flag", "flag", CType::kBool);
   s.Bind("big", "big_v", CType::kLong);
-  s.BindBuffer("doc", "doc_ptr");
+  s.BindBuffer("doc", BufferBinding{"doc_ptr", cuir::TensorDType::kInt32, {"doc_size0"}, {}});
   return s;
 }
 
@@ -48,9 +48,10 @@ TEST_P(EmitText, Emits) {
 INSTANTIATE_TEST_SUITE_P(
     FloorDivisionAndModulo, EmitText,
     ::testing::Values(
-        // C++ `/` and `%` truncate; CuIR floors (-7 // 2 = -4, -7 % 2 = 1): always the helpers.
-        EmitCase{"q_idx // 4", "cuir_floordiv<int>(q_idx, 4)", CType::kInt},
-        EmitCase{"-7 // 2", "cuir_floordiv<int>((-7), 2)", CType::kInt},
+        // C++ `/` and `%` truncate; CuIR floors (-7 // 2 = -4, -7 % 2 = 1): the helpers, or a
+        // shift where the divisor is a power of two (an arithmetic shift floors).
+        EmitCase{"q_idx // 4", "(q_idx >> 2)", CType::kInt},
+        EmitCase{"-7 // 2", "((-7) >> 1)", CType::kInt},
         EmitCase{"q_idx % -3", "cuir_mod<int>(q_idx, (-3))", CType::kInt},
         EmitCase{"big // q_idx", "cuir_floordiv<long long>(big_v, q_idx)", CType::kLong},
         EmitCase{"x // 2", "cuir_floordiv_f(x, 2.0f)", CType::kFloat},
@@ -102,7 +103,7 @@ INSTANTIATE_TEST_SUITE_P(
         EmitCase{"!flag && q_idx >= kv_idx || flag == false",
                  "(((!flag) && (q_idx >= kv_idx)) || (flag == false))", CType::kBool},
         EmitCase{"doc[q_idx] == doc[kv_idx + 1]",
-                 "(__ldg(doc_ptr + q_idx) == __ldg(doc_ptr + (kv_idx + 1)))", CType::kBool},
+                 "(cuir_ld(doc_ptr + q_idx) == cuir_ld(doc_ptr + (kv_idx + 1)))", CType::kBool},
         EmitCase{"-x", "(-x)", CType::kFloat}));
 
 INSTANTIATE_TEST_SUITE_P(

@@ -203,14 +203,14 @@ TEST(Lower, DocumentMaskReadsTheBufferOncePerRowAndColumn) {
   const std::string cols = LambdaBody(mask, "for_each_score_col");
   const std::string elements = LambdaBody(mask, "for_each_score_at");
   ASSERT_NE(elements, "") << mask;
-  EXPECT_EQ(Count(elements, "__ldg("), 0u) << mask;
+  EXPECT_EQ(Count(elements, "cuir_ld("), 0u) << mask;
   EXPECT_THAT(elements, HasSubstr("if (!((q_idx >= kv_idx) && (doc_q[mt][r] == doc_kv[j][k]))) "
                                   "score = -INFINITY;"));
   EXPECT_THAT(mask, HasSubstr("int doc_q[MT][2];"));
   EXPECT_THAT(mask, HasSubstr("int doc_kv[NT][2];"));
-  EXPECT_THAT(rows, HasSubstr("doc_q[mt][r] = __ldg(doc + q_idx);"));
-  EXPECT_THAT(cols, HasSubstr("doc_kv[j][k] = __ldg(doc + kv_idx);"));
-  EXPECT_EQ(Count(mask, "__ldg("), 2u) << mask;
+  EXPECT_THAT(rows, HasSubstr("doc_q[mt][r] = cuir_ld(doc + q_idx);"));
+  EXPECT_THAT(cols, HasSubstr("doc_kv[j][k] = cuir_ld(doc + kv_idx);"));
+  EXPECT_EQ(Count(mask, "cuir_ld("), 2u) << mask;
   // Only partial blocks pay for the reads: they are inside the `when`.
   EXPECT_LT(mask.find("if ((!full)) {"), mask.find("doc_q[MT]"));
   // The expert keeps the slots of a ragged tile's missing rows / columns inside the buffers.
@@ -226,11 +226,11 @@ TEST(Lower, ShareQuestionMaskReadsEachBufferOncePerRowAndColumn) {
   const std::string rows = LambdaBody(mask, "for_each_score_row");
   const std::string cols = LambdaBody(mask, "for_each_score_col");
   const std::string elements = LambdaBody(mask, "for_each_score_at");
-  EXPECT_EQ(Count(elements, "__ldg("), 0u) << mask;
-  EXPECT_EQ(Count(rows, "__ldg("), 1u) << mask;
-  EXPECT_EQ(Count(cols, "__ldg("), 1u) << mask;
-  EXPECT_THAT(rows, HasSubstr("doc_q[mt][r] = __ldg(doc + q_idx);"));
-  EXPECT_THAT(cols, HasSubstr("doc_kv[j][k] = __ldg(doc + kv_idx);"));
+  EXPECT_EQ(Count(elements, "cuir_ld("), 0u) << mask;
+  EXPECT_EQ(Count(rows, "cuir_ld("), 1u) << mask;
+  EXPECT_EQ(Count(cols, "cuir_ld("), 1u) << mask;
+  EXPECT_THAT(rows, HasSubstr("doc_q[mt][r] = cuir_ld(doc + q_idx);"));
+  EXPECT_THAT(cols, HasSubstr("doc_kv[j][k] = cuir_ld(doc + kv_idx);"));
   EXPECT_THAT(elements, HasSubstr("if (!(((doc_kv[j][k] == 0) && (doc_q[mt][r] != 0)) || "
                                   "((q_idx >= kv_idx) && (doc_q[mt][r] == doc_kv[j][k])))) "
                                   "score = -INFINITY;"));
@@ -242,16 +242,16 @@ TEST(Lower, ShareQuestionMaskReadsEachBufferOncePerRowAndColumn) {
 // and the comparison with it stays in the element loop.
 TEST(Lower, BlockInvariantPartsOfColumnValuesRunOncePerBlock) {
   const std::string mask = Unindented(RegionText(LowerOrDie("document_batched"), "mask"));
-  EXPECT_THAT(mask, HasSubstr("if ((!full)) {\n  const int invariant = __ldg(prefix + b);\n"));
+  EXPECT_THAT(mask, HasSubstr("if ((!full)) {\n  const int invariant = cuir_ld(prefix + b);\n"));
   // The row offset b * seqlen_kv too (any block-invariant operation is hoisted).
   EXPECT_THAT(mask, HasSubstr("const long long invariant_2 = (static_cast<long long>(b) * "
                               "seqlen_kv);\n"));
   EXPECT_THAT(LambdaBody(mask, "for_each_score_row"),
-              HasSubstr("doc_q[mt][r] = __ldg(doc + (invariant_2 + q_idx));"));
+              HasSubstr("doc_q[mt][r] = cuir_ld(doc + cuir_wrap((invariant_2 + q_idx), doc_size0));"));
   EXPECT_THAT(LambdaBody(mask, "for_each_score_at"),
               HasSubstr("if (!((doc_q[mt][r] == doc_kv[j][k]) || (kv_idx < invariant))) "
                         "score = -INFINITY;"));
-  EXPECT_EQ(Count(mask, "__ldg("), 3u) << mask;
+  EXPECT_EQ(Count(mask, "cuir_ld("), 3u) << mask;
 }
 
 // Nothing in these masks is worth a register per row: they are emitted as before.
@@ -288,9 +288,9 @@ TEST(Lower, BlockCausalDivisionsRunOncePerRowAndColumn) {
   ASSERT_TRUE(k.ok()) << k.status();
   const std::string mask = Unindented(RegionText(*k, "mask"));
   EXPECT_THAT(LambdaBody(mask, "for_each_score_row"),
-              HasSubstr("q_invariant[mt][r] = cuir_floordiv<int>(q_idx, 128);"));
+              HasSubstr("q_invariant[mt][r] = (q_idx >> 7);"));
   EXPECT_THAT(LambdaBody(mask, "for_each_score_col"),
-              HasSubstr("kv_invariant[j][k] = cuir_floordiv<int>(kv_idx, 128);"));
+              HasSubstr("kv_invariant[j][k] = (kv_idx >> 7);"));
   EXPECT_THAT(LambdaBody(mask, "for_each_score_at"),
               HasSubstr("const int /*q_idx*/, const int /*kv_idx*/, float& score) {\n"
                         "    if (!(q_invariant[mt][r] >= kv_invariant[j][k])) score = -INFINITY;"));
@@ -449,7 +449,7 @@ TEST(Lower, ScoreModRowAndColumnPartsAreHoisted) {
                               "const int /*k*/, const int /*q_idx*/, const int /*kv_idx*/, "
                               "float& score) {\n  score = (score * q_invariant[mt][r]);\n"));
   // The product stays beside the sum (one fma, as before); only the read and its conversion move.
-  EXPECT_THAT(mods, HasSubstr("kv_invariant[j][k] = static_cast<float>(__ldg(bias + kv_idx));"));
+  EXPECT_THAT(mods, HasSubstr("kv_invariant[j][k] = static_cast<float>(cuir_ld(bias + kv_idx));"));
   EXPECT_THAT(mods, HasSubstr("score = (score + (kv_invariant[j][k] * 0.5f));"));
   EXPECT_EQ(Count(mods, "log2f("), 1u) << mods;
 }
@@ -468,17 +468,20 @@ TEST(Lower, GqaMapsQueryHeadsToKvHeadsWithFloorDivision) {
 TEST(Lower, DocumentTableIsBuiltByAPreKernelAndReadByTheLoop) {
   const LoweredKernel k = LowerOrDie("document");
   const std::string bind = RegionText(k, "variant_bind");
-  EXPECT_THAT(bind, HasSubstr("const int* __restrict__ const doc = p.buffers[0];"));
+  EXPECT_THAT(bind, HasSubstr("const int* __restrict__ const doc = static_cast<const int*>(p.buffers[0].data);"));
   EXPECT_THAT(bind, HasSubstr("reinterpret_cast<const int*>(workspace + table_offsets[0])"));
   const std::string classify = RegionText(k, "table_kernel");
   EXPECT_THAT(classify, HasSubstr("__device__ __forceinline__ void T_classify("));
   EXPECT_THAT(classify,
-              HasSubstr("((q_idx >= kv_idx) && (__ldg(doc + q_idx) == __ldg(doc + kv_idx)))"));
+              HasSubstr("((q_idx >= kv_idx) && (cuir_ld(doc + q_idx) == cuir_ld(doc + kv_idx)))"));
   // The declared length max(seqlen_q, seqlen_kv) is checked by the launch plan, before anything
   // is launched.
   const std::string check = RegionText(k, "buffer_check");
-  EXPECT_THAT(check, HasSubstr("p.buffers[0] == nullptr || p.buffer_lengths[0] < "
-                               "static_cast<long long>(cuir_max<int>(p.seqlen_q, p.seqlen_kv))"));
+  EXPECT_THAT(check, HasSubstr("p.buffers[0].data == nullptr || p.buffers[0].dtype != 0 || "
+                               "p.buffers[0].rank != 1"));
+  EXPECT_THAT(check, HasSubstr("p.buffers[0].sizes[0] < static_cast<long long>(cuir_max<int>("
+                               "p.seqlen_q, p.seqlen_kv))"));
+  EXPECT_THAT(check, HasSubstr("p.buffers[0].strides[0] != 1"));
   const std::string workspace = RegionText(k, "workspace");
   EXPECT_THAT(workspace, HasSubstr("size_t variant_workspace("));
   EXPECT_THAT(workspace, HasSubstr("return T_classify(p, "));
@@ -502,7 +505,7 @@ TEST(Lower, SymbolsThatCollideWithExpertNamesAreRenamed) {
   EXPECT_THAT(RegionText(k, "variant_consts"), HasSubstr("constexpr int c_2 = 0;"));
   EXPECT_THAT(RegionText(k, "variant_bind"), HasSubstr("const int* __restrict__ const p_2"));
   EXPECT_THAT(RegionText(k, "block_class"), HasSubstr("const bool acc_2 = "));
-  EXPECT_THAT(RegionText(k, "mask"), HasSubstr("__ldg(p_2 + kv_idx)"));
+  EXPECT_THAT(RegionText(k, "mask"), HasSubstr("cuir_ld(p_2 + kv_idx)"));
   EXPECT_THAT(RegionText(k, "tile_params"),
               AllOf(HasSubstr("constexpr int BLOCK_M = 64;"), HasSubstr("constexpr int BLOCK_N = 32;")));
 }

@@ -209,7 +209,7 @@ struct BadInput {
 constexpr BadInput kBadInputs[] = {
     {"syntax_error", "import torch\n\ndef mask_mod(b, h, q_idx, kv_idx):\n    return (q_idx >= kv_idx\n",
      nullptr, "", "spec.py:"},
-    {"unsupported_op", "def mask_mod(b, h, q_idx, kv_idx):\n    return torch.sin(q_idx) > 0\n",
+    {"unsupported_op", "def mask_mod(b, h, q_idx, kv_idx):\n    return torch.lgamma(q_idx) > 0\n",
      nullptr, "", "spec.py:2:"},
     {"wrong_signature", "def mask_mod(b, q_idx, kv_idx):\n    return q_idx >= kv_idx\n", nullptr,
      "", "mask_mod"},

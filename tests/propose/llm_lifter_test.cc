@@ -125,7 +125,7 @@ TEST(LlmLift, GarbageEveryRoundFailsAfterTheLastRound) {
 
 TEST(LlmLift, BuffersAreOutsideTheLiftContract) {
   std::string with_buffer = absl::StrReplaceAll(
-      GoodProgram(), {{"  const cap: float = 4.0\n", "  const cap: float = 4.0\n  buffer doc: int[seqlen_kv]\n"}});
+      GoodProgram(), {{"  const cap: float = 4.0\n", "  const cap: float = 4.0\n  buffer doc: int32[seqlen_kv]\n"}});
   ScriptedLlmServer server({Say(Fenced(with_buffer))});
   LiftOutcome o = LiftWithModel(TestSettings(server, 1), Request());
   EXPECT_EQ(o.status.code(), absl::StatusCode::kFailedPrecondition);

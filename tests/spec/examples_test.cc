@@ -90,7 +90,10 @@ TEST_P(ExampleSpecTest, CompilesWithDeclaredParamsAndBuffers) {
   EXPECT_EQ(params, ex.params);
   EXPECT_EQ(buffers, ex.buffers);
   for (const SpecBuffer& b : spec->buffers) {
-    EXPECT_TRUE(b.indexed_by_q && b.indexed_by_kv) << b.name;
+    EXPECT_EQ(b.rank, 1) << b.name;
+    const auto extents = BufferExtents(*spec, b);
+    ASSERT_EQ(extents.size(), 1u);
+    EXPECT_EQ(cuir::PrintExpr(extents[0]), "max(seqlen_q, seqlen_kv)") << b.name;
   }
 }
 
@@ -110,7 +113,7 @@ TEST_P(ExampleSpecTest, TranslationComputesTheVariant) {
     const Point p{static_cast<int64_t>(rng() % 2), static_cast<int64_t>(rng() % 32), q, kv,
                   normal(rng), &doc};
     cuir::ScalarEnv env = testing::PointEnv(*spec, p.b, p.h, p.q, p.kv, p.score);
-    for (const SpecBuffer& b : spec->buffers) env.buffers[b.name] = doc;
+    for (const SpecBuffer& b : spec->buffers) env.buffers[b.name] = cuir::BufferData::Ints(doc);
     if (ex.mask) {
       auto got = cuir::EvalBool(spec->mask, env);
       ASSERT_TRUE(got.ok()) << got.status();

@@ -115,9 +115,9 @@ TEST(CanonicalForm, DocumentedExample) {
   EXPECT_EQ(CanonicalForm(*spec, Config(), kRules),
             "cubridge-spec 1\nruleset rules-1\nhead_dim 128\ndtype bf16\nheads_q 32\n"
             "heads_kv 8\nscale 0.088388347648318433\nmask q_idx >= kv_idx && q_idx - kv_idx <= "
-            "256 && buf0[q_idx] == buf0[kv_idx]\nscore none\nbuffers 1\n");
+            "256 && buf0[q_idx] == buf0[kv_idx]\nscore none\nbuffers 1\nbuffer buf0 int32 rank 1\n");
   EXPECT_EQ(SpecHash(*spec, Config(), kRules),
-            "37453f3511f8910618dc3544250b0e6da94d8001793cdee1030cdec5c9066c11");
+            "f6f1329073505b5ef7a83a6e74a2d1d13ef328fde7a7e33c1a9a5646b5fb6357");
 }
 
 TEST(CanonicalForm, BuffersAreNumberedByFirstUse) {

@@ -1,11 +1,16 @@
 // MakeInputs: random q/k/v and the buffer sources (random, lengths, values, file).
 #include "cuir/spec/tensors.h"
 
+#include <torch/csrc/jit/serialization/pickle.h>
+
+#include <fstream>
+
 #include "spec_test_util.h"
 
 namespace cubridge::spec {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 Spec DocSpec() {
@@ -27,7 +32,8 @@ cuir::AttentionConfig Config(int64_t sq, int64_t skv) {
 }
 
 std::vector<int64_t> Values(const torch::Tensor& t) {
-  return std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel());
+  const torch::Tensor v = t.to(torch::kInt64).contiguous();
+  return std::vector<int64_t>(v.data_ptr<int64_t>(), v.data_ptr<int64_t>() + v.numel());
 }
 
 absl::StatusOr<torch::Tensor> DocFrom(const std::string& source, int64_t sq = 6, int64_t skv = 6) {
@@ -46,7 +52,7 @@ TEST(MakeInputs, ShapesAndDtypesFollowTheConfig) {
   // doc is indexed by both q_idx and kv_idx, so it covers the longer sequence.
   ASSERT_EQ(in->buffers.count("doc"), 1u);
   EXPECT_EQ(in->buffers.at("doc").numel(), 47);
-  EXPECT_EQ(in->buffers.at("doc").scalar_type(), torch::kInt64);
+  EXPECT_EQ(in->buffers.at("doc").scalar_type(), torch::kInt32);
   // Normal samples: mean about 0, standard deviation about 1.
   const auto q = in->q.to(torch::kFloat32);
   EXPECT_NEAR(q.mean().item<double>(), 0.0, 0.05);
@@ -117,8 +123,10 @@ TEST(MakeInputs, WrongLengthSaysHaveAndNeed) {
   ASSERT_FALSE(doc.ok());
   EXPECT_EQ(doc.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(doc.status().message()),
-              HasSubstr("buffer `doc` from `lengths:2,3` has 5 values but needs 9 (indexed by "
-                        "q_idx and kv_idx: seqlen_q = 4, seqlen_kv = 9)"));
+              AllOf(HasSubstr("buffer `doc` from `lengths:2,3` has shape [5] but the spec's "
+                              "indexing (`doc[q_idx]` at "),
+                    HasSubstr("reaches size 9 along dimension 0 (max(seqlen_q, seqlen_kv) at "),
+                    HasSubstr("give at least [9]")));
 }
 
 TEST(MakeInputs, BadSourcesAreRejected) {
@@ -127,7 +135,7 @@ TEST(MakeInputs, BadSourcesAreRejected) {
     EXPECT_EQ(doc.status().code(), absl::StatusCode::kInvalidArgument) << source;
   }
   EXPECT_THAT(std::string(DocFrom("sorted").status().message()),
-              HasSubstr("use random, lengths:A,B,.."));
+              HasSubstr("use random, random:DTYPE, random:DTYPE[D0,D1,..], lengths:A,B,.."));
 }
 
 TEST(MakeInputs, SourceForAnUnknownBufferIsRejected) {
@@ -142,13 +150,103 @@ TEST(MakeInputs, InvalidConfigIsRejected) {
   EXPECT_EQ(MakeInputs(DocSpec(), c, {}, 1).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(RequiredBufferLength, FollowsTheIndexUses) {
+TEST(RequiredBufferShape, EvaluatesTheExtentsAtTheConfig) {
+  auto spec = LoadSpecSource(
+      "def mask_mod(b, h, q_idx, kv_idx, a, bq, bk):\n"
+      "    return (bq[q_idx] > 0) & (bk[kv_idx] > 0) & (a[q_idx] == a[kv_idx])\n",
+      "uses.py");
+  ASSERT_TRUE(spec.ok()) << spec.status();
   const cuir::AttentionConfig c = Config(100, 300);
-  EXPECT_EQ(RequiredBufferLength(SpecBuffer{"a", true, false, {}}, c), 100);
-  EXPECT_EQ(RequiredBufferLength(SpecBuffer{"a", false, true, {}}, c), 300);
-  EXPECT_EQ(RequiredBufferLength(SpecBuffer{"a", true, true, {}}, Config(500, 300)), 500);
-  EXPECT_EQ(RequiredBufferLength(SpecBuffer{"a", false, false, {}}, c), 300);
+  EXPECT_EQ(RequiredBufferShape(*spec, spec->buffers[0], c), std::vector<int64_t>{300});
+  EXPECT_EQ(RequiredBufferShape(*spec, spec->buffers[1], c), std::vector<int64_t>{100});
+  EXPECT_EQ(RequiredBufferShape(*spec, spec->buffers[2], c), std::vector<int64_t>{300});
+  EXPECT_EQ(RequiredBufferShape(*spec, spec->buffers[0], Config(500, 300)),
+            std::vector<int64_t>{500});
+}
+
+// Captured tensors of any rank and dtype: shapes from what the indexing reaches, dtypes from the
+// sources, tensor files from torch.save.
+constexpr const char* kCaptured =
+    "def score_mod(score, b, h, q_idx, kv_idx, slopes, table, bias, temp, ids):\n"
+    "    return (score * temp + slopes[h] * (kv_idx - q_idx) + table[h, (q_idx - kv_idx) % 8]\n"
+    "            + bias[b, h, q_idx, kv_idx] + ids[-1])\n";
+
+TEST(CapturedTensors, RandomSourcesFollowTheReachAndTheDtype) {
+  const std::map<std::string, BufferSource> sources = {
+      {"slopes", {"random:float32"}}, {"table", {"random:float16"}},
+      {"bias", {"random:bfloat16"}},  {"temp", {"random:float32"}},
+      {"ids", {"random:int64[3]"}}};
+  auto dtypes = BufferDTypesOf(sources);
+  ASSERT_TRUE(dtypes.ok()) << dtypes.status();
+  auto spec = LoadSpecSource(kCaptured, "captured.py", *dtypes);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto in = MakeInputs(*spec, Config(5, 7), sources, 3);
+  ASSERT_TRUE(in.ok()) << in.status();
+  EXPECT_EQ(in->buffers.at("slopes").sizes().vec(), (std::vector<int64_t>{4}));
+  EXPECT_EQ(in->buffers.at("table").sizes().vec(), (std::vector<int64_t>{4, 8}));
+  EXPECT_EQ(in->buffers.at("table").scalar_type(), torch::kHalf);
+  EXPECT_EQ(in->buffers.at("bias").sizes().vec(), (std::vector<int64_t>{2, 4, 5, 7}));
+  EXPECT_EQ(in->buffers.at("bias").scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(in->buffers.at("temp").dim(), 0);
+  EXPECT_EQ(in->buffers.at("ids").sizes().vec(), (std::vector<int64_t>{3}));
+  EXPECT_EQ(in->buffers.at("ids").scalar_type(), torch::kInt64);
+  // The same spec loaded for other dtypes is another variant.
+  EXPECT_NE(SpecHash(*spec, Config(5, 7), "r"),
+            SpecHash(*LoadSpecSource(kCaptured, "captured.py"), Config(5, 7), "r"));
+}
+
+TEST(CapturedTensors, TensorFilesGiveTheirDtypeAndShape) {
+  const std::string path = ::testing::TempDir() + "/table.pt";
+  {
+    const torch::Tensor t = torch::arange(32, torch::kFloat32).reshape({4, 8});
+    const std::vector<char> bytes = torch::pickle_save(t);
+    std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  const std::map<std::string, BufferSource> sources = {{"table", {"tensor:" + path}}};
+  auto dtypes = BufferDTypesOf(sources);
+  ASSERT_TRUE(dtypes.ok()) << dtypes.status();
+  EXPECT_EQ(dtypes->at("table"), cuir::TensorDType::kFloat32);
+  auto spec = LoadSpecSource(
+      "def score_mod(score, b, h, q_idx, kv_idx, table):\n    return score + table[h, kv_idx % 8]\n",
+      "t.py", *dtypes);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto in = MakeInputs(*spec, Config(5, 7), sources, 3);
+  ASSERT_TRUE(in.ok()) << in.status();
+  EXPECT_TRUE(torch::equal(in->buffers.at("table"), torch::arange(32, torch::kFloat32).reshape({4, 8})));
+  // Too few heads for this config's 6: the message names the use and the least shape.
+  cuir::AttentionConfig six = Config(5, 7);
+  six.heads_q = six.heads_kv = 6;
+  auto small = MakeInputs(*spec, six, sources, 3);
+  ASSERT_FALSE(small.ok());
+  EXPECT_THAT(std::string(small.status().message()),
+              AllOf(HasSubstr("has shape [4, 8]"), HasSubstr("`table[h, kv_idx % 8]`"),
+                    HasSubstr("reaches size 6 along dimension 0"), HasSubstr("give at least [6, 7]")));
+  // A file that is no tensor, and a missing one.
+  std::ofstream(::testing::TempDir() + "/junk.pt") << "not a zip";
+  auto junk = BufferDTypesOf({{"table", {"tensor:" + ::testing::TempDir() + "/junk.pt"}}});
+  EXPECT_EQ(junk.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(junk.status().message()), HasSubstr("is not a file torch.save wrote"));
+  EXPECT_EQ(BufferDTypesOf({{"table", {"tensor:/nonexistent.pt"}}}).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(CapturedTensors, RankAndDtypeMismatchesAreRefused) {
+  auto spec = LoadSpecSource(
+      "def score_mod(score, b, h, q_idx, kv_idx, table):\n    return score + table[h, kv_idx % 8]\n",
+      "t.py", {{"table", cuir::TensorDType::kFloat32}});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto rank = MakeInputs(*spec, Config(5, 7), {{"table", {"random:float32[32]"}}}, 3);
+  ASSERT_FALSE(rank.ok());
+  EXPECT_THAT(std::string(rank.status().message()),
+              HasSubstr("has shape [32] (rank 1) but the spec indexes it with 2 indices"));
+  auto dtype = MakeInputs(*spec, Config(5, 7), {{"table", {"random:float16"}}}, 3);
+  ASSERT_FALSE(dtype.ok());
+  EXPECT_THAT(std::string(dtype.status().message()),
+              HasSubstr("is Half but the spec was loaded for float32"));
+  EXPECT_THAT(std::string(BufferDTypesOf({{"t", {"random:complex64"}}}).status().message()),
+              HasSubstr("unknown dtype `complex64`"));
 }
 
 }  // namespace
 }  // namespace cubridge::spec
+

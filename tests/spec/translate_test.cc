@@ -5,6 +5,7 @@
 
 #include <random>
 
+#include "absl/strings/str_join.h"
 #include "cuir/ir/program.h"
 #include "cuir/spec/internal.h"
 #include "spec_test_util.h"
@@ -104,7 +105,7 @@ void CheckAgainstTorchScript(const char* source, int points) {
   for (const SpecBuffer& b : spec->buffers) {
     std::vector<int64_t> values(kBufferLength);
     for (auto& v : values) v = static_cast<int64_t>(rng() % 3);
-    base.buffers[b.name] = values;
+    base.buffers[b.name] = cuir::BufferData::Ints(values);
     buffer_tensors[b.name] = torch::tensor(values, torch::kInt64);
   }
   for (bool is_score : {false, true}) {
@@ -182,17 +183,24 @@ TEST(Translate, ParamsAndBuffersKeepTheirNamesAndTypes) {
   EXPECT_FALSE(spec->score);
 }
 
-TEST(Translate, BufferIndexUsesAreRecorded) {
+TEST(Translate, BufferExtentsFollowTheIndexing) {
   auto spec = LoadSpecSource(
-      "def mask_mod(b, h, q_idx, kv_idx, a, bq, bk):\n"
+      "def mask_mod(b, h, q_idx, kv_idx, a, bq, bk, unused):\n"
       "    return (bq[q_idx] > 0) & (bk[kv_idx // 2] > 0) & (a[q_idx] == a[kv_idx])\n",
       "uses.py");
   ASSERT_TRUE(spec.ok()) << spec.status();
-  ASSERT_EQ(spec->buffers.size(), 3u);
+  ASSERT_EQ(spec->buffers.size(), 4u);
+  std::map<std::string, std::string> extents;
   for (const SpecBuffer& b : spec->buffers) {
-    EXPECT_EQ(b.indexed_by_q, b.name != "bk") << b.name;
-    EXPECT_EQ(b.indexed_by_kv, b.name != "bq") << b.name;
+    std::vector<std::string> dims;
+    for (const auto& e : BufferExtents(*spec, b)) dims.push_back(e ? cuir::PrintExpr(e) : "?");
+    extents[b.name] = absl::StrJoin(dims, ", ");
   }
+  EXPECT_EQ(extents["a"], "max(seqlen_q, seqlen_kv)");
+  EXPECT_EQ(extents["bq"], "seqlen_q");
+  EXPECT_EQ(extents["bk"], "(seqlen_kv - 1) // 2 + 1");
+  EXPECT_EQ(extents["unused"], "");
+  EXPECT_EQ(spec->buffers[3].rank, -1);
 }
 
 TEST(Translate, MaskOnlyAndScoreOnlySpecsLeaveTheOtherNull) {

@@ -23,7 +23,7 @@ TEST(Engine, EmptySpecGivesTheBaseBack) {
 TEST(Engine, RulesRunInTheDocumentedOrder) {
   VariantSpec spec = MaskSpec("q_idx >= kv_idx && q_idx - kv_idx <= W", {{"W", 128}});
   spec.score = E("score + float(bias[kv_idx])");
-  spec.buffers.push_back({"bias", false, true, cuir::Type::kInt, {}});
+  spec.buffers.push_back({"bias", cuir::TensorDType::kInt32, {E("seqlen_kv")}, {}});
   cuir::AttentionConfig gqa;
   gqa.heads_q = 32;
   gqa.heads_kv = 8;
@@ -48,16 +48,16 @@ TEST(Engine, UnknownNameInTheMaskFailsValidation) {
 }
 
 TEST(Engine, NotCoveredNamesTheConstructAndWhere) {
-  VariantSpec spec = MaskSpec("q_idx >= kv_idx");
+  VariantSpec spec = MaskSpec("score > 0.0");
+  spec.mask_loc = {"variant.py", 4, 1};
   spec.score = E("score * 2.0");
   spec.score_loc = {"variant.py", 9, 5};
-  spec.buffers.push_back({"table", false, false, cuir::Type::kInt, {"variant.py", 4, 1}});
   absl::StatusOr<TransferResult> r = TransferOnBase(spec);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
   // The message has the fixed shape the LLM proposer hand-off parses.
   EXPECT_THAT(std::string(r.status().message()),
-              StartsWith("not covered by the rules: buffer `table` at variant.py:4:1 ("));
+              StartsWith("not covered by the rules: mask_mod `score > 0.0` at variant.py:4:1 ("));
 }
 
 // A `reference(q, k, v)` spec has no mods for the rules to read: not covered, whatever else the

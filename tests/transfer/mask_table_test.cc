@@ -32,7 +32,8 @@ std::vector<int64_t> RandomDocs(int64_t length, std::mt19937& rng) {
 
 VariantSpec DocSpec(const std::string& mask) {
   VariantSpec spec = MaskSpec(mask);
-  spec.buffers.push_back({"doc", true, true, cuir::Type::kInt, {"variant.py", 1, 1}});
+  spec.buffers.push_back(
+      {"doc", cuir::TensorDType::kInt32, {E("max(seqlen_q, seqlen_kv)")}, {"variant.py", 1, 1}});
   return spec;
 }
 
@@ -80,7 +81,7 @@ TEST(MaskTable, CausalDocumentMaskUsesATable) {
       cuir::Equal(masks[0]->aux, cuir::Unary(cuir::UnaryOp::kNot, cuir::Var(loop.full_var))));
   const cuir::Stmt* doc = cuir::FindDecl(r->program, StmtKind::kBuffer, "doc");
   ASSERT_NE(doc, nullptr);
-  EXPECT_TRUE(cuir::Equal(doc->value, E("max(seqlen_q, seqlen_kv)")));
+  EXPECT_TRUE(cuir::Equal(doc->exprs[0], E("max(seqlen_q, seqlen_kv)")));
   ExpectValidRoundTrip(r->program);
   ExpectExactTableLoop(r->program, spec, 1, 1);
 }

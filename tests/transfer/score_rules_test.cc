@@ -55,7 +55,7 @@ TEST(ScoreInline, MaskComesAfterTheScoreMod) {
 TEST(ScoreInline, BufferReadAtAPositionIsCovered) {
   VariantSpec spec;
   spec.score = E("score + float(bias[kv_idx])");
-  spec.buffers.push_back({"bias", false, true, cuir::Type::kInt, {}});
+  spec.buffers.push_back({"bias", cuir::TensorDType::kInt32, {E("seqlen_kv")}, {}});
   absl::StatusOr<TransferResult> r = TransferOnBase(spec);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(Applied(*r, "score.inline"));
@@ -66,7 +66,7 @@ TEST(ScoreInline, BufferReadAtAScoreIndexIsNotCovered) {
   const std::string text = "score + float(bias[int(score)])";
   VariantSpec spec;
   spec.score = E(text, "variant.py");
-  spec.buffers.push_back({"bias", false, true, cuir::Type::kInt, {}});
+  spec.buffers.push_back({"bias", cuir::TensorDType::kInt32, {E("seqlen_kv")}, {}});
   absl::StatusOr<TransferResult> r = TransferOnBase(spec);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);

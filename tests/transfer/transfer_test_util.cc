@@ -33,7 +33,7 @@ absl::StatusOr<ScalarEnv> LaunchEnv(const Program& p, const SimShape& s) {
   env.vars = {{"batch", s.batch},        {"heads_q", s.heads},     {"heads_kv", s.heads},
               {"head_dim", int64_t{64}}, {"seqlen_q", s.seqlen_q}, {"seqlen_kv", s.seqlen_kv},
               {"softmax_scale", 0.125}};
-  env.buffers = s.buffers;
+  for (const auto& [name, ints] : s.buffers) env.buffers[name] = cuir::BufferData::Ints(ints);
   for (const Stmt& st : p.stmts) {
     if (st.kind != StmtKind::kParam && st.kind != StmtKind::kConst) continue;
     if (st.name == "BLOCK_M") {
@@ -296,7 +296,7 @@ std::vector<const Stmt*> LoopStmts(const Program& p, StmtKind kind) {
 absl::StatusOr<MaskOracle> DenseOracle(const ExprPtr& mask, const VariantSpec& spec,
                                        const SimShape& s) {
   ScalarEnv env;
-  env.buffers = s.buffers;
+  for (const auto& [name, ints] : s.buffers) env.buffers[name] = cuir::BufferData::Ints(ints);
   env.vars = {{"seqlen_q", s.seqlen_q},
               {"seqlen_kv", s.seqlen_kv},
               {"batch", s.batch},

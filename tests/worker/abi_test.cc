@@ -20,8 +20,7 @@ std::string OffsetChecks() {
   for (const char* f : {"q", "k", "v", "o", "lse", "q_batch_stride", "k_row_stride",
                         "o_head_stride", "lse_batch_stride", "lse_head_stride", "batch",
                         "heads_q", "heads_kv", "head_dim", "seqlen_q", "seqlen_kv", "dtype",
-                        "softmax_scale", "buffers", "buffer_lengths", "workspace",
-                        "workspace_size"}) {
+                        "softmax_scale", "buffers", "workspace", "workspace_size"}) {
     absl::StrAppend(&checks, "static_assert(offsetof(lowered::cubridge_attn_fwd_params, ", f,
                     ") == offsetof(cubridge::gpu::AttnParams, ", f, "), \"", f, "\");\n");
   }
@@ -32,6 +31,10 @@ std::string OffsetChecks() {
     absl::StrAppend(&checks, "static_assert(offsetof(lowered::cubridge_attn_fwd_launch_plan, ", f,
                     ") == offsetof(cubridge::gpu::LaunchPlan, ", f, "), \"", f, "\");\n");
   }
+  for (const char* f : {"data", "dtype", "rank", "sizes", "strides"}) {
+    absl::StrAppend(&checks, "static_assert(offsetof(lowered::cubridge_attn_fwd_buffer, ", f,
+                    ") == offsetof(cubridge::gpu::BufferDesc, ", f, "), \"buffer.", f, "\");\n");
+  }
   for (const char* f : {"tensor", "box_cols", "box_rows", "swizzle"}) {
     absl::StrAppend(&checks, "static_assert(offsetof(lowered::cubridge_attn_fwd_tma_request, ", f,
                     ") == offsetof(cubridge::gpu::TmaRequest, ", f, "), \"tma.", f, "\");\n");
@@ -40,6 +43,7 @@ std::string OffsetChecks() {
                   "static_assert(sizeof(lowered::cubridge_attn_fwd_params) == sizeof(cubridge::gpu::AttnParams));\n"
                   "static_assert(sizeof(lowered::cubridge_attn_fwd_launch_plan) == sizeof(cubridge::gpu::LaunchPlan));\n"
                   "static_assert(sizeof(lowered::cubridge_attn_fwd_tma_request) == sizeof(cubridge::gpu::TmaRequest));\n"
+                  "static_assert(sizeof(lowered::cubridge_attn_fwd_buffer) == sizeof(cubridge::gpu::BufferDesc));\n"
                   "static_assert(lowered::kPlanVersion == cubridge::gpu::kPlanVersion);\n"
                   "static_assert(lowered::kMaxBuffers == cubridge::gpu::kMaxBuffers);\n"
                   "static_assert(lowered::kMaxTma == CUBRIDGE_MAX_TMA);\n"

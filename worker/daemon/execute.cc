@@ -101,7 +101,9 @@ absl::StatusOr<json> RunTransfer(const json& payload, const ExecuteOptions& o,
   const std::string name = payload.value("proposer", std::string(core::kDefaultProposer));
   if (auto s = pipeline::CheckProposerName(name); !s.ok()) return In("transfer", s);
   std::string detail;
-  auto spec = pipeline::SpecStage(spec::LoadSpecSource(input->source, input->file_name),
+  auto dtypes = spec::BufferDTypesOf(input->BufferSources());
+  if (!dtypes.ok()) return In("spec", dtypes.status());
+  auto spec = pipeline::SpecStage(spec::LoadSpecSource(input->source, input->file_name, *dtypes),
                                   input->params, &detail);
   if (!spec.ok()) return In("spec", spec.status());
   auto base = pipeline::LiftStage(lower::Arch::kSm80, &detail);

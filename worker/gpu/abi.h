@@ -20,5 +20,6 @@ using AttnParams = ::cubridge_attn_fwd_params;
 using LaunchPlan = ::cubridge_attn_fwd_launch_plan;
 using TmaRequest = ::cubridge_attn_fwd_tma_request;
 using TmaMaps = ::cubridge_attn_fwd_tma_maps;
+using BufferDesc = ::cubridge_attn_fwd_buffer;
 
 }  // namespace cubridge::gpu

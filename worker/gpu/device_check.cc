@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "cuir/interp/interp.h"
 #include "cuir/spec/oracle.h"
+#include "cuir/spec/tensors.h"
 #include "worker/gpu/module.h"
 
 namespace cubridge::gpu {
@@ -74,8 +75,14 @@ AttnParams MakeParams(const cuir::AttentionConfig& c, const CallTensors& t) {
   p.dtype = c.dtype == cuir::DType::kBF16 ? 0 : 1;
   p.softmax_scale = static_cast<float>(c.scale());
   for (size_t i = 0; i < t.buffers.size() && i < kMaxBuffers; ++i) {
-    p.buffers[i] = t.buffers[i].data_ptr<int32_t>();
-    p.buffer_lengths[i] = t.buffers[i].numel();
+    const torch::Tensor& b = t.buffers[i];
+    p.buffers[i].data = b.data_ptr();
+    p.buffers[i].dtype = static_cast<int32_t>(*spec::TensorDTypeOf(b.scalar_type()));
+    p.buffers[i].rank = static_cast<int32_t>(b.dim());
+    for (int64_t d = 0; d < b.dim() && d < CUBRIDGE_MAX_BUFFER_RANK; ++d) {
+      p.buffers[i].sizes[d] = b.size(d);
+      p.buffers[i].strides[d] = b.stride(d);
+    }
   }
   if (t.workspace.defined()) {
     p.workspace = t.workspace.data_ptr();
@@ -92,7 +99,7 @@ absl::StatusOr<std::vector<torch::Tensor>> DeviceBuffers(const RunRequest& r,
     if (it == in.buffers.end()) {
       return absl::InvalidArgumentError(absl::StrCat("the spec has no buffer `", name, "`"));
     }
-    out.push_back(it->second.to(kCuda, torch::kInt32).contiguous());
+    out.push_back(it->second.to(kCuda).contiguous());
   }
   return out;
 }
@@ -141,12 +148,10 @@ absl::StatusOr<pipeline::ShapeResult> VerifyShapeOnGpu(const RunRequest& r, cons
   c.seqlen_q = shape.seqlen_q;
   c.seqlen_kv = shape.seqlen_kv;
   c.softmax_scale = r.config.scale();
-  // The job's buffer values belong to the job's own shape; other shapes get random documents
-  // (as on the CPU verifier).
-  const bool own_shape =
-      shape.seqlen_q == r.config.seqlen_q && shape.seqlen_kv == r.config.seqlen_kv;
-  auto inputs = spec::MakeInputs(
-      spec, c, own_shape ? r.buffers : std::map<std::string, spec::BufferSource>{}, seed);
+  // The job's buffer values belong to the job's own shape; other shapes get random values (as on
+  // the CPU verifier).
+  auto inputs = spec::MakeInputs(spec, c, spec::SourcesForShape(spec, r.buffers, r.config, c),
+                                 seed);
   if (!inputs.ok()) return inputs.status();
   inputs->q = inputs->q.to(kCuda);
   inputs->k = inputs->k.to(kCuda);
@@ -329,8 +334,10 @@ absl::StatusOr<nlohmann::json> CheckOnGpu(const RunRequest& r) {
   if (r.spec_path.empty() && r.reference_program.empty()) {
     return absl::InvalidArgumentError("a check needs a spec or a reference program");
   }
+  auto dtypes = spec::BufferDTypesOf(r.buffers);
+  if (!dtypes.ok()) return dtypes.status();
   auto spec = r.spec_path.empty() ? absl::StatusOr<spec::Spec>(spec::Spec{})
-                                  : spec::LoadSpecFile(r.spec_path);
+                                  : spec::LoadSpecFile(r.spec_path, *dtypes);
   if (!spec.ok()) return spec.status();
   if (auto s = spec::OverrideParams(*spec, r.param_overrides); !s.ok()) return s;
   auto image = ReadBinary(r.image_path);

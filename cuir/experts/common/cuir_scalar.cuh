@@ -21,6 +21,33 @@ __host__ __device__ __forceinline__ I cuir_mod(I a, I b) {
   const I r = a % b;
   return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
+// The same two where the divisor is known to be positive (c > 0: a positive literal, a launch
+// size) and the dividend may be negative; the lowering picks them (docs/lowering.md, "Integer
+// division and modulo"). Floor division: with s = a >> (bits - 1), -1 for a < 0 and 0 otherwise,
+// a ^ s is a itself or -a - 1 >= 0 (no overflow, even at the minimum), and for a < 0
+// floor(a / c) = -floor((-a - 1) / c) - 1 = ~((a ^ s) / c): one unsigned division (by most
+// literals a multiply-high and a shift) between a shift and two xors, where the general form adds
+// a multiply, two sign tests and a select to a signed division. Modulo: C's remainder is in
+// (-c, c), and negative exactly where Python's is that plus c; a shift, an and and an add, with
+// no test of c's sign (nvcc finds this form itself for the general helper by a literal, not by a
+// runtime divisor).
+template <typename I>
+struct cuir_unsigned_of;
+template <>
+struct cuir_unsigned_of<int> { using type = unsigned; };
+template <>
+struct cuir_unsigned_of<long long> { using type = unsigned long long; };
+template <typename I>
+__host__ __device__ __forceinline__ I cuir_floordiv_pos(I a, I c) {
+  using U = typename cuir_unsigned_of<I>::type;
+  const I s = a >> (sizeof(I) * 8 - 1);  // arithmetic: I is signed
+  return static_cast<I>(static_cast<U>(a ^ s) / static_cast<U>(c)) ^ s;
+}
+template <typename I>
+__host__ __device__ __forceinline__ I cuir_mod_pos(I a, I c) {
+  const I r = a % c;
+  return r + ((r >> (sizeof(I) * 8 - 1)) & c);
+}
 // Float forms of // and % (Python: floor(a / b) and a - floor(a / b) * b with the sign of b).
 __host__ __device__ __forceinline__ float cuir_floordiv_f(float a, float b) { return floorf(a / b); }
 __host__ __device__ __forceinline__ float cuir_mod_f(float a, float b) {
@@ -103,3 +130,19 @@ __host__ __device__ __forceinline__ float cuir_tanh(float x) {
   return tanhf(x);
 #endif
 }
+
+// torch.fmod on ints: C's remainder (the dividend's sign); x fmod -1 is 0 without dividing, as
+// the minimum int by -1 would trap.
+template <typename I>
+__host__ __device__ __forceinline__ I cuir_fmod(I a, I b) {
+  return b == -1 ? I(0) : a % b;
+}
+// torch's shifts of 64-bit ints: by a negative amount or 64 or more, << gives 0 and >> the sign.
+__host__ __device__ __forceinline__ long long cuir_shl(long long a, long long b) {
+  return (b < 0 || b >= 64) ? 0LL : (long long)((unsigned long long)a << b);
+}
+__host__ __device__ __forceinline__ long long cuir_shr(long long a, long long b) {
+  return a >> ((b < 0 || b >= 64) ? 63 : b);
+}
+
+#include "cuir_buffers.cuh"

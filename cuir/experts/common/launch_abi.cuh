@@ -34,8 +34,27 @@
 #endif
 
 #define CUBRIDGE_MAX_BUFFERS 8
+#define CUBRIDGE_MAX_BUFFER_RANK 4
 #define CUBRIDGE_PLAN_VERSION 3
 #define CUBRIDGE_MAX_TMA 4
+
+// A captured tensor of the spec (docs/lowering.md, "Captured tensors"): `rank` sizes and strides
+// (in elements; the innermost stride must be 1 unless that size is 1, a broadcast stride 0
+// elsewhere is fine), `dtype` one of CUBRIDGE_DTYPE_*. A kernel checks dtype, rank and that each
+// size covers what its indexing reaches at the call's shape, and refuses the call otherwise.
+#define CUBRIDGE_DTYPE_INT32 0
+#define CUBRIDGE_DTYPE_INT64 1
+#define CUBRIDGE_DTYPE_BOOL 2
+#define CUBRIDGE_DTYPE_FLOAT32 3
+#define CUBRIDGE_DTYPE_BFLOAT16 4
+#define CUBRIDGE_DTYPE_FLOAT16 5
+typedef struct cubridge_attn_fwd_buffer {
+  const void* data;
+  int32_t dtype;
+  int32_t rank;
+  int64_t sizes[CUBRIDGE_MAX_BUFFER_RANK];
+  int64_t strides[CUBRIDGE_MAX_BUFFER_RANK];
+} cubridge_attn_fwd_buffer;
 
 // One forward attention call: q, k, v, o are [batch, heads, seqlen, head_dim] with unit stride
 // along head_dim, strides in elements; lse is fp32 [batch, heads_q, seqlen_q] (row stride 1),
@@ -55,8 +74,8 @@ typedef struct cubridge_attn_fwd_params {
   int32_t batch, heads_q, heads_kv, head_dim, seqlen_q, seqlen_kv;
   int32_t dtype;  // 0 = bf16, 1 = fp16
   float softmax_scale;
-  const int32_t* buffers[CUBRIDGE_MAX_BUFFERS];  // unused by lifted kernels
-  int64_t buffer_lengths[CUBRIDGE_MAX_BUFFERS];
+  cubridge_attn_fwd_buffer buffers[CUBRIDGE_MAX_BUFFERS];  // in the program's order; unused by
+                                                          // lifted kernels
   void* workspace;
   size_t workspace_size;
 } cubridge_attn_fwd_params;
