@@ -140,19 +140,23 @@ TEST_F(Gpu, LiftCheckBaseProgramAgreesWithTheCompiledExpert) {
   EXPECT_THAT(r->value("reference", ""), HasSubstr("interpreter"));
 }
 
-class EveryExample : public Gpu, public ::testing::WithParamInterface<const char*> {};
-
-// Ragged shapes (the default verification shapes: 257x300, 300x257, 65x65 and the job's 130),
-// GQA heads, through the whole pipeline with a GPU required.
-TEST_P(EveryExample, VerifiesOnTheGpu) {
-  GpuAutotuner tuner(Options({Tile()}, false));
-  auto r = Adapt(GetParam(), Config(1, 8, 2, 130), &tuner, "out");
+// The adapt run passed with a GPU: its first candidate verified at the ragged default shapes.
+void ExpectVerifiedOnTheGpu(const absl::StatusOr<pipeline::AdaptResult>& r) {
   ASSERT_TRUE(r.ok()) << r.status();
   const auto& gpu = r->report["gpu"];
   ASSERT_TRUE(gpu.contains("best")) << gpu.dump(2);
   const auto& cand = gpu["candidates"][0];
   EXPECT_TRUE(cand.value("passed", false)) << cand.dump(2);
   EXPECT_GE(cand["verification"]["shapes"].size(), 4u);
+}
+
+class EveryExample : public Gpu, public ::testing::WithParamInterface<const char*> {};
+
+// Ragged shapes (the default verification shapes: 257x300, 300x257, 65x65 and the job's 130),
+// GQA heads, through the whole pipeline with a GPU required.
+TEST_P(EveryExample, VerifiesOnTheGpu) {
+  GpuAutotuner tuner(Options({Tile()}, false));
+  ExpectVerifiedOnTheGpu(Adapt(GetParam(), Config(1, 8, 2, 130), &tuner, "out"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Examples, EveryExample,
@@ -185,13 +189,7 @@ TEST_P(GeneralityOnGpu, VerifiesOnTheGpu) {
   o.seed = 1234;
   o.gpu = &tuner;
   o.gpu_mode = pipeline::GpuMode::kRequire;
-  auto r = pipeline::Adapt(o);
-  ASSERT_TRUE(r.ok()) << r.status();
-  const auto& gpu = r->report["gpu"];
-  ASSERT_TRUE(gpu.contains("best")) << gpu.dump(2);
-  const auto& cand = gpu["candidates"][0];
-  EXPECT_TRUE(cand.value("passed", false)) << cand.dump(2);
-  EXPECT_GE(cand["verification"]["shapes"].size(), 4u);
+  ExpectVerifiedOnTheGpu(pipeline::Adapt(o));
 }
 
 INSTANTIATE_TEST_SUITE_P(Suite, GeneralityOnGpu,
