@@ -312,7 +312,8 @@ absl::StatusOr<BufferDTypes> BufferDTypesOf(const std::map<std::string, BufferSo
 
 absl::Status CheckBufferSources(const Spec& spec, const cuir::AttentionConfig& config,
                                 const std::map<std::string, BufferSource>& sources) {
-  for (const auto& [name, src] : sources) {
+  for (const auto& source : sources) {
+    const std::string& name = source.first;  // a lambda cannot capture a structured binding in C++17
     if (std::none_of(spec.buffers.begin(), spec.buffers.end(),
                      [&](const SpecBuffer& b) { return b.name == name; })) {
       return absl::InvalidArgumentError(absl::StrCat("buffer source for `", name, "`: ", spec.path,

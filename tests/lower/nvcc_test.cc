@@ -163,7 +163,7 @@ TEST(Nvcc, LauncherHeaderIsPlainC) {
   WriteFile(dir + "/use.c",
             "#include \"kernel.h\"\n"
             "int call(cubridge_attn_fwd_params* p) {\n"
-            "  p->buffers[0] = 0;\n"
+            "  p->buffers[0].data = 0;\n  p->buffers[0].rank = 1;\n"
             "  return cubridge_attn_fwd(p, 0) + (int)cubridge_attn_fwd_workspace_size(p) +\n"
             "         cubridge_attn_fwd_tables(p, 0) + cubridge_attn_fwd_attention(p, 0);\n"
             "}\n");
