@@ -209,25 +209,16 @@ Type TypeOfDtype(c10::ScalarType st) {
   return c10::isFloatingType(st) ? Type::kFloat : Type::kInt;
 }
 
-std::string ShapeText(c10::IntArrayRef shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
-
 // Zeros of each buffer's dtype, shaped to what its indexing reaches at `shape`. A dimension whose
 // reach depends on data (an index clamped by another tensor's values, say) gets room for offsets
 // a spec adds to such an index: 1024 for tensors of rank 2 or less, fewer for the larger ones.
 std::map<std::string, torch::Tensor> ProbeBuffers(const Spec& spec,
                                                   const cuir::AttentionConfig& shape) {
-  cuir::ScalarEnv env;
-  for (const auto& [name, value] : cuir::BuiltinSizes(shape)) env.vars[name] = value;
   std::map<std::string, torch::Tensor> buffers;
   for (const SpecBuffer& b : spec.buffers) {
-    std::vector<int64_t> sizes;
     const int64_t unknown = b.rank <= 2 ? 1024 : b.rank == 3 ? 128 : 32;
-    for (const ExprPtr& extent : BufferExtents(spec, b)) {
-      auto n = extent ? cuir::EvalInt(extent, env) : absl::StatusOr<int64_t>(unknown);
-      sizes.push_back(n.ok() ? std::clamp<int64_t>(*n, 1, int64_t{1} << 16) : unknown);
-    }
+    std::vector<int64_t> sizes = RequiredBufferShape(spec, b, shape);
+    for (int64_t& n : sizes) n = n < 0 ? unknown : std::clamp<int64_t>(n, 1, int64_t{1} << 16);
     if (b.rank < 0) sizes = {1};
     buffers[b.name] = torch::zeros(sizes, TorchDType(b.dtype));
   }
@@ -256,9 +247,9 @@ absl::StatusOr<Type> Probe(const Spec& spec, const SpecFunction& f) {
   }
   if (!elementwise) {
     return ErrorAt(f.return_loc,
-                   absl::StrCat(f.name, " returns a tensor of shape ", ShapeText(r->sizes()),
+                   absl::StrCat(f.name, " returns a tensor of shape ", internal::ShapeText(r->sizes()),
                                 " for ", f.is_score ? "scores" : "indices", " of shape ",
-                                ShapeText(full), ": it must be elementwise (one value per ",
+                                internal::ShapeText(full), ": it must be elementwise (one value per ",
                                 f.is_score ? "score, e.g. score + bias" : "(q_idx, kv_idx)",
                                 "), not a reduction or reshape"));
   }

@@ -90,6 +90,9 @@ absl::StatusOr<TypedExpr> TranslateGraph(const TranslateRequest& req);
 // table of operations is checked against it.
 std::vector<std::string> SupportedOperations();
 
+// "[2, 3, 5]" for messages.
+std::string ShapeText(c10::IntArrayRef shape);
+
 // Sets the default float dtype to float64 for its lifetime, so that index arithmetic the spec
 // promotes to float (`h / heads`) is evaluated in float64 like the rest of the oracle.
 class DefaultDoubleGuard {

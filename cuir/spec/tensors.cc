@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "cuir/ir/eval.h"
+#include "cuir/spec/internal.h"
 
 namespace cubridge::spec {
 namespace {
@@ -170,10 +171,6 @@ torch::Tensor RandomTensor(cuir::TensorDType dtype, const std::vector<int64_t>& 
   }
 }
 
-std::string ShapeText(c10::IntArrayRef shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
-
 absl::StatusOr<torch::Tensor> BufferValues(const Spec& spec, const SpecBuffer& b,
                                            const BufferSource& src,
                                            const cuir::AttentionConfig& config, at::Generator& gen) {
@@ -216,7 +213,7 @@ absl::Status CheckBuffer(const Spec& spec, const SpecBuffer& b, const BufferSour
   if (b.rank < 0) return absl::OkStatus();  // the spec never reads it
   if (t.dim() != b.rank) {
     return absl::InvalidArgumentError(absl::StrCat(
-        what, " has shape ", ShapeText(t.sizes()), " (rank ", t.dim(), ") but the spec indexes it ",
+        what, " has shape ", internal::ShapeText(t.sizes()), " (rank ", t.dim(), ") but the spec indexes it ",
         b.rank == 0 ? "as a value (rank 0)" : absl::StrCat("with ", b.rank, " indices"), ", as in ",
         BufferUseText(spec, b.name), ": give a tensor of rank ", b.rank));
   }
@@ -229,7 +226,7 @@ absl::Status CheckBuffer(const Spec& spec, const SpecBuffer& b, const BufferSour
     }
     const std::vector<ExprPtr> extents = BufferExtents(spec, b);
     return absl::InvalidArgumentError(absl::StrCat(
-        what, " has shape ", ShapeText(t.sizes()), " but the spec's indexing (",
+        what, " has shape ", internal::ShapeText(t.sizes()), " but the spec's indexing (",
         BufferUseText(spec, b.name), ") reaches size ", need[d], " along dimension ", d, " (",
         cuir::PrintExpr(extents[d]), " at ", config.ToString(), "): give at least [",
         absl::StrJoin(least, ", "), "]"));
@@ -238,6 +235,10 @@ absl::Status CheckBuffer(const Spec& spec, const SpecBuffer& b, const BufferSour
 }
 
 }  // namespace
+
+std::string internal::ShapeText(c10::IntArrayRef shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
 
 torch::ScalarType TorchDType(cuir::TensorDType d) {
   switch (d) {
