@@ -116,7 +116,8 @@ TEST_F(Jobs, AnInputOnlyTheWorkerCanRejectFailsTheJobOnceAndCachesNothing) {
   ASSERT_TRUE(job.ok()) << job.status();
   const v1::Job done = WaitEnded(job->job_id(), 120s);
   ASSERT_EQ(done.state(), v1::JOB_STATE_FAILED) << Describe(done);
-  EXPECT_THAT(done.error(), HasSubstr("buffer `doc` from `lengths:10,10` has 20 values but needs 200"));
+  EXPECT_THAT(done.error(), HasSubstr("buffer `doc` from `lengths:10,10` has shape [20] but the spec's indexing"));
+  EXPECT_THAT(done.error(), HasSubstr("give at least [200]"));
   // The input is at fault: one attempt, no retries.
   int failures = 0;
   for (const auto& e : done.events()) failures += e.ok() ? 0 : 1;
