@@ -15,6 +15,10 @@
 # fastest kept (autotuning for that shape class); NAME.report.json sits beside each kernel. One
 # job at a time then, so profiles do not share the GPU. CUBRIDGE_TILES narrows the candidates.
 #
+# CUBRIDGE_SUITE=generality lowers the specs of examples/specs/generality/suite.json instead, each
+# with its suite buffers and params (OUTDIR/NAME_sm_90.cu and NAME.report.json, whose
+# lowering.buffers give run_matrix.py --suite the launcher's buffer slots).
+#
 # CUBRIDGE_TILE=128x176w12 pins the tile instead (`adapt --tile`): every kernel verified on the CPU
 # and lowered at it; run_matrix.py --candidate then plays the autotuner between two such sets.
 set -euo pipefail
@@ -82,6 +86,21 @@ JOBS=(
   "softcap softcap"
   "alibi_window_softcap alibi_window_softcap"
 )
+
+if [ -n "${CUBRIDGE_SUITE:-}" ]; then
+  SUITE_JSON="$ROOT/examples/specs/$CUBRIDGE_SUITE/suite.json"
+  [ -f "$SUITE_JSON" ] || { echo "make_kernels: no $SUITE_JSON" >&2; exit 2; }
+  mapfile -t JOBS < <(python3 - "$SUITE_JSON" "$CUBRIDGE_SUITE" <<'PY'
+import json, sys
+suite, folder = json.load(open(sys.argv[1])), sys.argv[2]
+for s in suite["specs"]:
+    name = s["file"][:-3]
+    flags = [f"--buffer {k}={v}" for k, v in s["buffers"].items()]
+    flags += [f"--param {k}={v}" for k, v in s["params"].items()]
+    print(" ".join([f"{folder}/{name}", name] + flags))
+PY
+)
+fi
 
 fails=0
 running=0

@@ -66,6 +66,8 @@ import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 
+import suite as suites  # noqa: E402  (bench/suite.py, beside this file)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 VARIANTS = ("full", "causal", "sliding_window", "global_sliding_window", "prefix_lm", "block_causal",
@@ -76,6 +78,7 @@ HEADS = {  # key: (label, heads_q, heads_kv)
     "qwen2.5-72b": ("Qwen2.5-72B", 64, 8),
     "llama3.1-405b": ("Llama3.1-405B", 128, 8),
 }
+SUITE = None  # a suites.Suite with --suite: its variants replace the twelve examples
 TOKENS = 16384          # batch = TOKENS // S
 HEAD_DIM = 128
 ATOL, RTOL = 2e-2, 1e-2  # bf16 O: two bf16 roundings of |O| ~ 4 already differ by 1.6e-2
@@ -103,14 +106,28 @@ def tile_label(folder, kname):
     return label + (f"s{st.group(1)}" if st and st.group(1) != "3" else "")
 
 
+@functools.lru_cache(maxsize=None)
+def has_tables(folder, kname):
+    """Whether the lowered kernel builds block tables (its table_kernel region is generated)."""
+    with open(os.path.join(folder, f"{kname}_sm_90.cu")) as f:
+        for line in f:
+            if line.startswith("// Generated regions:"):
+                return "table_kernel" in line.split(";")[0]
+    return False
+
+
 def kernel_and_params(name, s):
     """Kernel file stem and the spec params baked into it (and passed to the Flex mask)."""
+    if SUITE:
+        return name, SUITE.params(name)
     if name == "prefix_lm":
         return f"prefix_lm_{s // 1024}k", {"prefix": s // 4}
     return name, {}
 
 
 def variant_label(name, s):
+    if SUITE:
+        return SUITE.label(name)
     extra = {"sliding_window": "W=256", "global_sliding_window": "W=256, G=64",
              "prefix_lm": f"P={s // 4}", "block_causal": "block 128",
              "relative_position": "0.01 (q-kv)", "alibi": "32-head slopes", "softcap": "cap 20",
@@ -143,29 +160,47 @@ def render_section(metas, rows):
     m0 = metas[0]
     planned = sum(m.get("planned", 0) for m in metas)
     gpu = m0.get("gpu", "?")
-    out = [f"## {m0.get('date', '?')} — benchmark matrix: lowered {m0.get('expert', '?')} expert vs FlexAttention / SDPA / eager, {gpu}", ""]
+    suite = m0.get("suite")
+    what = f"the {suite} suite" if suite else "benchmark matrix"
+    out = [f"## {m0.get('date', '?')} — {what}: lowered {m0.get('expert', '?')} expert vs FlexAttention / SDPA{'' if suite else ' / eager'}, {gpu}", ""]
     cmds = "; then ".join(f"`{m['command']}`" for m in metas)
     done = len(rows)
     partial = ""
     if done < planned:
         partial = f" **Partial: {done} of {planned} cases ran.**"
+    if suite:
+        made = (f"`CUBRIDGE_SUITE={suite} bash bench/make_kernels.sh DIR` here (CPU: each spec of "
+                f"examples/specs/{suite}/suite.json lowered with `cubridge-cli adapt --local --arch sm_90` "
+                "and its suite buffers and params, verified on the CPU against its oracle)")
+    else:
+        made = ("`bash bench/make_kernels.sh DIR` here (CPU: each spec lowered with `cubridge-cli adapt "
+                "--local --arch sm_90`, verified on the CPU against its oracle; prefix_lm twice, prefix 256 for "
+                "S=1k and 2048 for S=8k; all other params at their spec defaults)")
     out.append(
-        "Command: `bash bench/make_kernels.sh DIR` here (CPU: each spec lowered with `cubridge-cli adapt "
-        "--local --arch sm_90`, verified on the CPU against its oracle; prefix_lm twice, prefix 256 for "
-        "S=1k and 2048 for S=8k; all other params at their spec defaults), then on the device machine "
+        f"Command: {made}, then on the device machine "
         f"(repository root): {cmds}.{partial} "
         f"PyTorch {m0.get('torch', '?')} (CUDA {m0.get('cuda', '?')}), Triton {m0.get('triton', '?')}, {gpu}.")
     out.append("")
+    units = ("- Units: TFLOP/s on kept elements, 4 · B · Hq · kept · D / time; kept is counted from the "
+             "variant's mask_mod evaluated densely at b = h = 0 (all twelve example masks ignore b and h; "
+             "the script assumes it, it does not check it); density = kept / (Sq · Skv). bf16, batch = "
+             "16384 / S, Sq = Skv = S.")
+    if suite:
+        units = ("- Units: TFLOP/s on kept elements, 4 · D · (kept summed over b, h) / time; a mask "
+                 "that reads b or h (its bytecode loads them) is evaluated densely for every (b, h), "
+                 "any other at b = h = 0; density = kept / (B · Hq · Sq · Skv). bf16, batch = 16384 / S, "
+                 "Sq = Skv = S. Captured tensors are built at the row's shape from the suite's sources "
+                 "(bench/suite.py: floats N(0, 1), bools fair coins, ints uniform in [0, S], seed 1234), "
+                 "the same tensors for CuBridge and Flex, outside the timing; Flex's block mask is built "
+                 "per (b, h) (`_compile=True`) for masks that read b or h. SDPA only for masks alone "
+                 "that ignore b and h; no eager.")
     out += [
         "Method:",
-        "- Units: TFLOP/s on kept elements, 4 · B · Hq · kept · D / time; kept is counted from the "
-        "variant's mask_mod evaluated densely at b = h = 0 (all twelve example masks ignore b and h; "
-        "the script assumes it, it does not check it); density = kept / (Sq · Skv). bf16, batch = "
-        "16384 / S, Sq = Skv = S.",
+        units,
         f"- CuBridge: the lowered kernel (expert {m0.get('expert', '?')}, built with `nvcc -O3 "
         "-gencode=arch=compute_90a,code=sm_90a`) "
         "through its C launcher (ctypes); Params and workspace prepared once, the timed call is the "
-        "launcher alone. Kernels with block tables (document masks) build them once outside the "
+        "launcher alone. Kernels with block tables (masks no analytic KV range covers) build them once outside the "
         "timing (`cubridge_attn_fwd_tables`, as Flex's block mask) and the timed call is "
         "`cubridge_attn_fwd_attention`; the notes give each table build's own time. Before "
         "timing, its O is compared with FlexAttention's: FAIL when the launcher returns an error, O "
@@ -297,7 +332,9 @@ def merge(files, out_path):
         for r in data["rows"]:  # a case run again in a later file replaces the earlier row
             by_case[(r["group"], r["variant"], r["S"], r["heads_q"], r["heads_kv"], r["head_dim"])] = r
     rows = list(by_case.values())
-    order = {k: i for i, k in enumerate(VARIANTS)}
+    suite = metas[0].get("suite") if metas else None
+    names = suites.Suite(ROOT, suite).names if suite else VARIANTS
+    order = {k: i for i, k in enumerate(names)}
     rows.sort(key=lambda r: (order.get(r["variant"], 99), r["head_dim"], r["S"]))
     emit(render_section(metas, rows), out_path)
 
@@ -316,8 +353,8 @@ _SPECS = {}
 def load_spec(name):
     if name in _SPECS:  # one module object per spec: cached mask/score callables refer to it
         return _SPECS[name]
-    spec = importlib.util.spec_from_file_location("cubridge_spec_" + name,
-                                                  os.path.join(ROOT, "examples", "specs", name + ".py"))
+    path = SUITE.spec_path(name) if SUITE else os.path.join(ROOT, "examples", "specs", name + ".py")
+    spec = importlib.util.spec_from_file_location("cubridge_spec_" + name, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules["cubridge_spec_" + name] = mod  # dynamo re-imports a traced function's module
     spec.loader.exec_module(mod)
@@ -362,6 +399,7 @@ def run(args):
         "triton": triton.__version__,
         "finished": False,
         "expert": expert_of(args.dir),
+        "suite": args.suite,
     }
     print(f"{meta['gpu']}  torch {meta['torch']}  cuda {meta['cuda']}  triton {meta['triton']}", flush=True)
 
@@ -434,10 +472,56 @@ def run(args):
 
     setups = {}
 
-    def setup(name, mod, s):
+    def suite_setup(name, mod, s, hq, hkv):
+        """setup() for a suite variant: its captured tensors at this shape (a fixed seed, so every
+        kernel set of a row sees the same values), bound into its mask / score functions as Flex
+        gets them; kept counted over every (b, h) when the mask reads b or h."""
+        kname, params = kernel_and_params(name, s)
+        b_ = TOKENS // s
+        gen = torch.Generator(device=dev)
+        gen.manual_seed(1234)
+        slots = SUITE.slots(args.dir, kname)
+        shape = dict(batch=b_, heads_q=hq, heads_kv=hkv, seqlen_q=s, seqlen_kv=s)
+        tensors = SUITE.tensors(name, slots, shape, params, dev, gen)
+        raw_mask, raw_score = getattr(mod, "mask_mod", None), getattr(mod, "score_mod", None)
+        mask_mod = suites.bound(raw_mask, 4, tensors, params)
+        score_mod = suites.bound(raw_score, 5, tensors, params)
+        per_bh = suites.reads_batch_or_head(raw_mask, 4)
+        dense, kept, block_mask = None, float(s * s), None
+        if mask_mod is not None:
+            qi = torch.arange(s, device=dev).view(-1, 1)
+            ki = torch.arange(s, device=dev).view(1, -1)
+            if per_bh:
+                total = torch.zeros((), dtype=torch.int64, device=dev)
+                for bb in range(b_):
+                    for hh in range(hq):
+                        m = mask_mod(torch.tensor(bb, device=dev), torch.tensor(hh, device=dev), qi, ki)
+                        total += torch.broadcast_to(m, (s, s)).sum()
+                kept = total.item() / (b_ * hq)  # mean per (b, h): flops stay 4 B Hq kept D
+                try:  # compiled: no B x H x S x S evaluation in memory
+                    block_mask = create_block_mask(mask_mod, b_, hq, s, s, device=dev, _compile=True)
+                except TypeError:
+                    block_mask = create_block_mask(mask_mod, b_, hq, s, s, device=dev)
+            else:
+                zero = torch.tensor(0, device=dev)
+                dense = torch.broadcast_to(mask_mod(zero, zero, qi, ki), (s, s)).contiguous()
+                kept = float(dense.sum().item())
+                block_mask = create_block_mask(mask_mod, None, None, s, s, device=dev)
+        return dict(kname=kname, mask_mod=mask_mod, score_mod=score_mod, dense=dense,
+                    neg=(~dense if dense is not None else None), kept=kept, block_mask=block_mask,
+                    bufs=[tensors[n] for n, _, _ in slots], per_bh=per_bh,
+                    # SDPA's bool attn_mask form: masks alone, the same for every (b, h)
+                    sdpa=score_mod is None and dense is not None, eager_score=score_mod)
+
+    def setup(name, mod, s, hq, hkv):
         """Mask / score callables, dense mask, kept count and block mask of (variant, S); cached."""
-        if (name, s) in setups:
-            return setups[(name, s)]
+        key = (name, s, hq, hkv) if SUITE else (name, s)
+        if key in setups:
+            return setups[key]
+        if SUITE:
+            setups.clear()  # a suite row's tensors can be large (a full bias): one row's at a time
+            setups[key] = suite_setup(name, mod, s, hq, hkv)
+            return setups[key]
         kname, params = kernel_and_params(name, s)
         has_mask, has_score = hasattr(mod, "mask_mod"), hasattr(mod, "score_mod")
         uses_doc = has_mask and "doc" in mod.mask_mod.__code__.co_varnames
@@ -463,7 +547,7 @@ def run(args):
                   # is the identity.
                   sdpa=(name == "full") or not has_score,
                   eager_score=None if name == "full" else score_mod)
-        setups[(name, s)] = st
+        setups[key] = st
         return st
 
     def make_params(lib, q, k, v, o, lse, scale, bufs):
@@ -592,8 +676,8 @@ def run(args):
 
         # Eager PyTorch.
         try:
-            if args.against:  # A/B mode: eager is not what is compared
-                raise SkipEager
+            if args.against or SUITE:  # A/B mode: eager is not what is compared; suites: the
+                raise SkipEager        # targets are Flex's
             fn, hc = make_eager(q, k, v, scale, st["neg"], st["eager_score"])
             row["eager_head_chunk"] = hc
             torch.cuda.synchronize()
@@ -652,7 +736,7 @@ def run(args):
                 else:
                     row[prefix + "status"] = "ok"
             keep = (p, ws, o, lse)  # alive while the call is timed
-            if split and st["bufs"]:
+            if split and has_tables(folder, st["kname"]):
                 # Block tables, like Flex's block mask, are built once outside the timing (a
                 # model's layers share them); their own time goes in the row and the notes.
                 row[prefix + "tables_ms"] = bench(lambda: lib.cubridge_attn_fwd_tables(pref, stream))
@@ -754,8 +838,10 @@ def run(args):
         for s, hq, hkv, d in cases:
             t0 = time.time()
             try:
-                st = setup(name, mod, s)
+                st = setup(name, mod, s, hq, hkv)
                 row = run_case(group, name, st, flex, s, hq, hkv, d)
+                if st.get("per_bh"):
+                    row["kept_note"] = "mean over (b, h)"
             except Exception as e:  # noqa: BLE001  setup failed: record and go on
                 traceback.print_exc()
                 row = dict(group=group, variant=name, label=variant_label(name, s), S=s,
@@ -839,7 +925,15 @@ def main():
     ap.add_argument("--rebuild", action="store_true", help="rebuild every .so even if up to date")
     ap.add_argument("--merge", nargs="+", metavar="JSON",
                     help="render one section from matrix_rows.json files of earlier runs (no GPU)")
+    ap.add_argument("--suite", metavar="NAME",
+                    help="the variants of examples/specs/NAME/suite.json instead of the twelve examples "
+                         "(kernels: CUBRIDGE_SUITE=NAME bash bench/make_kernels.sh DIR); no eager, no extra head dims")
     args = ap.parse_args()
+    if args.suite:
+        global SUITE, VARIANTS
+        SUITE = suites.Suite(ROOT, args.suite)
+        VARIANTS = tuple(SUITE.names)
+        args.extra_hdims = ""
     if args.merge:
         merge(args.merge, args.out)
         return

@@ -552,4 +552,9 @@ bool ProvablyNonNegative(const ExprPtr& e, const BoundsEnv& env) {
   return b.lo && *b.lo >= 0;
 }
 
+bool WithinInt32(const IntBounds& b) {
+  return b.lo && b.hi && *b.lo >= std::numeric_limits<int32_t>::min() &&
+         *b.hi <= std::numeric_limits<int32_t>::max();
+}
+
 }  // namespace cubridge::cuir

@@ -50,4 +50,7 @@ IntBounds BoundsOf(const ExprPtr& e, const BoundsEnv& env);
 // BoundsOf(e, env).lo >= 0.
 bool ProvablyNonNegative(const ExprPtr& e, const BoundsEnv& env);
 
+// Both sides known and within int32: the value may be computed in a 32-bit int.
+bool WithinInt32(const IntBounds& b);
+
 }  // namespace cubridge::cuir

@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "cuir/ir/bounds.h"
 #include "cuir/lower/cuda_emit.h"
+#include "cuir/lower/modular.h"
 #include "cuir/lower/names.h"
 
 namespace cubridge::lower {
@@ -329,32 +330,46 @@ struct Hoisted {
 
 bool IsLeaf(const ExprPtr& e) { return e->args.empty(); }
 
-// Buffer reads, transcendentals and divisions: an array slot per row or column costs registers
-// for the whole element loop, which only these repay (a few instructions each, a global load).
-bool Costly(const ExprPtr& e) {
-  using cuir::BinaryOp;
+// A transcendental function (every unary op but the few-instruction ones).
+bool TranscendentalUnary(cuir::UnaryOp op) {
   using cuir::UnaryOp;
+  switch (op) {
+    case UnaryOp::kNeg: case UnaryOp::kNot: case UnaryOp::kAbs: case UnaryOp::kFloor:
+    case UnaryOp::kToFloat: case UnaryOp::kToInt: case UnaryOp::kTrunc: case UnaryOp::kRound:
+    case UnaryOp::kSign: case UnaryOp::kBitNot: return false;
+    default: return true;
+  }
+}
+
+// What the node `e` itself costs per evaluation: 3 for a transcendental function, a float
+// division, pow, atan2 or fmod; 2 for a buffer read; 1 for an integer division or modulo; 0 for
+// the rest (a few instructions at most).
+int NodeCost(const ExprPtr& e) {
+  using cuir::BinaryOp;
   switch (e->kind) {
-    case cuir::ExprKind::kIndex: return true;
-    case cuir::ExprKind::kUnary:
-      switch (e->unary_op) {
-        case UnaryOp::kNeg: case UnaryOp::kNot: case UnaryOp::kAbs: case UnaryOp::kFloor:
-        case UnaryOp::kToFloat: case UnaryOp::kToInt: case UnaryOp::kTrunc: case UnaryOp::kRound:
-        case UnaryOp::kSign: case UnaryOp::kBitNot: break;
-        default: return true;  // the transcendental functions
-      }
-      break;
+    case cuir::ExprKind::kIndex: return 2;
+    case cuir::ExprKind::kUnary: return TranscendentalUnary(e->unary_op) ? 3 : 0;
     case cuir::ExprKind::kBinary:
       switch (e->binary_op) {
-        case BinaryOp::kDiv: case BinaryOp::kFloorDiv: case BinaryOp::kMod: case BinaryOp::kCdiv:
-        case BinaryOp::kPow: case BinaryOp::kAtan2: case BinaryOp::kFmod: return true;
-        default: break;
+        case BinaryOp::kDiv: case BinaryOp::kPow: case BinaryOp::kAtan2: case BinaryOp::kFmod:
+          return 3;
+        case BinaryOp::kFloorDiv: case BinaryOp::kMod: case BinaryOp::kCdiv: return 1;
+        default: return 0;
       }
-      break;
-    default: break;
+    default: return 0;
   }
-  return std::any_of(e->args.begin(), e->args.end(), Costly);
 }
+
+// The costliest node of `e`.
+int RecomputeCost(const ExprPtr& e) {
+  int cost = NodeCost(e);
+  for (const ExprPtr& a : e->args) cost = std::max(cost, RecomputeCost(a));
+  return cost;
+}
+
+// Buffer reads, transcendentals and divisions: an array slot per row or column costs registers
+// for the whole element loop, which only these repay (a few instructions each, a global load).
+bool Costly(const ExprPtr& e) { return RecomputeCost(e) > 0; }
 
 // nvcc contracts a float `a * b` that a sum consumes into one fma, rounded once; computed apart
 // the product would be rounded twice, so it stays in the element loop (its operands may move).
@@ -422,6 +437,49 @@ void ShareHoisted(std::vector<Hoisted>* hoisted, ExprPtr* expr) {
     Hoisted h = original[i];
     h.expr = cuir::Substitute(ReuseHoisted(h.expr, h.level, original, i), inlined);
     if (h.level != Level::kBlock && !Costly(h.expr)) {
+      inlined.emplace_back(h.name, h.expr);
+    } else {
+      kept.push_back(std::move(h));
+    }
+  }
+  *expr = cuir::Substitute(*expr, inlined);
+  *hoisted = std::move(kept);
+}
+
+// Column values live in [NT][2] register arrays through the element loop (32 registers each at
+// BLOCK_N 128, 44 at 176) beside the expert's accumulators. A transcendental one always stays (per
+// element again it costs tens of instructions: a hyperbolic distance's sinh ran at half speed
+// recomputed); of the cheaper ones (integer arithmetic, buffer reads) only as many as leave
+// kMaxColumnArrays in all, costliest first, since three arrays made a Hopper kernel spill (a
+// haversine's: 392 B of spill stores at hdim 128). The others go back into the element expression
+// and whatever reads them, computed per element as FlexAttention computes everything.
+constexpr int kMaxColumnArrays = 1;
+
+void FitColumnBudget(std::vector<Hoisted>* hoisted, ExprPtr* expr) {
+  std::vector<size_t> cheap;
+  int transcendental = 0;
+  for (size_t i = 0; i < hoisted->size(); ++i) {
+    if ((*hoisted)[i].level != Level::kColumn) continue;
+    if (RecomputeCost((*hoisted)[i].expr) >= 3) {
+      ++transcendental;
+    } else {
+      cheap.push_back(i);
+    }
+  }
+  const int room = std::max(0, kMaxColumnArrays - transcendental);
+  if (static_cast<int>(cheap.size()) <= room) return;
+  std::stable_sort(cheap.begin(), cheap.end(), [&](size_t a, size_t b) {
+    const int ca = RecomputeCost((*hoisted)[a].expr), cb = RecomputeCost((*hoisted)[b].expr);
+    return ca != cb ? ca > cb : ExprSize((*hoisted)[a].expr) > ExprSize((*hoisted)[b].expr);
+  });
+  std::set<size_t> back(cheap.begin() + room, cheap.end());
+  // Values come smallest first (ShareHoisted) and read only smaller ones: one pass substitutes.
+  std::vector<std::pair<std::string, ExprPtr>> inlined;
+  std::vector<Hoisted> kept;
+  for (size_t i = 0; i < hoisted->size(); ++i) {
+    Hoisted h = (*hoisted)[i];
+    h.expr = cuir::Substitute(h.expr, inlined);
+    if (back.count(i)) {
       inlined.emplace_back(h.name, h.expr);
     } else {
       kept.push_back(std::move(h));
@@ -509,11 +567,19 @@ class RegionWriter {
     return absl::OkStatus();
   }
 
+  // Adds `name`'s range, as the interval analysis bounds `value` in `env`, where both sides are
+  // known: later expressions that read it get exact integer forms (`% area` by a const area).
+  static void AddRange(cuir::BoundsEnv* env, const std::string& name, const ExprPtr& value) {
+    const cuir::IntBounds b = cuir::BoundsOf(value, *env);
+    if (b.lo && b.hi) (*env)[name] = cuir::SymbolRange{cuir::IntLit(*b.lo), cuir::IntLit(*b.hi), b.lo, b.hi};
+  }
+
   absl::Status Consts() {
     std::string text;
     for (const Stmt* s : plan_.consts) {
       LOWER_ASSIGN_OR_RETURN(line, Declare(*s, Fresh(s->name), &ns_, "constexpr"));
       text += line;
+      if (s->value != nullptr) AddRange(&element_bounds_, s->name, s->value);
     }
     if (!plan_.consts.empty()) out_["variant_consts"] = text;
     kernel_ = ns_;
@@ -910,7 +976,7 @@ class RegionWriter {
     scope.Bind(kKvFloat, "kv_f", CType::kFloat);
     if (with_score) scope.Bind("score", "score", CType::kFloat);
     // The visitors pass in-bounds indices only, so int `//` and `%` may take cheaper exact forms.
-    scope.SetBounds(cuir::ElementBoundsEnv());
+    scope.SetBounds(element_bounds_);
     return scope;
   }
 
@@ -984,7 +1050,8 @@ class RegionWriter {
                                              std::string* outside_walk = nullptr) {
     EmitScope top = kernel_, block = loop_, row = loop_, col = loop_;
     // Row and column slots past the tile's end read its last in-bounds index.
-    for (EmitScope* scope : {&top, &block, &row, &col}) scope->SetBounds(cuir::ElementBoundsEnv());
+    cuir::BoundsEnv env = element_bounds_;  // grows by each hoisted int value's range
+    for (EmitScope* scope : {&top, &block, &row, &col}) scope->SetBounds(env);
     row.Bind("q_idx", "q_idx", CType::kInt);
     col.Bind("kv_idx", "kv_idx", CType::kInt);
     row.Bind(kQFloat, "static_cast<float>(q_idx)", CType::kFloat);
@@ -1000,8 +1067,10 @@ class RegionWriter {
           absl::StrAppend(to_top ? outside_walk : &consts, "const ", CTypeName(value.type), " ",
                           h.name, " = ", value.text, ";\n");
           if (to_top) top.Bind(h.name, h.name, value.type);
-          for (EmitScope* scope : {&block, &row, &col, element}) {
-            scope->Bind(h.name, h.name, value.type);
+          AddRange(&env, h.name, h.expr);
+          for (EmitScope* scope : {&top, &block, &row, &col, element}) {
+            if (scope != &top || to_top) scope->Bind(h.name, h.name, value.type);
+            scope->SetBounds(env);
           }
           break;
         }
@@ -1012,6 +1081,12 @@ class RegionWriter {
           EmitScope& scope = is_row ? row : col;
           const std::string slot = h.name + (is_row ? "[mt][r]" : "[j][k]");
           LOWER_ASSIGN_OR_RETURN(value, EmitExpr(h.expr, scope));
+          // A 64-bit value that provably fits int is kept as int: half the registers per slot.
+          if (value.type == CType::kLong && cuir::WithinInt32(cuir::BoundsOf(h.expr, env))) {
+            value = CExpr{Convert(value, CType::kInt), CType::kInt};
+          }
+          AddRange(&env, h.name, h.expr);
+          for (EmitScope* s : {&row, &col, element}) s->SetBounds(env);
           absl::StrAppend(is_row ? &row_arrays : &col_arrays, CTypeName(value.type), " ", h.name,
                           is_row ? "[MT][2];\n" : "[NT][2];\n");
           absl::StrAppend(is_row ? &row_values : &col_values, "  ", slot, " = ", value.text, ";\n");
@@ -1058,7 +1133,11 @@ class RegionWriter {
                                       bool outside_walk = false) {
     EmitScope scope = ElementScope(with_score);
     ElementCode code;
-    LOWER_ASSIGN_OR_RETURN(rewritten, FloatIndices(ReciprocalOfInvariantDivisors(s.value), scope));
+    const ExprPtr residues = ReduceModulo(s.value, element_bounds_, [&](const ExprPtr& x) {
+      auto typed = EmitExpr(x, scope);
+      return typed.ok() && (typed->type == CType::kInt || typed->type == CType::kLong);
+    });
+    LOWER_ASSIGN_OR_RETURN(rewritten, FloatIndices(ReciprocalOfInvariantDivisors(residues), scope));
     if (rows_to_lse) {
       if (std::optional<RowSplit> split = SplitRowTerms(rewritten, RowScope())) {
         rewritten = split->element;
@@ -1068,6 +1147,7 @@ class RegionWriter {
     LOWER_ASSIGN_OR_RETURN(hoisted_expr, HoistInvariants(rewritten, nullptr, scope, &code.hoisted));
     code.expr = hoisted_expr;
     ShareHoisted(&code.hoisted, &code.expr);
+    FitColumnBudget(&code.hoisted, &code.expr);
     NameHoisted(&code.hoisted, &code.expr);
     LOWER_ASSIGN_OR_RETURN(decls, DeclareHoisted(code.hoisted, &scope,
                                                  outside_walk ? &code.outside_walk : nullptr));
@@ -1093,7 +1173,7 @@ class RegionWriter {
     EmitScope scope = kernel_;
     scope.Bind("q_idx", "q_idx", CType::kInt);
     scope.Bind(kQFloat, "q_f", CType::kFloat);
-    scope.SetBounds(cuir::ElementBoundsEnv());  // shift_lse_rows clamps q_idx into the tile
+    scope.SetBounds(element_bounds_);  // shift_lse_rows clamps q_idx into the tile
     return scope;
   }
 
@@ -1246,6 +1326,7 @@ class RegionWriter {
   EmitScope kernel_;  // kernel body before the loop
   EmitScope loop_;    // inside the KV loop
   std::vector<BufferInfo> buffers_;
+  cuir::BoundsEnv element_bounds_ = cuir::ElementBoundsEnv();  // + the consts' values (Consts)
   std::vector<TableInfo> tables_;
   std::map<std::string, std::string> out_;
 };

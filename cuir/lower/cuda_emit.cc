@@ -44,6 +44,18 @@ bool IsPlainDecimal(const std::string& s) {
   return true;
 }
 
+// A literal exponent 2 or 3 (int or float), which cuir_powi_f computes as a product.
+std::optional<int> SmallIntExponent(const ExprPtr& e) {
+  if (e->kind != cuir::ExprKind::kIntLit && e->kind != cuir::ExprKind::kFloatLit) return std::nullopt;
+  auto v = cuir::EvalScalar(e, cuir::ScalarEnv{});
+  if (!v.ok()) return std::nullopt;
+  const double x = std::holds_alternative<int64_t>(*v) ? static_cast<double>(std::get<int64_t>(*v))
+                                                       : std::get<double>(*v);
+  if (x == 2.0) return 2;
+  if (x == 3.0) return 3;
+  return std::nullopt;
+}
+
 // A closed int expression (no symbols) with a value >= 0: the exponent that keeps int ** int an
 // int, exactly as the evaluator decides it.
 std::optional<int64_t> ConstNonNegativeInt(const ExprPtr& e) {
@@ -240,7 +252,14 @@ class Emitter {
       }
       case BinaryOp::kMul:
         if (is_float) return FloatInfix(*a, "*", *b);
-        // Products are where index arithmetic overflows int: compute them in 64 bits.
+        // Products are where index arithmetic overflows int: compute them in 64 bits, unless the
+        // interval analysis bounds this one within int (a window's area): 64-bit values that
+        // reach a row or column array take two registers per slot and 64-bit division after.
+        if (ints == CType::kInt && scope_.bounds() != nullptr) {
+          if (cuir::WithinInt32(cuir::BoundsOf(e, *scope_.bounds()))) {
+            return Infix(*a, "*", *b, CType::kInt);
+          }
+        }
         return Infix(CExpr{Convert(*a, CType::kLong), CType::kLong}, "*", *b, CType::kLong);
       case BinaryOp::kDiv: return FloatInfix(*a, "/", *b);
       case BinaryOp::kFloorDiv:
@@ -284,6 +303,11 @@ class Emitter {
         const auto exponent = is_float ? std::nullopt : ConstNonNegativeInt(e->args[1]);
         if (exponent && *exponent <= std::numeric_limits<int32_t>::max()) {
           return CExpr{Call("cuir_ipow", a->text, absl::StrCat(*exponent)), CType::kLong};
+        }
+        // x ** 2 and x ** 3 as products, as torch's CUDA pow computes them: powf costs a log, an
+        // exp and special-case tests per element (a haversine's two squares dominated it).
+        if (const auto n = SmallIntExponent(e->args[1]); n && a->type == CType::kFloat) {
+          return CExpr{absl::StrCat("cuir_powi_f<", *n, ">(", a->text, ")"), CType::kFloat};
         }
         return CExpr{Call("powf", AsFloat(*a), AsFloat(*b)), CType::kFloat};
       }

@@ -6,6 +6,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "cuir/ir/dtype.h"
+#include "cuir/ir/expr.h"
 #include "cuir/lower/codegen.h"
 #include "cuir/lower/expert.h"
 #include "cuir/lower/plan.h"
@@ -109,6 +111,30 @@ absl::StatusOr<ExpertArch> ReadExpertArch(const Expert& e) {
 
 int ArchNumber(Arch a) { return a == Arch::kSm80 ? 80 : 90; }
 
+// The captured tensors in the launcher's slot order (the plan's, which the codegen numbers).
+std::vector<LoweredBuffer> BuffersOf(const LoweringPlan& plan) {
+  std::vector<LoweredBuffer> out;
+  for (const cuir::Stmt* s : plan.buffers) {
+    LoweredBuffer b{s->name, cuir::TensorDTypeName(s->dtype), {}};
+    for (const auto& e : s->exprs) b.extents.push_back(e ? cuir::PrintExpr(e) : "?");
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+// kernel.h says which slot holds which tensor: a caller fills params.buffers from it.
+std::string BufferSlotsComment(const std::vector<LoweredBuffer>& buffers) {
+  if (buffers.empty()) return "// Captured tensors: none (params.buffers unused).\n";
+  std::string text =
+      "// Captured tensors, params.buffers[slot]: dtype, and the least size per dimension at the "
+      "call's shape\n// (`?`: set by the tensor's values, unchecked).\n";
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    absl::StrAppend(&text, "//   [", i, "] ", buffers[i].name, ": ", buffers[i].dtype, "[",
+                    absl::StrJoin(buffers[i].extents, ", "), "]\n");
+  }
+  return text;
+}
+
 }  // namespace
 
 absl::StatusOr<Arch> ParseArch(const std::string& s) {
@@ -193,10 +219,12 @@ absl::StatusOr<LoweredKernel> Lower(const cuir::Program& program,
   // stands alone too.
   auto abi_text = InlineLocalIncludes(expert->source.Body(*abi), expert->dir);
   if (!abi_text.ok()) return abi_text.status();
+  out.buffers = BuffersOf(*plan);
   out.launcher_header = absl::StrCat(
       "// Launcher of the CuBridge kernel `", program.kernel, "` (expert \"", expert->name,
       "\", ", ArchName(arch), ", target ", out.target,
-      "); link the object compiled from its kernel.cu.\n", RenamePrefix(*abi_text, from, to));
+      "); link the object compiled from its kernel.cu.\n", BufferSlotsComment(out.buffers),
+      RenamePrefix(*abi_text, from, to));
   return out;
 }
 

@@ -21,6 +21,15 @@ enum class Arch { kSm80, kSm90 };
 absl::StatusOr<Arch> ParseArch(const std::string& s);  // "sm_80" | "sm_90" (clear error otherwise)
 const char* ArchName(Arch a);                          // "sm_80" / "sm_90"
 
+// One captured tensor of the launcher: params.buffers[slot] must hold it.
+struct LoweredBuffer {
+  std::string name;                  // the spec's name
+  std::string dtype;                 // cuir::TensorDTypeName: int32, float32, bfloat16, ...
+  std::vector<std::string> extents;  // per dimension, the least size as CuIR prints it
+                                     // (`heads_q`, `max(seqlen_q, seqlen_kv)`, `32`), or "?"
+                                     // where the reach depends on data
+};
+
 struct LoweredKernel {
   std::string cuda_source;     // kernel.cu: complete translation unit
   std::string launcher_header; // kernel.h: plain C entry point declaration + params struct
@@ -35,6 +44,7 @@ struct LoweredKernel {
   std::string expert;                          // the expert it was lowered from
   std::vector<std::string> generated_regions;  // regions generated (changed by the transfer)
   std::vector<std::string> copied_regions;     // regions copied verbatim from the expert
+  std::vector<LoweredBuffer> buffers;          // params.buffers[i], in slot order
 };
 
 // The `// @cuir-entry ROLE NAME` lines of a kernel source: its device entry points by role.

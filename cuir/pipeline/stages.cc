@@ -110,12 +110,21 @@ nlohmann::json AppliedRulesJson(const transfer::TransferResult& t) {
   return applied;
 }
 
+nlohmann::json BuffersJson(const std::vector<lower::LoweredBuffer>& buffers) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& b : buffers) {
+    out.push_back({{"name", b.name}, {"dtype", b.dtype}, {"extents", b.extents}});
+  }
+  return out;
+}
+
 nlohmann::json LoweringJson(const lower::LoweredKernel& k) {
   return {{"entry_point", k.entry_point},
           {"expert", k.expert},
           {"target", k.target},
           {"generated_regions", k.generated_regions},
-          {"copied_regions", k.copied_regions}};
+          {"copied_regions", k.copied_regions},
+          {"buffers", BuffersJson(k.buffers)}};
 }
 
 uint64_t FreshSeed() {

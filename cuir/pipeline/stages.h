@@ -44,7 +44,9 @@ absl::StatusOr<lower::LoweredKernel> LowerStage(const cuir::Program& program,
                                                 lower::Arch arch, std::string* detail);
 
 nlohmann::json AppliedRulesJson(const transfer::TransferResult& t);
+// Where the kernel came from and which params.buffers slot holds which captured tensor.
 nlohmann::json LoweringJson(const lower::LoweredKernel& k);
+nlohmann::json BuffersJson(const std::vector<lower::LoweredBuffer>& buffers);
 uint64_t FreshSeed();  // odd, from the system's entropy
 
 }  // namespace cubridge::pipeline

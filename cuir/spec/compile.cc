@@ -200,6 +200,74 @@ absl::StatusOr<std::vector<Def>> ParseDefinitions(const SourceText& file) {
   return defs;
 }
 
+namespace {
+
+// Binary and comparison operators, and the conditional expression: what TorchScript's parser
+// puts under a `~` that Python would not.
+bool IsBinaryTree(int kind) {
+  using namespace torch::jit;  // NOLINT: token kinds
+  switch (kind) {
+    case '+': case '-': case '*': case '/': case '%': case '&': case '|': case '^': case '@':
+    case '<': case '>': case TK_LSHIFT: case TK_RSHIFT: case TK_FLOOR_DIV: case TK_POW:
+    case TK_LE: case TK_GE: case TK_EQ: case TK_NE: case TK_AND: case TK_OR: case TK_IS:
+    case TK_ISNOT: case TK_IN: case TK_NOTIN: case TK_IF_EXPR: return true;
+    default: return false;
+  }
+}
+
+// Whether [start, end) of `text`, a tree's range, is parenthesized as a whole. TorchScript's
+// ranges leave out parentheses (`~((a) & (b))`'s operand reads `a) & (b`), so: one of the `(`
+// just before it (blanks and other `(` aside) closes at or after its end. In `~(a < 2) & (b < 3)`
+// the `(` before `a` closes after the `2`: the operand is not parenthesized.
+bool Parenthesized(const std::string& text, size_t start, size_t end) {
+  if (end > text.size() || start > end) return false;
+  for (size_t open = start; open > 0;) {
+    const char c = text[--open];
+    if (c == ' ' || c == '\t') continue;
+    if (c != '(') return false;
+    int depth = 0;
+    for (size_t i = open; i < text.size(); ++i) {
+      depth += (text[i] == '(') - (text[i] == ')');
+      if (depth == 0) {
+        if (i >= end) return true;
+        break;
+      }
+    }
+  }
+  return false;
+}
+
+// `~a & b`: TorchScript reads ~(a & b), Python (~a) & b. The oracle and the translation would
+// agree with each other on TorchScript's reading, and the kernel would silently differ from the
+// user's FlexAttention, so an unparenthesized binary operand of `~` is refused.
+absl::Status CheckBitNotOperands(const SourceText& file, const TreeRef& t) {
+  if (t->kind() != '~' || t->trees().empty()) return absl::OkStatus();
+  const TreeRef& operand = t->trees()[0];
+  const auto& r = operand->range();
+  if (!IsBinaryTree(operand->kind()) || Parenthesized(file.text, r.start(), r.end())) {
+    return absl::OkStatus();
+  }
+  // The operand as written: from after the `~` to its end, with the `)` its range leaves out.
+  const std::string& src = file.text;
+  size_t from = std::min(t->range().start() + 1, src.size());
+  while (from < src.size() && (src[from] == ' ' || src[from] == '\t')) ++from;
+  size_t to = std::max(from, std::min(r.end(), src.size()));
+  int open = 0;
+  for (size_t i = from; i < to; ++i) open += (src[i] == '(') - (src[i] == ')');
+  for (; open > 0 && to < src.size() && (src[to] == ')' || src[to] == ' '); ++to) {
+    open -= src[to] == ')';
+  }
+  const std::string text = src.substr(from, std::min<size_t>(to - from, 80));
+  return ErrorAt(file.LocAt(t->range().start()),
+                 absl::StrCat("`~` here applies to all of `", text, "`: TorchScript, which reads "
+                              "the spec, gives `~` lower precedence than binary operators, while "
+                              "Python (and so FlexAttention) applies it to the first operand "
+                              "only; write `(~x) ...` for Python's meaning, or parenthesize the "
+                              "whole operand, `~(...)`, for TorchScript's"));
+}
+
+}  // namespace
+
 absl::Status CheckStatements(const SourceText& file, const std::vector<Def>& defs,
                              const Def& root) {
   std::set<std::string> visited = {root.name().name()};
@@ -210,6 +278,7 @@ absl::Status CheckStatements(const SourceText& file, const std::vector<Def>& def
     if (const char* why = ForbiddenConstruct(t->kind())) {
       return ErrorAt(file.LocAt(t->range().start()), why);
     }
+    if (absl::Status s = CheckBitNotOperands(file, t); !s.ok()) return s;
     if (t->kind() == torch::jit::TK_VAR) {
       // A call to another function of the file: check it as well.
       const std::string name = torch::jit::Var(t).name().name();

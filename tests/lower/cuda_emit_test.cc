@@ -2,6 +2,7 @@
 // 64-bit products, fp32 float math, casts, select, literals.
 #include "cuir/lower/cuda_emit.h"
 
+#include "cuir/ir/bounds.h"
 #include "cuir/ir/program.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -74,6 +75,11 @@ INSTANTIATE_TEST_SUITE_P(
         // A negative or symbolic exponent makes int ** int a float, as in the evaluator.
         EmitCase{"2 ** -1", "powf(2.0f, (-1.0f))", CType::kFloat},
         EmitCase{"2 ** q_idx", "powf(2.0f, static_cast<float>(q_idx))", CType::kFloat},
+        // A float squared or cubed is a product, as in torch's CUDA pow; other powers stay powf.
+        EmitCase{"x ** 2", "cuir_powi_f<2>(x)", CType::kFloat},
+        EmitCase{"(x + 1.0) ** 3.0", "cuir_powi_f<3>((x + 1.0f))", CType::kFloat},
+        EmitCase{"x ** 4", "powf(x, 4.0f)", CType::kFloat},
+        EmitCase{"x ** 2.5", "powf(x, 2.5f)", CType::kFloat},
         EmitCase{"max(q_idx, big)", "cuir_max<long long>(q_idx, big_v)", CType::kLong},
         EmitCase{"abs(q_idx - kv_idx)", "abs((q_idx - kv_idx))", CType::kInt},
         EmitCase{"abs(big)", "llabs(big_v)", CType::kLong}));
@@ -117,6 +123,26 @@ INSTANTIATE_TEST_SUITE_P(
                       EmitCase{"-inf", "(-INFINITY)", CType::kFloat},
                       EmitCase{"nan", "NAN", CType::kFloat},
                       EmitCase{"true", "true", CType::kBool}));
+
+// With the element's ranges known, a product the interval analysis bounds within int stays int;
+// an unbounded one is still 64-bit.
+TEST(IntegerWidth, BoundedProductsStayInt) {
+  EmitScope s = TestScope();
+  s.SetBounds(cuir::ElementBoundsEnv());
+  auto emit = [&](const std::string& text) {
+    auto e = cuir::ParseExpr(text);
+    EXPECT_TRUE(e.ok()) << e.status();
+    auto c = EmitExpr(*e, s);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? *c : CExpr{};
+  };
+  const CExpr bounded = emit("(q_idx % 16) * 16");
+  EXPECT_EQ(bounded.text, "((q_idx & 15) * 16)");
+  EXPECT_EQ(bounded.type, CType::kInt);
+  const CExpr unbounded = emit("q_idx * kv_idx");
+  EXPECT_EQ(unbounded.text, "(static_cast<long long>(q_idx) * kv_idx)");
+  EXPECT_EQ(unbounded.type, CType::kLong);
+}
 
 TEST(FloatLiteral, RoundsToFp32) {
   // 0.1 as a double is not a float; the kernel computes in fp32, so the literal is 0.1f.

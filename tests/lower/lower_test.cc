@@ -19,6 +19,7 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::Contains;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using testing::LoadTestProgram;
@@ -246,8 +247,9 @@ TEST(Lower, BlockInvariantPartsOfColumnValuesRunOncePerBlock) {
   // The row offset b * seqlen_kv too (any block-invariant operation is hoisted).
   EXPECT_THAT(mask, HasSubstr("const long long invariant_2 = (static_cast<long long>(b) * "
                               "seqlen_kv);\n"));
+  // Hoisted, it keeps its range (b * seqlen_kv >= 0), so the read needs no negative-index wrap.
   EXPECT_THAT(LambdaBody(mask, "for_each_score_row"),
-              HasSubstr("doc_q[mt][r] = cuir_ld(doc + cuir_wrap((invariant_2 + q_idx), doc_size0));"));
+              HasSubstr("doc_q[mt][r] = cuir_ld(doc + (invariant_2 + q_idx));"));
   EXPECT_THAT(LambdaBody(mask, "for_each_score_at"),
               HasSubstr("if (!((doc_q[mt][r] == doc_kv[j][k]) || (kv_idx < invariant))) "
                         "score = -INFINITY;"));
@@ -349,6 +351,28 @@ LoweredKernel LowerOnHopperOrDie(const std::string& name) {
   auto k = Lower(*moved, cuir::AttentionConfig{}, Arch::kSm90);
   EXPECT_TRUE(k.ok()) << name << ": " << k.status();
   return k.ok() ? *k : LoweredKernel{};
+}
+
+// Column values hold registers through the element loop: the two transcendental ones stay in
+// [NT][2] arrays, the cheap integer one goes back into the element expression; the const
+// product window * window is bounded, so that column arithmetic is 32-bit shifts and masks, never
+// long long. kernel.h and the report name the buffer slot.
+TEST(Lower, ColumnValuesKeepTranscendentalsAndStayThirtyTwoBitWhereBounded) {
+  const LoweredKernel k = LowerOrDie("column_values", Arch::kSm90);
+  const std::string mod = Unindented(RegionText(k, "score_mod"));
+  EXPECT_EQ(Count(mod, "[NT][2];"), 2u) << mod;
+  EXPECT_THAT(LambdaBody(mod, "for_each_score_col"),
+              HasSubstr("kv_invariant[j][k] = sinhf((static_cast<float>(kv_idx) * 0.001f));"));
+  EXPECT_THAT(LambdaBody(mod, "for_each_score_col"),
+              HasSubstr("kv_invariant_2[j][k] = coshf((static_cast<float>(kv_idx) * 0.002f));"));
+  EXPECT_THAT(mod, HasSubstr("((kv_idx & 255) >> 4)"));
+  EXPECT_THAT(mod, Not(HasSubstr("long long"))) << mod;
+  ASSERT_EQ(k.buffers.size(), 1u);
+  EXPECT_EQ(k.buffers[0].name, "w");
+  EXPECT_EQ(k.buffers[0].dtype, "float32");
+  EXPECT_THAT(k.buffers[0].extents, ElementsAre("heads_q"));
+  EXPECT_THAT(k.launcher_header, HasSubstr("//   [0] w: float32[heads_q]\n"));
+  EXPECT_THAT(LowerOrDie("causal").launcher_header, HasSubstr("// Captured tensors: none"));
 }
 
 // The Hopper expert's head-dim-64 instance takes 192-row tiles (kBlockM) only where the program

@@ -107,6 +107,28 @@ TEST(SpecErrors, PythonAndOnTensors) {
               "combine masks with & | ~");
 }
 
+// TorchScript reads `~a & b` as ~(a & b), Python (and FlexAttention) as (~a) & b: refused at the
+// `~`, so the kernel cannot silently compute the other mask. Parenthesized, both forms load.
+TEST(SpecErrors, BitNotOverAnUnparenthesizedBinaryOperand) {
+  ExpectError(std::string(kDef) + "    return ~(q_idx < 2) & (kv_idx <= q_idx)\n", "2:12",
+              "`~` here applies to all of `(q_idx < 2) & (kv_idx <= q_idx)`");
+  ExpectError(std::string(kDef) + "    return (~kv_idx + q_idx) > 0\n", "2:13",
+              "write `(~x) ...` for Python's meaning");
+  ExpectError(std::string(kDef) + "    return (~kv_idx & 7) == (q_idx & 7)\n", "2:13",
+              "TorchScript, which reads the spec, gives `~` lower precedence");
+  // Parentheses inside the operand do not make it parenthesized.
+  ExpectError(std::string(kDef) + "    return ~ ( (kv_idx & 7) == 0 ) | (q_idx >= kv_idx)\n",
+              "2:12", "`~` here applies to all of");
+  for (const char* body : {"    return ((~kv_idx) & 7) == (q_idx & 7)\n",
+                           "    return (~(kv_idx & 7)) == (q_idx & 7)\n",
+                           "    return ~(q_idx < kv_idx)\n",
+                           "    return (~ ( (kv_idx & 7) == 0 )) | (q_idx >= kv_idx)\n",
+                           "    return ~((q_idx < 2) & (kv_idx <= q_idx))\n"}) {
+    SCOPED_TRACE(body);
+    EXPECT_TRUE(spec::LoadSpecSource(std::string(kDef) + body, "spec.py").ok());
+  }
+}
+
 TEST(SpecErrors, BitOperationOnFloats) {
   ExpectError(std::string(kDef) + "    return (q_idx.float() & 1) == 0\n", "2:13",
               "mask_mod failed on whole index tensors");
