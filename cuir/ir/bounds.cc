@@ -515,6 +515,28 @@ class Analyzer {
       case BinaryOp::kFloorDiv: return Int(FloorDivB(x.bounds, y.bounds));
       case BinaryOp::kMod: return Int(ModB(x.bounds, y.bounds));
       case BinaryOp::kCdiv: return Int(CdivB(x.bounds, y.bounds));
+      case BinaryOp::kShl:
+      case BinaryOp::kShr: {
+        // By one known amount in [0, 62]: x * 2^k (MulB leaves a possible wrap unbounded) or
+        // x // 2^k (>> is arithmetic, i.e. the floor).
+        const IntBounds& k = y.bounds;
+        if (!k.lo || !k.hi || *k.lo != *k.hi || *k.lo < 0 || *k.lo > 62) return Int({});
+        const IntBounds p = Exact(int64_t{1} << *k.lo);
+        return Int(op == BinaryOp::kShl ? MulB(x.bounds, p) : FloorDivB(x.bounds, p));
+      }
+      case BinaryOp::kBitAnd: {
+        // With one side >= 0 the result is in [0, that side's largest value].
+        std::optional<int64_t> hi;
+        for (const IntBounds* b : {&x.bounds, &y.bounds}) {
+          if (b->lo && *b->lo >= 0 && b->hi) hi = hi ? std::min(*hi, *b->hi) : *b->hi;
+        }
+        if (!hi) return Int({});
+        return Int({int64_t{0}, *hi, IntLit(0), IntLit(*hi)});
+      }
+      case BinaryOp::kBitOr:
+      case BinaryOp::kBitXor:
+      case BinaryOp::kFmod:
+        return Int({});  // ints, unbounded here
       default: return {};  // true division: a float
     }
   }

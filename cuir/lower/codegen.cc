@@ -342,8 +342,8 @@ bool TranscendentalUnary(cuir::UnaryOp op) {
 }
 
 // What the node `e` itself costs per evaluation: 3 for a transcendental function, a float
-// division, pow, atan2 or fmod; 2 for a buffer read; 1 for an integer division or modulo; 0 for
-// the rest (a few instructions at most).
+// division, pow, atan2 or fmod; 2 for a buffer read; 1 for an integer division, modulo or shift
+// (torch's 64-bit shifts test their amount); 0 for the rest (a few instructions at most).
 int NodeCost(const ExprPtr& e) {
   using cuir::BinaryOp;
   switch (e->kind) {
@@ -353,7 +353,8 @@ int NodeCost(const ExprPtr& e) {
       switch (e->binary_op) {
         case BinaryOp::kDiv: case BinaryOp::kPow: case BinaryOp::kAtan2: case BinaryOp::kFmod:
           return 3;
-        case BinaryOp::kFloorDiv: case BinaryOp::kMod: case BinaryOp::kCdiv: return 1;
+        case BinaryOp::kFloorDiv: case BinaryOp::kMod: case BinaryOp::kCdiv:
+        case BinaryOp::kShl: case BinaryOp::kShr: return 1;
         default: return 0;
       }
     default: return 0;
@@ -577,7 +578,8 @@ class RegionWriter {
   absl::Status Consts() {
     std::string text;
     for (const Stmt* s : plan_.consts) {
-      LOWER_ASSIGN_OR_RETURN(line, Declare(*s, Fresh(s->name), &ns_, "constexpr"));
+      // Unused where every read was folded into a literal (the interval analysis knows its value).
+      LOWER_ASSIGN_OR_RETURN(line, Declare(*s, Fresh(s->name), &ns_, "[[maybe_unused]] constexpr"));
       text += line;
       if (s->value != nullptr) AddRange(&element_bounds_, s->name, s->value);
     }

@@ -293,6 +293,19 @@ class Emitter {
       case BinaryOp::kShr:
         // torch shifts 64-bit ints; out-of-range amounts are defined there (cuir_shl / cuir_shr).
         if (is_float) return Error(e, loc, "shifts need ints");
+        // An amount the interval analysis keeps in [0, 63] needs no test: a plain shift, of the
+        // unsigned value for << (torch wraps), arithmetic for >>.
+        if (scope_.bounds() != nullptr) {
+          const cuir::IntBounds k = cuir::BoundsOf(e->args[1], *scope_.bounds());
+          if (k.lo && k.hi && *k.lo >= 0 && *k.hi <= 63) {
+            const std::string value = Convert(*a, CType::kLong);
+            return op == BinaryOp::kShl
+                       ? CExpr{absl::StrCat("static_cast<long long>(static_cast<unsigned long long>(",
+                                            value, ") << ", b->text, ")"),
+                               CType::kLong}
+                       : CExpr{absl::StrCat("(", value, " >> ", b->text, ")"), CType::kLong};
+          }
+        }
         return CExpr{Call(op == BinaryOp::kShl ? "cuir_shl" : "cuir_shr",
                           Convert(*a, CType::kLong), Convert(*b, CType::kLong)),
                      CType::kLong};

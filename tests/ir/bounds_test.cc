@@ -88,7 +88,13 @@ INSTANTIATE_TEST_SUITE_P(
         // x might be a float, and x % 8 might be 7.5).
         Golden{"(int(x) % 8) // 2", 0, 3, "0", "3"},
         Golden{"(x % 8) // 2", kNone, kNone, "<none>", "<none>"},
-        Golden{"min(int(x), q_idx)", kNone, kIndexMax, "<none>", "seqlen_q - 1"}));
+        Golden{"min(int(x), q_idx)", kNone, kIndexMax, "<none>", "seqlen_q - 1"},
+        // Shifts by one known amount are products and floors; & with a side >= 0 is in [0, it].
+        Golden{"shr(kv_idx, 1)", 0, kIndexMax / 2, "0", "(seqlen_kv - 1) // 2"},
+        Golden{"shl(q_idx + 1, 2)", 4, kSizeMax * 4, "4", "seqlen_q * 4"},
+        Golden{"shl(q_idx, kv_idx)", kNone, kNone, "<none>", "<none>"},
+        Golden{"bit_and(q_idx - kv_idx, 7)", 0, 7, "0", "7"},
+        Golden{"bit_xor(q_idx, kv_idx) % 4", 0, 3, "0", "3"}));
 
 TEST(Bounds, SymbolicLowerBoundOfADistanceIsMinusTheLastKey) {
   const IntBounds b = BoundsOf(P("q_idx - kv_idx"), ElementBoundsEnv());

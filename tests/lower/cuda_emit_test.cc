@@ -139,6 +139,13 @@ TEST(IntegerWidth, BoundedProductsStayInt) {
   const CExpr bounded = emit("(q_idx % 16) * 16");
   EXPECT_EQ(bounded.text, "((q_idx & 15) * 16)");
   EXPECT_EQ(bounded.type, CType::kInt);
+  // A shift by an amount known to be in [0, 63] is a plain shift; by anything else the helper.
+  EXPECT_EQ(emit("shr(kv_idx, 1)").text, "(static_cast<long long>(kv_idx) >> 1)");
+  EXPECT_EQ(emit("shl(q_idx + 1, 1)").text,
+            "static_cast<long long>(static_cast<unsigned long long>(static_cast<long long>((q_idx "
+            "+ 1))) << 1)");
+  EXPECT_EQ(emit("shl(q_idx, kv_idx)").text,
+            "cuir_shl(static_cast<long long>(q_idx), static_cast<long long>(kv_idx))");
   const CExpr unbounded = emit("q_idx * kv_idx");
   EXPECT_EQ(unbounded.text, "(static_cast<long long>(q_idx) * kv_idx)");
   EXPECT_EQ(unbounded.type, CType::kLong);
