@@ -742,7 +742,8 @@ class RegionWriter {
     for (const BufferInfo& b : buffers_) {
       const std::string slot = BufferSlot(params, b);
       const char* type = StorageCType(b.binding.dtype);
-      absl::StrAppend(&text, indent, "const ", type, "* __restrict__ const ", b.cpp,
+      // [[maybe_unused]]: a table's classifier binds every buffer and reads only its mask's.
+      absl::StrAppend(&text, indent, "[[maybe_unused]] const ", type, "* __restrict__ const ", b.cpp,
                       " = static_cast<const ", type, "*>(", slot, ".data);  // buffer ",
                       b.decl->name, "\n");
       for (size_t d = 0; d < b.binding.sizes.size(); ++d) {
@@ -1062,6 +1063,21 @@ class RegionWriter {
     for (const Hoisted& h : hoisted) {
       switch (h.level) {
         case Level::kBlock: {
+          // An int value the interval analysis pins to one number (`window * window`) is that
+          // literal: declared, it would go unread wherever the emitter folded it already.
+          const auto typed = EmitExpr(h.expr, block);
+          if (const cuir::IntBounds v = cuir::BoundsOf(h.expr, env);
+              typed.ok() && (typed->type == CType::kInt || typed->type == CType::kLong) && v.lo &&
+              v.hi && *v.lo == *v.hi && cuir::WithinInt32(v)) {
+            const std::string literal =
+                *v.lo < 0 ? absl::StrCat("(", *v.lo, ")") : absl::StrCat(*v.lo);
+            env[h.name] = cuir::SymbolRange{cuir::IntLit(*v.lo), cuir::IntLit(*v.lo), *v.lo, *v.lo};
+            for (EmitScope* scope : {&top, &block, &row, &col, element}) {
+              scope->Bind(h.name, literal, CType::kInt);
+              scope->SetBounds(env);
+            }
+            break;
+          }
           // Values come smallest first (ShareHoisted), so one that reads another moved value
           // finds it bound in `top`; a KV-walk name fails to emit there and the value stays.
           const bool to_top = outside_walk != nullptr && EmitExpr(h.expr, top).ok();
