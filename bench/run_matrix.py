@@ -472,6 +472,30 @@ def run(args):
 
     setups = {}
 
+    def mask_facts(mask_mod, s, per_bh=None):
+        """(dense S x S bool mask or None, kept per (b, h), Flex block mask) of a mask_mod (None:
+        no mask). per_bh = (B, H): the mask reads b or h, so kept is the mean over every (b, h),
+        there is no single dense mask, and the block mask is per (b, h)."""
+        if mask_mod is None:
+            return None, s * s, None
+        qi = torch.arange(s, device=dev).view(-1, 1)
+        ki = torch.arange(s, device=dev).view(1, -1)
+        if per_bh is None:
+            zero = torch.tensor(0, device=dev)
+            dense = torch.broadcast_to(mask_mod(zero, zero, qi, ki), (s, s)).contiguous()
+            return dense, int(dense.sum().item()), create_block_mask(mask_mod, None, None, s, s, device=dev)
+        b_, hq = per_bh
+        total = torch.zeros((), dtype=torch.int64, device=dev)
+        for bb in range(b_):
+            for hh in range(hq):
+                m = mask_mod(torch.tensor(bb, device=dev), torch.tensor(hh, device=dev), qi, ki)
+                total += torch.broadcast_to(m, (s, s)).sum()
+        try:  # compiled: no B x H x S x S evaluation in memory
+            block_mask = create_block_mask(mask_mod, b_, hq, s, s, device=dev, _compile=True)
+        except TypeError:
+            block_mask = create_block_mask(mask_mod, b_, hq, s, s, device=dev)
+        return None, total.item() / (b_ * hq), block_mask  # mean: flops stay 4 B Hq kept D
+
     def suite_setup(name, mod, s, hq, hkv):
         """setup() for a suite variant: its captured tensors at this shape (a fixed seed, so every
         kernel set of a row sees the same values), bound into its mask / score functions as Flex
@@ -487,26 +511,7 @@ def run(args):
         mask_mod = suites.bound(raw_mask, 4, tensors, params)
         score_mod = suites.bound(raw_score, 5, tensors, params)
         per_bh = suites.reads_batch_or_head(raw_mask, 4)
-        dense, kept, block_mask = None, float(s * s), None
-        if mask_mod is not None:
-            qi = torch.arange(s, device=dev).view(-1, 1)
-            ki = torch.arange(s, device=dev).view(1, -1)
-            if per_bh:
-                total = torch.zeros((), dtype=torch.int64, device=dev)
-                for bb in range(b_):
-                    for hh in range(hq):
-                        m = mask_mod(torch.tensor(bb, device=dev), torch.tensor(hh, device=dev), qi, ki)
-                        total += torch.broadcast_to(m, (s, s)).sum()
-                kept = total.item() / (b_ * hq)  # mean per (b, h): flops stay 4 B Hq kept D
-                try:  # compiled: no B x H x S x S evaluation in memory
-                    block_mask = create_block_mask(mask_mod, b_, hq, s, s, device=dev, _compile=True)
-                except TypeError:
-                    block_mask = create_block_mask(mask_mod, b_, hq, s, s, device=dev)
-            else:
-                zero = torch.tensor(0, device=dev)
-                dense = torch.broadcast_to(mask_mod(zero, zero, qi, ki), (s, s)).contiguous()
-                kept = float(dense.sum().item())
-                block_mask = create_block_mask(mask_mod, None, None, s, s, device=dev)
+        dense, kept, block_mask = mask_facts(mask_mod, s, (b_, hq) if per_bh else None)
         return dict(kname=kname, mask_mod=mask_mod, score_mod=score_mod, dense=dense,
                     neg=(~dense if dense is not None else None), kept=kept, block_mask=block_mask,
                     bufs=[tensors[n] for n, _, _ in slots], per_bh=per_bh,
@@ -530,16 +535,9 @@ def run(args):
             kw["doc"] = documents(s)
         mask_mod = (lambda b, h, q, kv: mod.mask_mod(b, h, q, kv, **kw)) if has_mask else None
         score_mod = (lambda sc, b, h, q, kv: mod.score_mod(sc, b, h, q, kv)) if has_score else None
-        dense, kept, block_mask = None, s * s, None
-        if has_mask:
-            zero = torch.tensor(0, device=dev)
-            qi = torch.arange(s, device=dev).view(-1, 1)
-            ki = torch.arange(s, device=dev).view(1, -1)
-            # Assumption: the mask ignores b and h (true of every example spec), so one S x S
-            # evaluation gives kept for every (b, h).
-            dense = torch.broadcast_to(mask_mod(zero, zero, qi, ki), (s, s)).contiguous()
-            kept = int(dense.sum().item())
-            block_mask = create_block_mask(mask_mod, None, None, s, s, device=dev)
+        # Assumption: the mask ignores b and h (true of every example spec), so one S x S
+        # evaluation gives kept for every (b, h).
+        dense, kept, block_mask = mask_facts(mask_mod, s)
         st = dict(kname=kname, mask_mod=mask_mod, score_mod=score_mod, dense=dense,
                   neg=(~dense if dense is not None else None), kept=kept, block_mask=block_mask,
                   bufs=[kw["doc"]] if uses_doc else [],

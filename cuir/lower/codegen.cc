@@ -568,20 +568,24 @@ class RegionWriter {
     return absl::OkStatus();
   }
 
-  // Adds `name`'s range, as the interval analysis bounds `value` in `env`, where both sides are
-  // known: later expressions that read it get exact integer forms (`% area` by a const area).
-  static void AddRange(cuir::BoundsEnv* env, const std::string& name, const ExprPtr& value) {
-    const cuir::IntBounds b = cuir::BoundsOf(value, *env);
-    if (b.lo && b.hi) (*env)[name] = cuir::SymbolRange{cuir::IntLit(*b.lo), cuir::IntLit(*b.hi), b.lo, b.hi};
+  // Adds `name`'s range `b` to `env` where both sides are known: later expressions that read it
+  // get exact integer forms (`% area` by a const area).
+  static void AddRange(cuir::BoundsEnv* env, const std::string& name, const cuir::IntBounds& b) {
+    if (b.lo && b.hi) {
+      (*env)[name] = cuir::SymbolRange{cuir::IntLit(*b.lo), cuir::IntLit(*b.hi), b.lo, b.hi};
+    }
   }
 
   absl::Status Consts() {
     std::string text;
     for (const Stmt* s : plan_.consts) {
       // Unused where every read was folded into a literal (the interval analysis knows its value).
-      LOWER_ASSIGN_OR_RETURN(line, Declare(*s, Fresh(s->name), &ns_, "[[maybe_unused]] constexpr"));
+      LOWER_ASSIGN_OR_RETURN(line,
+                             Declare(*s, Fresh(s->name), &ns_, "[[maybe_unused]] constexpr"));
       text += line;
-      if (s->value != nullptr) AddRange(&element_bounds_, s->name, s->value);
+      if (s->value != nullptr) {
+        AddRange(&element_bounds_, s->name, cuir::BoundsOf(s->value, element_bounds_));
+      }
     }
     if (!plan_.consts.empty()) out_["variant_consts"] = text;
     kernel_ = ns_;
@@ -743,8 +747,8 @@ class RegionWriter {
       const std::string slot = BufferSlot(params, b);
       const char* type = StorageCType(b.binding.dtype);
       // [[maybe_unused]]: a table's classifier binds every buffer and reads only its mask's.
-      absl::StrAppend(&text, indent, "[[maybe_unused]] const ", type, "* __restrict__ const ", b.cpp,
-                      " = static_cast<const ", type, "*>(", slot, ".data);  // buffer ",
+      absl::StrAppend(&text, indent, "[[maybe_unused]] const ", type, "* __restrict__ const ",
+                      b.cpp, " = static_cast<const ", type, "*>(", slot, ".data);  // buffer ",
                       b.decl->name, "\n");
       for (size_t d = 0; d < b.binding.sizes.size(); ++d) {
         absl::StrAppend(&text, indent, "[[maybe_unused]] const long long ", b.binding.sizes[d],
@@ -1065,13 +1069,14 @@ class RegionWriter {
         case Level::kBlock: {
           // An int value the interval analysis pins to one number (`window * window`) is that
           // literal: declared, it would go unread wherever the emitter folded it already.
+          // (A bool can be one number to the analysis too: `select(true, true, x)` is 1.)
           const auto typed = EmitExpr(h.expr, block);
-          if (const cuir::IntBounds v = cuir::BoundsOf(h.expr, env);
-              typed.ok() && (typed->type == CType::kInt || typed->type == CType::kLong) && v.lo &&
-              v.hi && *v.lo == *v.hi && cuir::WithinInt32(v)) {
+          const cuir::IntBounds v = cuir::BoundsOf(h.expr, env);
+          if (typed.ok() && IsInt(typed->type) && v.lo && v.hi && *v.lo == *v.hi &&
+              cuir::WithinInt32(v)) {
             const std::string literal =
                 *v.lo < 0 ? absl::StrCat("(", *v.lo, ")") : absl::StrCat(*v.lo);
-            env[h.name] = cuir::SymbolRange{cuir::IntLit(*v.lo), cuir::IntLit(*v.lo), *v.lo, *v.lo};
+            AddRange(&env, h.name, v);
             for (EmitScope* scope : {&top, &block, &row, &col, element}) {
               scope->Bind(h.name, literal, CType::kInt);
               scope->SetBounds(env);
@@ -1085,7 +1090,7 @@ class RegionWriter {
           absl::StrAppend(to_top ? outside_walk : &consts, "const ", CTypeName(value.type), " ",
                           h.name, " = ", value.text, ";\n");
           if (to_top) top.Bind(h.name, h.name, value.type);
-          AddRange(&env, h.name, h.expr);
+          AddRange(&env, h.name, v);
           for (EmitScope* scope : {&top, &block, &row, &col, element}) {
             if (scope != &top || to_top) scope->Bind(h.name, h.name, value.type);
             scope->SetBounds(env);
@@ -1100,10 +1105,11 @@ class RegionWriter {
           const std::string slot = h.name + (is_row ? "[mt][r]" : "[j][k]");
           LOWER_ASSIGN_OR_RETURN(value, EmitExpr(h.expr, scope));
           // A 64-bit value that provably fits int is kept as int: half the registers per slot.
-          if (value.type == CType::kLong && cuir::WithinInt32(cuir::BoundsOf(h.expr, env))) {
+          const cuir::IntBounds range = cuir::BoundsOf(h.expr, env);
+          if (value.type == CType::kLong && cuir::WithinInt32(range)) {
             value = CExpr{Convert(value, CType::kInt), CType::kInt};
           }
-          AddRange(&env, h.name, h.expr);
+          AddRange(&env, h.name, range);
           for (EmitScope* s : {&row, &col, element}) s->SetBounds(env);
           absl::StrAppend(is_row ? &row_arrays : &col_arrays, CTypeName(value.type), " ", h.name,
                           is_row ? "[MT][2];\n" : "[NT][2];\n");
@@ -1151,10 +1157,7 @@ class RegionWriter {
                                       bool outside_walk = false) {
     EmitScope scope = ElementScope(with_score);
     ElementCode code;
-    const ExprPtr residues = ReduceModulo(s.value, element_bounds_, [&](const ExprPtr& x) {
-      auto typed = EmitExpr(x, scope);
-      return typed.ok() && (typed->type == CType::kInt || typed->type == CType::kLong);
-    });
+    const ExprPtr residues = ReduceModulo(s.value, element_bounds_);
     LOWER_ASSIGN_OR_RETURN(rewritten, FloatIndices(ReciprocalOfInvariantDivisors(residues), scope));
     if (rows_to_lse) {
       if (std::optional<RowSplit> split = SplitRowTerms(rewritten, RowScope())) {

@@ -22,7 +22,6 @@ using cuir::ExprPtr;
 using cuir::SourceLoc;
 using cuir::UnaryOp;
 
-bool IsInt(CType t) { return t == CType::kInt || t == CType::kLong; }
 bool IsNumber(CType t) { return t != CType::kBool; }
 CType WiderInt(CType a, CType b) {
   return (a == CType::kLong || b == CType::kLong) ? CType::kLong : CType::kInt;
@@ -46,11 +45,9 @@ bool IsPlainDecimal(const std::string& s) {
 
 // A literal exponent 2 or 3 (int or float), which cuir_powi_f computes as a product.
 std::optional<int> SmallIntExponent(const ExprPtr& e) {
-  if (e->kind != cuir::ExprKind::kIntLit && e->kind != cuir::ExprKind::kFloatLit) return std::nullopt;
-  auto v = cuir::EvalScalar(e, cuir::ScalarEnv{});
-  if (!v.ok()) return std::nullopt;
-  const double x = std::holds_alternative<int64_t>(*v) ? static_cast<double>(std::get<int64_t>(*v))
-                                                       : std::get<double>(*v);
+  const double x = e->kind == cuir::ExprKind::kIntLit     ? static_cast<double>(e->int_value)
+                   : e->kind == cuir::ExprKind::kFloatLit ? e->float_value
+                                                          : 0.0;
   if (x == 2.0) return 2;
   if (x == 3.0) return 3;
   return std::nullopt;
@@ -417,6 +414,8 @@ class Emitter {
 };
 
 }  // namespace
+
+bool IsInt(CType t) { return t == CType::kInt || t == CType::kLong; }
 
 const char* CTypeName(CType t) {
   switch (t) {

@@ -25,6 +25,7 @@ namespace cubridge::lower {
 // The C type of an emitted (sub)expression.
 enum class CType { kBool, kInt, kLong, kFloat };
 const char* CTypeName(CType t);  // "bool", "int", "long long", "float"
+bool IsInt(CType t);            // int or long long
 
 struct CExpr {
   std::string text;

@@ -34,15 +34,30 @@ ExprPtr Residues(const ExprPtr& x, int64_t c) {
   return cuir::Binary(BinaryOp::kMod, x, cuir::IntLit(c, x->loc), x->loc);
 }
 
-}  // namespace
-
+// The residue form of the dividend x of `x % c`, or null where the rewrite does not apply.
 ExprPtr ResidueDividend(const ExprPtr& x, int64_t c, const cuir::BoundsEnv& env) {
   if (!Polynomial(x)) return nullptr;
   const cuir::IntBounds before = cuir::BoundsOf(x, env);
-  if (!before.lo || !before.hi || cuir::WithinInt32(before)) return nullptr;  // wraps, or is cheap already
+  // Unbounded: it may wrap (or is no int); within int32: nothing to gain.
+  if (!before.lo || !before.hi || cuir::WithinInt32(before)) return nullptr;
   ExprPtr reduced = Residues(x, c);
   if (!cuir::WithinInt32(cuir::BoundsOf(reduced, env))) return nullptr;
   return reduced;
+}
+
+}  // namespace
+
+ExprPtr ReduceModulo(const ExprPtr& e, const cuir::BoundsEnv& env) {
+  if (e == nullptr || e->args.empty()) return e;
+  auto copy = std::make_shared<cuir::Expr>(*e);
+  for (ExprPtr& a : copy->args) a = ReduceModulo(a, env);
+  if (copy->kind == ExprKind::kBinary && copy->binary_op == BinaryOp::kMod) {
+    const cuir::IntBounds c = cuir::BoundsOf(copy->args[1], env);  // a literal, or a const
+    if (c.lo && c.hi && *c.lo == *c.hi && *c.lo > 1) {
+      if (ExprPtr reduced = ResidueDividend(copy->args[0], *c.lo, env)) copy->args[0] = reduced;
+    }
+  }
+  return copy;
 }
 
 }  // namespace cubridge::lower

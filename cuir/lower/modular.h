@@ -1,4 +1,4 @@
-// ReduceModulo, a lowering rewrite of element expressions: `x % c` for an int literal c > 1 whose
+// ReduceModulo, a lowering rewrite of element expressions: `x % c` for an int c > 1 whose
 // dividend needs 64 bits (a hash of positions such as (q_idx * 31 + kv_idx * 17) % 7, where
 // q_idx * 31 may pass 2^31 at long sequences) is computed on residues instead,
 // ((q_idx % 7) * 3 + (kv_idx % 7) * 3) % 7: Python's `%` by c > 0 maps sums, differences and
@@ -13,32 +13,12 @@
 
 namespace cubridge::lower {
 
-// `e` with every such `x % c` (c an int literal or a const of one value) rewritten where it is exact and pays: x is built of + - * and
-// unary minus over int leaves, the interval analysis in `env` bounds x without 64-bit wrap-around
-// (the evaluator's int semantics wrap; on bounded values the residue identities hold exactly),
-// x's range passes int32, and the rewritten dividend's range fits int32. Anything else is left
-// as it is. `is_int(x)` tells whether a subexpression is an integer (float `%` is not touched:
-// its rounding does not follow the identities).
-template <typename IsInt>
-cuir::ExprPtr ReduceModulo(const cuir::ExprPtr& e, const cuir::BoundsEnv& env, const IsInt& is_int);
-
-// The non-template core, for one `x % c` node: the residue form of x, or null where the rewrite
-// does not apply.
-cuir::ExprPtr ResidueDividend(const cuir::ExprPtr& x, int64_t c, const cuir::BoundsEnv& env);
-
-template <typename IsInt>
-cuir::ExprPtr ReduceModulo(const cuir::ExprPtr& e, const cuir::BoundsEnv& env, const IsInt& is_int) {
-  if (e == nullptr || e->args.empty()) return e;
-  auto copy = std::make_shared<cuir::Expr>(*e);
-  for (cuir::ExprPtr& a : copy->args) a = ReduceModulo(a, env, is_int);
-  if (copy->kind == cuir::ExprKind::kBinary && copy->binary_op == cuir::BinaryOp::kMod &&
-      is_int(copy->args[0]) && is_int(copy->args[1])) {
-    const cuir::IntBounds c = cuir::BoundsOf(copy->args[1], env);  // a literal, or a const
-    if (c.lo && c.hi && *c.lo == *c.hi && *c.lo > 1) {
-      if (cuir::ExprPtr reduced = ResidueDividend(copy->args[0], *c.lo, env)) copy->args[0] = reduced;
-    }
-  }
-  return copy;
-}
+// `e` with every such `x % c` (c an int literal or a const of one value) rewritten where it is
+// exact and pays: x is built of + - * and unary minus, the interval analysis in `env` bounds x
+// without 64-bit wrap-around (the evaluator's int semantics wrap; on bounded values the residue
+// identities hold exactly), x's range passes int32, and the rewritten dividend's range fits
+// int32. The analysis bounds ints only, so a float `%` (whose rounding does not follow the
+// identities) is never touched. Anything else is left as it is.
+cuir::ExprPtr ReduceModulo(const cuir::ExprPtr& e, const cuir::BoundsEnv& env);
 
 }  // namespace cubridge::lower
