@@ -31,6 +31,16 @@ rotation (3 rounds, rep 60 ms, median of each; the first times stay in the JSON 
 timed one after the other, a 15 ms call (405B heads, S=8k) got 3-4 samples per do_bench at
 whatever clock the power limit left, and two timings of one kernel differed by up to 15%.
 
+--reference eager (default flex: as above): the reference O is eager PyTorch in fp32, computed
+first (per head chunk: QK^T, scale, score_mod, the mask_mod on broadcast b / h / q / kv index
+tensors, softmax, PV; O = 0 on fully masked rows, as the kernels give), because FlexAttention does
+not implement Python's negative indexing of captured tensors (`ids[-1]`, a negative table index):
+in the generality suite one spec faults with an illegal memory access, which takes the CUDA context
+with it, and two give a wrong O, against which a correct kernel was marked FAIL. CuBridge is then
+checked and timed alone before Flex runs; Flex's O is checked by the same rule (row flex_status:
+ok, wrong: ..., failed: ...), a wrong Flex is still timed but gets no CuBridge/Flex ratio, and the
+final rotation runs only where Flex raised nothing. Not with --against or --candidate.
+
 A/B mode (--against DIR2, two sets of kernels, e.g. HEAD's and a patch's): both are checked
 against Flex, then timed in alternation, A B, B A, A B ... (--rounds pairs of do_bench, rep 20 ms;
 the median of each), so that clock and temperature drift between runs falls on both alike (two
@@ -161,6 +171,8 @@ def render_section(metas, rows):
     planned = sum(m.get("planned", 0) for m in metas)
     gpu = m0.get("gpu", "?")
     suite = m0.get("suite")
+    eager_ref = m0.get("reference") == "eager"  # merge() refuses files of different references
+    o_ref = "O_ref" if eager_ref else "O_flex"
     what = f"the {suite} suite" if suite else "benchmark matrix"
     out = [f"## {m0.get('date', '?')} — {what}: lowered {m0.get('expert', '?')} expert vs FlexAttention / SDPA{'' if suite else ' / eager'}, {gpu}", ""]
     cmds = "; then ".join(f"`{m['command']}`" for m in metas)
@@ -191,20 +203,32 @@ def render_section(metas, rows):
                  "any other at b = h = 0; density = kept / (B · Hq · Sq · Skv). bf16, batch = 16384 / S, "
                  "Sq = Skv = S. Captured tensors are built at the row's shape from the suite's sources "
                  "(bench/suite.py: floats N(0, 1), bools fair coins, ints uniform in [0, S], seed 1234), "
-                 "the same tensors for CuBridge and Flex, outside the timing; Flex's block mask is built "
-                 "per (b, h) (`_compile=True`) for masks that read b or h. SDPA only for masks alone "
-                 "that ignore b and h; no eager.")
+                 "the same tensors for CuBridge, Flex and the reference, outside the timing; Flex's block "
+                 "mask is built per (b, h) (`_compile=True`) for masks that read b or h. SDPA only for masks "
+                 "alone that ignore b and h; "
+                 + ("eager only as the reference, not timed." if eager_ref else "no eager."))
+    out += ["Method:", units]
+    if eager_ref:
+        out.append(
+            "- Reference: eager PyTorch in fp32, not Flex (Flex does not implement Python's negative "
+            "indexing of captured tensors: in the generality suite one spec faults with an illegal "
+            "memory access, two give a wrong O). Per head chunk (fp32 score chunk ≤ 4 GiB): QK^T of the "
+            "bf16 inputs in fp32, times the scale, the score_mod, the mask_mod evaluated on broadcast "
+            "index tensors (b [B,1,1,1], the chunk's h [hc,1,1], q [S,1], kv [1,S]), softmax and PV in "
+            "fp32; O = 0 on a fully masked row, as the kernels give. Per row the reference runs "
+            "first, then CuBridge is checked and timed alone, then Flex runs and its O is checked by "
+            "CuBridge's rule: a wrong Flex keeps its time, marked (wrong), a failed one has none, and "
+            "neither gets a CuBridge/Flex ratio; the rotation below runs only where Flex raised nothing.")
     out += [
-        "Method:",
-        units,
         f"- CuBridge: the lowered kernel (expert {m0.get('expert', '?')}, built with `nvcc -O3 "
         "-gencode=arch=compute_90a,code=sm_90a`) "
         "through its C launcher (ctypes); Params and workspace prepared once, the timed call is the "
         "launcher alone. Kernels with block tables (masks no analytic KV range covers) build them once outside the "
         "timing (`cubridge_attn_fwd_tables`, as Flex's block mask) and the timed call is "
         "`cubridge_attn_fwd_attention`; the notes give each table build's own time. Before "
-        "timing, its O is compared with FlexAttention's: FAIL when the launcher returns an error, O "
-        "has a NaN, or |ΔO| > 2e-2 + 1e-2 · |O_flex| anywhere.",
+        f"timing, its O is compared with {'the reference' if eager_ref else 'FlexAttention'}'s: "
+        "FAIL when the launcher returns an error, O "
+        f"has a NaN, or |ΔO| > 2e-2 + 1e-2 · |{o_ref}| anywhere.",
         "- Flex: `torch.compile(flex_attention, dynamic=False)`, dynamo reset once per (head config, "
         "variant), block mask (`create_block_mask`, B = H = None) built once outside the timing, "
         "`enable_gqa=True` for GQA.",
@@ -263,18 +287,22 @@ def render_section(metas, rows):
             f = r.get("flex_tflops")
             s = r.get("sdpa_tflops")
             scell = f"{s:.1f} ({r.get('sdpa_backend')})" if s else "—"
+            fst = r.get("flex_status", "ok")  # set with the eager reference only
             rf = f"{c / f:.2f}×" if ok and c and f else "—"
+            if fst != "ok":  # no ratio to a wrong or absent output
+                rf = "— (Flex failed)" if fst.startswith("failed") else "— (Flex wrong)"
             rs = f"{c / s:.2f}×" if ok and c and s else "—"
             cells = [r["label"]] + ([str(r["head_dim"])] if with_d else []) + [
                 fmt_s(r["S"]), f"{r['density']:.3f}" if r.get("density") is not None else "—",
-                ccell, fmt_tf(f), scell, fmt_tf(r.get("eager_tflops")), rf, rs]
+                ccell, fmt_tf(f) + (" (wrong)" if f and fst.startswith("wrong") else ""), scell,
+                fmt_tf(r.get("eager_tflops")), rf, rs]
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
     notes = []
     diffs = [r for r in rows if r.get("max_abs_diff") is not None]
     if diffs:
         worst = max(diffs, key=lambda r: r["max_abs_diff"])
-        notes.append(f"- max |O − O_flex| over all checked rows: {worst['max_abs_diff']:.2e} "
+        notes.append(f"- max |O − {o_ref}| over all checked rows: {worst['max_abs_diff']:.2e} "
                      f"({worst['variant']}, S={fmt_s(worst['S'])}, {worst['heads_q']}/{worst['heads_kv']} heads, "
                      f"head dim {worst['head_dim']}).")
     for r in rows:
@@ -286,12 +314,15 @@ def render_section(metas, rows):
                          f"{100 * tables / r['cubridge_ms']:.1f}% of the attention call (not in its time)")
         if r.get("status") != "ok":
             notes.append(f"- CuBridge {where}: {r.get('status')}")
-        for key in ("flex_error", "sdpa_error", "eager_note"):
+        if str(r.get("flex_status", "")).startswith("wrong"):
+            notes.append(f"- flex {where}: {r['flex_status']}")
+        for key in ("reference_error", "flex_error", "sdpa_error", "eager_note"):
             if r.get(key):
                 notes.append(f"- {key.split('_')[0]} {where}: {r[key]}")
         for key in ("sdpa_max_abs_diff", "eager_max_abs_diff"):
             if r.get(key) is not None and not r[key] <= 0.1:
-                notes.append(f"- {key.split('_')[0]} {where}: its O differs from Flex's by {r[key]:.2e}")
+                notes.append(f"- {key.split('_')[0]} {where}: its O differs from "
+                             f"{'the reference' if eager_ref else 'Flex'}'s by {r[key]:.2e}")
     if notes:
         out += ["Notes:", ""] + notes + [""]
     return "\n".join(out)
@@ -331,6 +362,8 @@ def merge(files, out_path):
         metas.append(data["meta"])
         for r in data["rows"]:  # a case run again in a later file replaces the earlier row
             by_case[(r["group"], r["variant"], r["S"], r["heads_q"], r["heads_kv"], r["head_dim"])] = r
+    if len({m.get("reference", "flex") for m in metas}) > 1:
+        sys.exit("--merge: the files were checked against different references (--reference)")
     rows = list(by_case.values())
     suite = metas[0].get("suite") if metas else None
     names = suites.Suite(ROOT, suite).names if suite else VARIANTS
@@ -400,6 +433,7 @@ def run(args):
         "finished": False,
         "expert": expert_of(args.dir),
         "suite": args.suite,
+        "reference": args.reference,
     }
     print(f"{meta['gpu']}  torch {meta['torch']}  cuda {meta['cuda']}  triton {meta['triton']}", flush=True)
 
@@ -421,7 +455,7 @@ def run(args):
             groups.append(("hdim", "causal", [(s, hq, hkv, d) for d in extra_dims for s in seqlens]))
     planned = sum(len(c) for _, _, c in groups)
     meta["planned"] = planned
-    print(f"{planned} cases in {len(groups)} groups", flush=True)
+    print(f"{planned} cases in {len(groups)} groups, reference {args.reference}", flush=True)
 
     # nvcc builds run in the background while the first Flex compiles run.
     kernels = []  # in order of first use, so the first groups wait least
@@ -552,7 +586,12 @@ def run(args):
         p, ws, _ = check.make_params(lib, q, k, v, o, lse, scale, bufs, 0)  # bufs already on the GPU
         return p, ws  # ws must stay alive while p is used
 
-    def make_eager(q, k, v, scale, neg, score_mod):
+    def make_eager(q, k, v, scale, neg, score_mod, mask_mod=None, fp32=False):
+        """Eager attention on materialised scores, heads in chunks: (call, heads per chunk). The
+        timed one pre-scales Q and keeps QK^T, P and PV in bf16. fp32=True, the reference of
+        --reference eager: every step in fp32, the mask from mask_mod per chunk where there is no
+        dense one (a mask that reads b or h), and O = 0 on a fully masked row, as the kernels give
+        it (softmax alone gives NaN there)."""
         b_, hq, s, _ = q.shape
         rep = hq // k.shape[1]
         hc = max(1, min(hq, EAGER_SCORE_BYTES // (b_ * s * s * 4)))
@@ -564,7 +603,7 @@ def run(args):
         hi = torch.arange(hq, device=dev).view(-1, 1, 1)
         qi = torch.arange(s, device=dev).view(-1, 1)
         ki = torch.arange(s, device=dev).view(1, -1)
-        out = torch.empty_like(q)
+        out = torch.empty(q.shape, device=dev, dtype=torch.float32) if fp32 else torch.empty_like(q)
 
         def fn():
             for h0, h1, idx in chunks:
@@ -572,14 +611,24 @@ def run(args):
                     kc, vc = k[:, h0:h1], v[:, h0:h1]
                 else:  # GQA: the K/V repeat is part of eager's work
                     kc, vc = k.index_select(1, idx), v.index_select(1, idx)
-                sc = torch.matmul(q[:, h0:h1] * scale, kc.transpose(-2, -1))
+                if fp32:
+                    sc = torch.matmul(q[:, h0:h1].float(), kc.float().transpose(-2, -1)).mul_(scale)
+                else:
+                    sc = torch.matmul(q[:, h0:h1] * scale, kc.transpose(-2, -1))
                 if score_mod is not None:
                     # fp32 from here on: biases like ALiBi's reach hundreds, where bf16's spacing
                     # is 2 to 4 and would swamp QK^T.
                     sc = score_mod(sc.float(), bi, hi[h0:h1], qi, ki)
                 if neg is not None:
                     sc.masked_fill_(neg, float("-inf"))
-                out[:, h0:h1] = torch.matmul(torch.softmax(sc, dim=-1).to(q.dtype), vc)
+                elif mask_mod is not None:
+                    sc.masked_fill_(~mask_mod(bi, hi[h0:h1], qi, ki), float("-inf"))
+                if not fp32:
+                    out[:, h0:h1] = torch.matmul(torch.softmax(sc, dim=-1).to(q.dtype), vc)
+                    continue
+                dead = sc.amax(dim=-1, keepdim=True) == float("-inf")
+                sc = torch.softmax(sc, dim=-1).masked_fill_(dead, 0.0)
+                out[:, h0:h1] = torch.matmul(sc, vc.float())
             return out
         return fn, hc
 
@@ -597,6 +646,19 @@ def run(args):
     def tflops(flops, ms):
         return flops / (ms * 1e9) if ms else None
 
+    def check_out(out, ref, what="|O - O_ref|"):
+        """(max |out - ref|, None or why out fails the rule every output is held to: a NaN in it,
+        or |out - ref| > ATOL + RTOL |ref| somewhere); `what` names the difference."""
+        dif = (out.float() - ref.float()).abs()
+        worst = dif.max().item()
+        excess = (dif - RTOL * ref.float().abs()).max().item()
+        del dif
+        if torch.isnan(out).any():
+            return worst, "NaN in O"
+        if excess > ATOL:
+            return worst, f"{what} max {worst:.3e} over tolerance"
+        return worst, None
+
     def run_case(group, name, st, flex, s, hq, hkv, d):
         b_ = TOKENS // s
         row = dict(group=group, variant=name, label=variant_label(name, s), S=s, batch=b_,
@@ -605,26 +667,111 @@ def run(args):
         flops = 4 * b_ * hq * st["kept"] * d
         scale = 1.0 / math.sqrt(d)
         gqa = hq != hkv
+        eager_ref = args.reference == "eager"
+        ref_name = "O_eager" if eager_ref else "O_flex"
         q = torch.randn(b_, hq, s, d, device=dev, dtype=bf16)
         k = torch.randn(b_, hkv, s, d, device=dev, dtype=bf16)
         v = torch.randn(b_, hkv, s, d, device=dev, dtype=bf16)
-
-        # FlexAttention: the reference output and its timing.
         ref, flex_call, sdpa_call = None, None, None
-        fkw = dict(score_mod=st["score_mod"], block_mask=st["block_mask"])
-        if gqa:
-            fkw["enable_gqa"] = True
-        try:
-            t0 = time.time()
-            ref = flex(q, k, v, **fkw)
+
+        def run_flex():
+            """FlexAttention's output (None when it raised) and its timing; with the eager
+            reference, its output checked against it (flex_status)."""
+            nonlocal flex_call
+            fkw = dict(score_mod=st["score_mod"], block_mask=st["block_mask"])
+            if gqa:
+                fkw["enable_gqa"] = True
+            try:
+                t0 = time.time()
+                out = flex(q, k, v, **fkw)
+                torch.cuda.synchronize()
+                row["flex_first_call_s"] = round(time.time() - t0, 2)
+                if eager_ref and ref is not None:
+                    row["flex_max_abs_diff"], bad = check_out(out, ref, "|O_flex - O_eager|")
+                    row["flex_status"] = "wrong: " + bad if bad else "ok"
+                flex_call = lambda: flex(q, k, v, **fkw)  # noqa: E731
+                # A wrong Flex is still timed: its time stays in the table, marked.
+                row["flex_ms"] = bench(flex_call)
+                row["flex_tflops"] = tflops(flops, row["flex_ms"])
+                return out
+            except Exception as e:  # noqa: BLE001
+                row["flex_error"] = short(e)
+                if eager_ref:
+                    row["flex_status"] = "failed: " + row["flex_error"]
+                return None
+
+        def prepare(folder, prefix):
+            """Runs the kernel of `folder` once and checks O; returns its timed call, or None."""
+            lib = get_lib(st["kname"], folder)
+            o = torch.full_like(q, float("nan"))
+            lse = torch.full((b_, hq, s), float("nan"), device=dev, dtype=torch.float32)
+            p, ws = make_params(lib, q, k, v, o, lse, scale, st["bufs"])
+            pref = ctypes.byref(p)
+            stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+            # Kernels with the split entry points are checked through them: tables, then attention.
+            split = hasattr(lib, "cubridge_attn_fwd_attention")
+            if split:
+                err = lib.cubridge_attn_fwd_tables(pref, stream) or lib.cubridge_attn_fwd_attention(pref, stream)
+            else:
+                err = lib.cubridge_attn_fwd(pref, stream)
             torch.cuda.synchronize()
-            row["flex_first_call_s"] = round(time.time() - t0, 2)
-            flex_call = lambda: flex(q, k, v, **fkw)  # noqa: E731
-            row["flex_ms"] = bench(flex_call)
-            row["flex_tflops"] = tflops(flops, row["flex_ms"])
-        except Exception as e:  # noqa: BLE001
-            row["flex_error"] = short(e)
-            ref = None
+            if err != 0:
+                row[prefix + "status"] = f"FAIL: launcher returned {err}"
+                return None
+            if ref is None:
+                row[prefix + "status"] = ("unchecked: no eager reference output" if eager_ref
+                                          else "unchecked: no FlexAttention output")
+            else:
+                row[prefix + "max_abs_diff"], bad = check_out(o, ref, f"|O - {ref_name}|")
+                row[prefix + "status"] = "FAIL: " + bad if bad else "ok"
+            keep = (p, ws, o, lse)  # alive while the call is timed
+            if split and has_tables(folder, st["kname"]):
+                # Block tables, like Flex's block mask, are built once outside the timing (a
+                # model's layers share them); their own time goes in the row and the notes.
+                row[prefix + "tables_ms"] = bench(lambda: lib.cubridge_attn_fwd_tables(pref, stream))
+                return lambda: (keep, lib.cubridge_attn_fwd_attention(pref, stream))
+            return lambda: (keep, lib.cubridge_attn_fwd(pref, stream))
+
+        def check_and_time():
+            """Every kernel set checked against the reference and timed as the mode asks (alone,
+            A/B, or the candidates' pick); returns the row's timed call, or None."""
+            try:
+                call_a = prepare(args.dir, "")
+                calls = [prepare(f, pre) if offered(f, st["kname"], d) else None
+                         for f, pre in zip(others, prefixes)]
+                call_b = calls[0] if calls else None
+                if args.candidate:
+                    row["status"] = pick_candidate(row, [call_a] + calls)
+                elif call_a and not call_b:
+                    row["cubridge_ms"] = bench(call_a)
+                elif call_a and call_b:
+                    row["cubridge_ms"], row["b_ms"] = alternate([call_a, call_b], args.rounds)
+                    row["b_tflops"] = tflops(flops, row["b_ms"])
+                    row["b_over_a"] = row["cubridge_ms"] / row["b_ms"]
+                if row.get("cubridge_ms"):
+                    row["cubridge_tflops"] = tflops(flops, row["cubridge_ms"])
+                    return calls_by_tile(row, [call_a] + calls)
+            except Exception as e:  # noqa: BLE001
+                row["status"] = "FAIL: " + short(e)
+            return None
+
+        if eager_ref:
+            # The reference first, then CuBridge checked and timed alone, then Flex: a Flex fault
+            # (an illegal memory access) leaves no CUDA context, and no time of ours after it.
+            try:
+                fn, row["reference_head_chunk"] = make_eager(
+                    q, k, v, scale, st["neg"], st["eager_score"], st["mask_mod"], fp32=True)
+                ref = fn()
+                torch.cuda.synchronize()
+                del fn
+            except Exception as e:  # noqa: BLE001  (OOM included)
+                row["reference_error"] = short(e)
+                ref = None
+                torch.cuda.empty_cache()
+            ours = check_and_time()
+            run_flex()
+        else:
+            ref = run_flex()
 
         # SDPA: fastest of cuDNN / flash / efficient.
         if st["sdpa"]:
@@ -656,7 +803,7 @@ def run(args):
                     except Exception as e:  # noqa: BLE001  backend refuses this case
                         tried.append(f"{bname}/{form}: {type(e).__name__}")
                         continue
-                    diff = (out.float() - ref.float()).abs().max().item() if ref is not None else None
+                    diff = check_out(out, ref)[0] if ref is not None else None
                     tried.append(f"{bname}/{form}: {ms:.3f} ms")
                     if best is None or ms < best[0]:
                         best = (ms, label, diff)
@@ -685,7 +832,7 @@ def run(args):
             first = time.perf_counter() - t0
             row["eager_first_call_s"] = round(first, 3)
             if ref is not None:
-                row["eager_max_abs_diff"] = (out.float() - ref.float()).abs().max().item()
+                row["eager_max_abs_diff"] = check_out(out, ref)[0]
             del out
             if first > EAGER_MAX_CALL_S:
                 row["eager_note"] = f"not timed: one call took {first:.2f} s (> {EAGER_MAX_CALL_S} s)"
@@ -698,70 +845,18 @@ def run(args):
         except Exception as e:  # noqa: BLE001  (OOM included)
             row["eager_note"] = "failed: " + short(e)
             torch.cuda.empty_cache()
-        # CuBridge last (its lowered kernel may still be building): check against Flex, then time
-        # the launcher call alone.
-        def prepare(folder, prefix):
-            """Runs the kernel of `folder` once and checks O; returns its timed call, or None."""
-            lib = get_lib(st["kname"], folder)
-            o = torch.full_like(q, float("nan"))
-            lse = torch.full((b_, hq, s), float("nan"), device=dev, dtype=torch.float32)
-            p, ws = make_params(lib, q, k, v, o, lse, scale, st["bufs"])
-            pref = ctypes.byref(p)
-            stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-            # Kernels with the split entry points are checked through them: tables, then attention.
-            split = hasattr(lib, "cubridge_attn_fwd_attention")
-            if split:
-                err = lib.cubridge_attn_fwd_tables(pref, stream) or lib.cubridge_attn_fwd_attention(pref, stream)
-            else:
-                err = lib.cubridge_attn_fwd(pref, stream)
-            torch.cuda.synchronize()
-            if err != 0:
-                row[prefix + "status"] = f"FAIL: launcher returned {err}"
-                return None
-            if ref is None:
-                row[prefix + "status"] = "unchecked: no FlexAttention output"
-            else:
-                dif = (o.float() - ref.float()).abs()
-                has_nan = bool(torch.isnan(o).any())
-                row[prefix + "max_abs_diff"] = dif.max().item()
-                excess = (dif - RTOL * ref.float().abs()).max().item()
-                del dif
-                if has_nan:
-                    row[prefix + "status"] = "FAIL: NaN in O"
-                elif excess > ATOL:
-                    row[prefix + "status"] = (f"FAIL: |O - O_flex| max "
-                                              f"{row[prefix + 'max_abs_diff']:.3e} over tolerance")
-                else:
-                    row[prefix + "status"] = "ok"
-            keep = (p, ws, o, lse)  # alive while the call is timed
-            if split and has_tables(folder, st["kname"]):
-                # Block tables, like Flex's block mask, are built once outside the timing (a
-                # model's layers share them); their own time goes in the row and the notes.
-                row[prefix + "tables_ms"] = bench(lambda: lib.cubridge_attn_fwd_tables(pref, stream))
-                return lambda: (keep, lib.cubridge_attn_fwd_attention(pref, stream))
-            return lambda: (keep, lib.cubridge_attn_fwd(pref, stream))
 
-        try:
-            call_a = prepare(args.dir, "")
-            calls = [prepare(f, pre) if offered(f, st["kname"], d) else None
-                     for f, pre in zip(others, prefixes)]
-            call_b = calls[0] if calls else None
-            if args.candidate:
-                row["status"] = pick_candidate(row, [call_a] + calls)
-            elif call_a and not call_b:
-                row["cubridge_ms"] = bench(call_a)
-            elif call_a and call_b:
-                row["cubridge_ms"], row["b_ms"] = alternate([call_a, call_b], args.rounds)
-                row["b_tflops"] = tflops(flops, row["b_ms"])
-                row["b_over_a"] = row["cubridge_ms"] / row["b_ms"]
-            if not args.against and row.get("cubridge_ms"):
-                final_rotation(row, flops, calls_by_tile(row, [call_a] + calls), flex_call,
-                               sdpa_call)
-            torch.cuda.synchronize()
-            if row.get("cubridge_ms"):
-                row["cubridge_tflops"] = tflops(flops, row["cubridge_ms"])
-        except Exception as e:  # noqa: BLE001
-            row["status"] = "FAIL: " + short(e)
+        # Against Flex, CuBridge last (its lowered kernel may still be building).
+        if not eager_ref:
+            ours = check_and_time()
+        # With the eager reference not after a Flex error: it may have been a fault that took the
+        # CUDA context, and CuBridge's time alone then stands.
+        if ours and not args.against and not (eager_ref and row.get("flex_error")):
+            try:
+                final_rotation(row, flops, ours, flex_call, sdpa_call)
+                torch.cuda.synchronize()
+            except Exception as e:  # noqa: BLE001
+                row["status"] = "FAIL: " + short(e)
 
         return row
 
@@ -850,10 +945,12 @@ def run(args):
             sd = (f"{row['sdpa_tflops']:.1f} ({row['sdpa_backend']})" if row.get("sdpa_tflops")
                   else "—")
             mad = row.get("max_abs_diff")
+            fst = row.get("flex_status", "ok")  # its error, if any, is printed below
+            fst = "" if fst == "ok" else " [failed]" if row.get("flex_error") else f" [{fst}]"
             print(f"[{time.time() - t_start:6.1f}s] {group:13s} {name:21s} S={s:5d} B={TOKENS // s:2d} "
                   f"{hq:3d}/{hkv:<3d} d={d:3d}  dens {row['density'] if row['density'] is None else round(row['density'], 3)}  "
                   f"cubridge {fmt_tf(row.get('cubridge_tflops'))} [{row['status']}"
-                  f"{'' if mad is None else f', |dO| {mad:.1e}'}]  flex {fmt_tf(row.get('flex_tflops'))}"
+                  f"{'' if mad is None else f', |dO| {mad:.1e}'}]  flex {fmt_tf(row.get('flex_tflops'))}{fst}"
                   f" (first call {row.get('flex_first_call_s', '?')} s)  sdpa {sd}  "
                   f"eager {fmt_tf(row.get('eager_tflops'))}  [case {row['case_s']} s]", flush=True)
             if args.against:
@@ -868,7 +965,7 @@ def run(args):
                      for n in ("cubridge", "flex", "sdpa") if row.get(n + "_ms_alone")]
             if alone:
                 print("    timed alone first (not reported): " + ", ".join(alone), flush=True)
-            for key in ("flex_error", "sdpa_error", "eager_note"):
+            for key in ("reference_error", "flex_error", "sdpa_error", "eager_note"):
                 if row.get(key):
                     print(f"    {key}: {row[key]}", flush=True)
             write_outputs(meta, rows)
@@ -919,6 +1016,9 @@ def main():
                     help="A/B mode: a second kernel folder, timed in alternation with DIR")
     ap.add_argument("--candidate", metavar="DIR2", nargs="+",
                     help="the same variants at other tiles: each row keeps the fastest verified kernel")
+    ap.add_argument("--reference", choices=("flex", "eager"), default="flex",
+                    help="each row's reference O: FlexAttention's (default), or eager PyTorch in fp32, "
+                         "computed first, with CuBridge timed before Flex runs and Flex checked too")
     ap.add_argument("--rounds", type=int, default=5, help="A/B mode: A B pairs of timings per case")
     ap.add_argument("--rebuild", action="store_true", help="rebuild every .so even if up to date")
     ap.add_argument("--merge", nargs="+", metavar="JSON",
@@ -940,6 +1040,9 @@ def main():
     args.dir = os.path.abspath(args.dir)
     if args.against and args.candidate:
         ap.error("--against (A/B of two kernel sets) and --candidate (keep the faster) exclude each other")
+    if args.reference == "eager" and (args.against or args.candidate):
+        ap.error("--reference eager times CuBridge alone before Flex runs; --against and --candidate "
+                 "time kernel sets against each other and are not supported with it")
     if args.against:
         args.against = os.path.abspath(args.against)
     if args.candidate:

@@ -1089,10 +1089,22 @@ class RegionWriter {
           LOWER_ASSIGN_OR_RETURN(value, EmitExpr(h.expr, to_top ? top : block));
           absl::StrAppend(to_top ? outside_walk : &consts, "const ", CTypeName(value.type), " ",
                           h.name, " = ", value.text, ";\n");
+          // A positive int may divide elements (a per-head dilation): its multiplier once here
+          // (cuir_divisor_of), and the emitter's `//` / `%` by it multiply (unused: dropped).
+          const bool divisor = value.type == CType::kInt && v.lo && *v.lo >= 1 && v.hi &&
+                               *v.hi <= INT32_MAX && *v.lo != *v.hi;
+          if (divisor) {
+            absl::StrAppend(to_top ? outside_walk : &consts,
+                            "[[maybe_unused]] const cuir_divisor ", DivisorName(h.name),
+                            " = cuir_divisor_of(", h.name, ");\n");
+          }
           if (to_top) top.Bind(h.name, h.name, value.type);
           AddRange(&env, h.name, v);
           for (EmitScope* scope : {&top, &block, &row, &col, element}) {
-            if (scope != &top || to_top) scope->Bind(h.name, h.name, value.type);
+            if (scope != &top || to_top) {
+              scope->Bind(h.name, h.name, value.type);
+              if (divisor) scope->Bind(DivisorKey(h.name), DivisorName(h.name), CType::kInt);
+            }
             scope->SetBounds(env);
           }
           break;

@@ -191,16 +191,16 @@ class Emitter {
     }
     const char* fn = nullptr;
     switch (op) {
-      case UnaryOp::kExp: fn = "expf"; break;
+      case UnaryOp::kExp: fn = "cuir_exp"; break;
       case UnaryOp::kExp2: fn = "exp2f"; break;
-      case UnaryOp::kLog: fn = "logf"; break;
-      case UnaryOp::kLog2: fn = "log2f"; break;
-      case UnaryOp::kSqrt: fn = "sqrtf"; break;
+      case UnaryOp::kLog: fn = "cuir_log"; break;
+      case UnaryOp::kLog2: fn = "cuir_log2"; break;
+      case UnaryOp::kSqrt: fn = "cuir_sqrt"; break;
       case UnaryOp::kTanh: fn = "cuir_tanh"; break;
       case UnaryOp::kSigmoid: fn = "cuir_sigmoid"; break;
       case UnaryOp::kFloor: fn = "floorf"; break;
-      case UnaryOp::kSin: fn = "sinf"; break;
-      case UnaryOp::kCos: fn = "cosf"; break;
+      case UnaryOp::kSin: fn = "cuir_sin"; break;
+      case UnaryOp::kCos: fn = "cuir_cos"; break;
       case UnaryOp::kTan: fn = "tanf"; break;
       case UnaryOp::kAsin: fn = "asinf"; break;
       case UnaryOp::kAcos: fn = "acosf"; break;
@@ -214,7 +214,7 @@ class Emitter {
       case UnaryOp::kErfc: fn = "erfcf"; break;
       case UnaryOp::kLog1p: fn = "log1pf"; break;
       case UnaryOp::kExpm1: fn = "expm1f"; break;
-      case UnaryOp::kLog10: fn = "log10f"; break;
+      case UnaryOp::kLog10: fn = "cuir_log10"; break;
       case UnaryOp::kTrunc: fn = "truncf"; break;
       case UnaryOp::kRound: fn = "rintf"; break;  // half to even, like torch.round
       default: return Error(e, loc, "unknown unary operator");
@@ -258,7 +258,8 @@ class Emitter {
           }
         }
         return Infix(CExpr{Convert(*a, CType::kLong), CType::kLong}, "*", *b, CType::kLong);
-      case BinaryOp::kDiv: return FloatInfix(*a, "/", *b);
+      case BinaryOp::kDiv:
+        return CExpr{Call("cuir_div_f", AsFloat(*a), AsFloat(*b)), CType::kFloat};
       case BinaryOp::kFloorDiv:
         if (is_float) return CExpr{Call("cuir_floordiv_f", AsFloat(*a), AsFloat(*b)), CType::kFloat};
         return IntDivision(e, *a, *b, ints);
@@ -349,7 +350,16 @@ class Emitter {
       if (shift == 0) return CExpr{dividend, t};
       return CExpr{absl::StrCat("(", dividend, " >> ", shift, ")"), t};
     }
-    if (positive && cuir::ProvablyNonNegative(e->args[0], env)) {
+    const bool non_negative = cuir::ProvablyNonNegative(e->args[0], env);
+    // A runtime divisor fixed over the element loop, with its multiplier declared beside it.
+    if (positive && !known && t == CType::kInt && e->args[1]->kind == cuir::ExprKind::kVar &&
+        d.hi && *d.hi <= INT32_MAX) {
+      if (const CExpr* by = scope_.Find(DivisorKey(e->args[1]->name))) {
+        if (non_negative && !mod) return CExpr{Call("cuir_udiv_by", dividend, by->text), t};
+        return CExpr{Call(mod ? "cuir_mod_by" : "cuir_floordiv_by", dividend, by->text), t};
+      }
+    }
+    if (positive && non_negative) {
       return CExpr{absl::StrCat("(", dividend, mod ? " % " : " / ", divisor, ")"), t};
     }
     if (positive) {
@@ -504,6 +514,9 @@ CType DeclaredCType(cuir::Type t, CType value_type) {
   }
   return value_type;
 }
+
+std::string DivisorKey(const std::string& cuir_name) { return cuir_name + "#divisor"; }
+std::string DivisorName(const std::string& cpp_name) { return cpp_name + "_divisor"; }
 
 std::string FloatLiteral(double v) {
   const float f = static_cast<float>(v);

@@ -74,6 +74,10 @@ class EmitScope {
   std::shared_ptr<const cuir::BoundsEnv> bounds_;  // shared: scopes are copied freely
 };
 
+// The scope key under which a positive int value's cuir_divisor is bound (its C name is
+// DivisorName's): an int `//` or `%` by that value then multiplies instead of dividing.
+std::string DivisorKey(const std::string& cuir_name);
+std::string DivisorName(const std::string& cpp_name);
 // Errors (INVALID_ARGUMENT, with the expression's file:line:col): a name not in scope, a buffer
 // read in host code, an operand type CuIR does not allow (the validator rejects those first).
 absl::StatusOr<CExpr> EmitExpr(const cuir::ExprPtr& e, const EmitScope& scope);

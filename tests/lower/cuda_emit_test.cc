@@ -59,7 +59,7 @@ INSTANTIATE_TEST_SUITE_P(
         EmitCase{"x % 2.5", "cuir_mod_f(x, 2.5f)", CType::kFloat},
         EmitCase{"cdiv(q_idx, 64)", "cuir_cdiv<int>(q_idx, 64)", CType::kInt},
         // `/` is true division even on ints.
-        EmitCase{"q_idx / 2", "(static_cast<float>(q_idx) / 2.0f)", CType::kFloat}));
+        EmitCase{"q_idx / 2", "cuir_div_f(static_cast<float>(q_idx), 2.0f)", CType::kFloat}));
 
 INSTANTIATE_TEST_SUITE_P(
     IntegerWidth, EmitText,
@@ -101,9 +101,9 @@ INSTANTIATE_TEST_SUITE_P(
 INSTANTIATE_TEST_SUITE_P(
     FloatMathAndLogic, EmitText,
     ::testing::Values(
-        EmitCase{"exp(q_idx)", "expf(static_cast<float>(q_idx))", CType::kFloat},
+        EmitCase{"exp(q_idx)", "cuir_exp(static_cast<float>(q_idx))", CType::kFloat},
         EmitCase{"exp2(x) + tanh(x)", "(exp2f(x) + cuir_tanh(x))", CType::kFloat},
-        EmitCase{"sigmoid(x) * log2(x)", "(cuir_sigmoid(x) * log2f(x))", CType::kFloat},
+        EmitCase{"sigmoid(x) * log2(x)", "(cuir_sigmoid(x) * cuir_log2(x))", CType::kFloat},
         EmitCase{"min(x, q_idx)", "cuir_min_f(x, static_cast<float>(q_idx))", CType::kFloat},
         EmitCase{"q_idx < x", "(static_cast<float>(q_idx) < x)", CType::kBool},
         EmitCase{"!flag && q_idx >= kv_idx || flag == false",

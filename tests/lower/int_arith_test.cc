@@ -307,5 +307,88 @@ int main() {
   CleanUpTempDir(dir, HasFailure());
 }
 
+// A positive int the lowering hoisted out of the element loop (a per-head dilation) with its
+// multiplier bound beside it: `//` and `%` by it multiply, and the unsigned form serves a
+// dividend that is never negative.
+TEST(IntArith, AHoistedDivisorMultiplies) {
+  EmitScope scope = Scope(true);
+  cuir::BoundsEnv env = *scope.bounds();
+  env["dv"] = cuir::SymbolRange{cuir::IntLit(1), cuir::IntLit(4), 1, 4};
+  scope.SetBounds(env);
+  scope.Bind("dv", "invariant", CType::kInt);
+  scope.Bind(DivisorKey("dv"), DivisorName("invariant"), CType::kInt);
+  const std::pair<const char*, const char*> cases[] = {
+      {"(q_idx - kv_idx) % dv", "cuir_mod_by((q_idx - kv_idx), invariant_divisor)"},
+      {"(q_idx - kv_idx) // dv", "cuir_floordiv_by((q_idx - kv_idx), invariant_divisor)"},
+      {"kv_idx // dv", "cuir_udiv_by(kv_idx, invariant_divisor)"},
+      {"kv_idx % dv", "cuir_mod_by(kv_idx, invariant_divisor)"},
+      // 64-bit dividends keep the helpers: the multiplier is exact for 31-bit ones only.
+      {"z % dv", "cuir_mod_pos<long long>(z, invariant)"},
+  };
+  for (const auto& [cuir_text, cuda] : cases) {
+    auto e = cuir::ParseExpr(cuir_text);
+    ASSERT_TRUE(e.ok()) << cuir_text;
+    auto emitted = EmitExpr(*e, scope);
+    ASSERT_TRUE(emitted.ok()) << cuir_text << ": " << emitted.status();
+    EXPECT_EQ(emitted->text, cuda) << cuir_text;
+  }
+}
+
+// cuir_floordiv_by / cuir_mod_by / cuir_udiv_by against Python's floor division and modulo
+// (computed in 64 bits beside them), for divisors across [1, 2^31 - 1] (powers of two and their
+// neighbours, small primes, the largest) and dividends around zero, at the int limits and
+// spread over the whole range, compiled by nvcc as host code.
+TEST(IntArith, HoistedDivisorsAreExactOverTheIntRange) {
+  const std::string nvcc = FindNvcc();
+  if (nvcc.empty()) GTEST_SKIP() << "no nvcc (CUBRIDGE_NVCC unset, /usr/local/cuda/bin/nvcc absent)";
+  const std::string program = absl::StrCat("#include <stdio.h>\n#include \"", ExpertsDir(),
+                                           "/common/cuir_scalar.cuh\"\n", R"(
+static long long py_floordiv(long long n, long long d) {
+  long long q = n / d;
+  return (q * d != n && ((n < 0) != (d < 0))) ? q - 1 : q;
+}
+int main() {
+  const int divisors[] = {1, 2, 3, 4, 5, 7, 8, 9, 48, 641, 65535, 65536, 65537, 1 << 20,
+                          (1 << 20) + 1, 1000000007, (1 << 30) - 1, 1 << 30, (1 << 30) + 1,
+                          2147483646, 2147483647};
+  long long wrong = 0, checked = 0;
+  for (int d : divisors) {
+    const cuir_divisor v = cuir_divisor_of(d);
+    auto check = [&](int n) {
+      const long long q = py_floordiv(n, d), r = (long long)n - q * d;
+      ++checked;
+      bool ok = cuir_floordiv_by(n, v) == q && cuir_mod_by(n, v) == r;
+      if (n >= 0) ok = ok && cuir_udiv_by(n, v) == q;
+      if (!ok && wrong++ < 10) printf("d=%d n=%d\n", d, n);
+    };
+    for (int n = -5000; n <= 5000; ++n) check(n);
+    for (int i = 0; i < 64; ++i) {
+      check(2147483647 - i);
+      check(-2147483647 - 1 + i);
+    }
+    unsigned x = 12345u;
+    for (int i = 0; i < 200000; ++i) {
+      x = x * 1664525u + 1013904223u;
+      check((int)x);
+      check((int)(d * (long long)((int)x / d) % 2147483647));  // multiples of d and next to them
+      check((int)x / d * d - 1);
+    }
+  }
+  printf("checked %lld wrong %lld\n", checked, wrong);
+  return wrong != 0;
+}
+)");
+  const std::string dir = MakeTempDir("cubridge_divisor_");
+  ASSERT_FALSE(dir.empty());
+  WriteFile(dir + "/divisor.cu", program);
+  const CommandResult build = RunCommand(
+      absl::StrCat(nvcc, " -std=c++17 -O2 -arch=sm_80 -o ", dir, "/divisor ", dir, "/divisor.cu"));
+  ASSERT_EQ(build.exit_code, 0) << build.output;
+  const CommandResult run = RunCommand(dir + "/divisor");
+  EXPECT_EQ(run.exit_code, 0) << run.output.substr(0, 2000);
+  EXPECT_NE(run.output.find(" wrong 0"), std::string::npos) << run.output.substr(0, 2000);
+  CleanUpTempDir(dir, HasFailure());
+}
+
 }  // namespace
 }  // namespace cubridge::lower

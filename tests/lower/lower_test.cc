@@ -136,7 +136,7 @@ TEST(Lower, ScoreModsRunInProgramOrderWithFloatConsts) {
   EXPECT_LT(softcap, alibi);
   // -8 * (h + 1) is an int product (64-bit), then true division by H.
   EXPECT_THAT(RegionText(k, "program_lets"),
-              HasSubstr("(static_cast<float>(((-8LL) * (h + 1))) / static_cast<float>(H))"));
+              HasSubstr("cuir_div_f(static_cast<float>(((-8LL) * (h + 1))), static_cast<float>(H))"));
   EXPECT_THAT(RegionText(k, "variant_consts"), HasSubstr("constexpr float cap = 20.0f;"));
 }
 
@@ -155,7 +155,7 @@ TEST(Lower, ScoreModInvariantsAreEvaluatedOncePerWorkTile) {
   EXPECT_THAT(mods, Not(HasSubstr("static_cast<float>((kv_idx - q_idx))")));
   // The softcap reads the score: only its divisor moves out of the element loop, as a reciprocal
   // (ReciprocalOfInvariantDivisors), so each element multiplies instead of dividing.
-  EXPECT_THAT(lets, HasSubstr("const float invariant = (1.0f / cap);"));
+  EXPECT_THAT(lets, HasSubstr("const float invariant = cuir_div_f(1.0f, cap);"));
   EXPECT_THAT(mods, HasSubstr("score = (cap * cuir_tanh((score * invariant)));"));
   // A value of the block index stays in the walk, beside the slope that leaves it.
   for (Arch arch : {Arch::kSm80, Arch::kSm90}) {
@@ -328,7 +328,7 @@ TEST(Lower, RowTermsOfTheLastScoreModMoveToTheLse) {
                                 "  score = ((score + (kv_f * invariant_2)) + (invariant * 0.01f));\n"));
     // The row's part and the constant go to the LSE, once per row.
     EXPECT_THAT(rows, HasSubstr("shift_lse_rows([&](const int /*q_idx*/, const float q_f) -> float "
-                                "{ return ((-(q_f * exp2f((((-8.0f) * static_cast<float>((h + 1))) / "
+                                "{ return ((-(q_f * exp2f(cuir_div_f(((-8.0f) * static_cast<float>((h + 1))), "
                                 "static_cast<float>(heads_q))))) + 0.5f); });\n"));
     EXPECT_EQ(Count(rows, "shift_lse_rows("), 1u) << rows;
   }
@@ -467,7 +467,7 @@ TEST(Lower, ScoreModRowAndColumnPartsAreHoisted) {
   EXPECT_THAT(mods, HasSubstr("float q_invariant[MT][2];\n"
                               "for_each_score_row([&](const int mt, const int r, "
                               "const int q_idx) {\n"
-                              "  q_invariant[mt][r] = log2f((static_cast<float>(q_idx) + 2.0f));\n"
+                              "  q_invariant[mt][r] = cuir_log2((static_cast<float>(q_idx) + 2.0f));\n"
                               "});\n"));
   EXPECT_THAT(mods, HasSubstr("for_each_score_at([&](const int mt, const int r, const int /*j*/, "
                               "const int /*k*/, const int /*q_idx*/, const int /*kv_idx*/, "
@@ -475,7 +475,7 @@ TEST(Lower, ScoreModRowAndColumnPartsAreHoisted) {
   // The product stays beside the sum (one fma, as before); only the read and its conversion move.
   EXPECT_THAT(mods, HasSubstr("kv_invariant[j][k] = static_cast<float>(cuir_ld(bias + kv_idx));"));
   EXPECT_THAT(mods, HasSubstr("score = (score + (kv_invariant[j][k] * 0.5f));"));
-  EXPECT_EQ(Count(mods, "log2f("), 1u) << mods;
+  EXPECT_EQ(Count(mods, "cuir_log2("), 1u) << mods;
 }
 
 TEST(Lower, GqaMapsQueryHeadsToKvHeadsWithFloorDivision) {

@@ -48,6 +48,36 @@ __host__ __device__ __forceinline__ I cuir_mod_pos(I a, I c) {
   const I r = a % c;
   return r + ((r >> (sizeof(I) * 8 - 1)) & c);
 }
+// Division by a runtime divisor that stays fixed over many elements (a per-head dilation): its
+// multiplier is computed once where the divisor is (cuir_divisor_of, one 64-bit division), and
+// each element then divides with one wide multiply and a shift, where `/` by a runtime int costs
+// a float reciprocal and about twenty fix-up instructions. For dividends 0 <= n < 2^31 and
+// 1 <= d < 2^31: with l = ceil(log2 d), p = 31 + l and m = ceil(2^p / d) (< 2^32),
+// m d - 2^p < d <= 2^l, so floor(n / d) = floor(n m / 2^p) exactly (Granlund and Montgomery,
+// "Division by invariant integers using multiplication", 1994, Theorem 4.2 with N = 31).
+struct cuir_divisor {
+  int d;
+  unsigned m;
+  int p;
+};
+__host__ __device__ __forceinline__ cuir_divisor cuir_divisor_of(int d) {
+  int l = 0;
+  while (l < 31 && (1u << l) < static_cast<unsigned>(d)) ++l;
+  const unsigned long long two_p = 1ull << (31 + l);
+  return {d, static_cast<unsigned>((two_p + static_cast<unsigned>(d) - 1) / static_cast<unsigned>(d)),
+          31 + l};
+}
+__host__ __device__ __forceinline__ int cuir_udiv_by(int n, cuir_divisor v) {
+  return static_cast<int>((static_cast<unsigned long long>(static_cast<unsigned>(n)) * v.m) >> v.p);
+}
+// Python's n // d and n % d for any int n (d > 0): as cuir_floordiv_pos, ~n for a negative n.
+__host__ __device__ __forceinline__ int cuir_floordiv_by(int n, cuir_divisor v) {
+  const int s = n >> 31;
+  return cuir_udiv_by(n ^ s, v) ^ s;
+}
+__host__ __device__ __forceinline__ int cuir_mod_by(int n, cuir_divisor v) {
+  return n - cuir_floordiv_by(n, v) * v.d;
+}
 // Float forms of // and % (Python: floor(a / b) and a - floor(a / b) * b with the sign of b).
 __host__ __device__ __forceinline__ float cuir_floordiv_f(float a, float b) { return floorf(a / b); }
 __host__ __device__ __forceinline__ float cuir_mod_f(float a, float b) {
@@ -134,7 +164,73 @@ __host__ __device__ __forceinline__ long long cuir_ipow(long long base, int exp)
   for (int i = 0; i < exp; ++i) r *= base;
   return r;
 }
-__host__ __device__ __forceinline__ float cuir_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+// Approximate math (docs/lowering.md, "Approximate math"). A score_mod's transcendentals run per
+// element, beside a softmax that already uses ex2.approx and rounds P to 16 bits (2^-9 relative,
+// i.e. 2^-9 absolute in the score): libm's exact-to-an-ulp forms cost 20-40 dependent
+// instructions each, with only eight math warps per SM to hide them. On the device these use the
+// hardware's approximations where their error stays far below that rounding; host code (and the
+// emitted-expression tests compiled as host code) keep libm. Error bounds are the CUDA Math API's
+// and PTX ISA's for the intrinsics used:
+//   exp      __expf:     2 + 1.17|x| ulp (|x| <= 88: <= 106 ulp, 6.3e-6 relative)
+//   log      __logf:     2^-21.4 absolute for x in [0.5, 2], 3 ulp elsewhere (log2, log10 alike)
+//   sin, cos Cody-Waite reduction to [-pi, pi] (two fmas, 3e-7), then __sinf / __cosf (2^-21.4
+//            absolute there); |x| > 2^17 takes libm, whose reduction is exact
+//   sqrt     sqrt.approx.f32: 2^-23 relative
+//   a / b    div.full.f32: 2 ulp over the full range (what Triton emits for `/`)
+#ifdef __CUDA_ARCH__
+#define CUIR_DEVICE_OR_HOST(device_fn, host_fn) device_fn
+#else
+#define CUIR_DEVICE_OR_HOST(device_fn, host_fn) host_fn
+#endif
+__host__ __device__ __forceinline__ float cuir_exp(float x) { return CUIR_DEVICE_OR_HOST(__expf, expf)(x); }
+__host__ __device__ __forceinline__ float cuir_log(float x) { return CUIR_DEVICE_OR_HOST(__logf, logf)(x); }
+__host__ __device__ __forceinline__ float cuir_log2(float x) {
+  return CUIR_DEVICE_OR_HOST(__log2f, log2f)(x);
+}
+__host__ __device__ __forceinline__ float cuir_log10(float x) {
+  return CUIR_DEVICE_OR_HOST(__log10f, log10f)(x);
+}
+#ifdef __CUDA_ARCH__
+// x - k 2 pi for the k that leaves it in [-pi, pi] (|x| <= 2^17): fp32(2 pi) once exactly through
+// the fma, then the rest of 2 pi (2 pi - fp32(2 pi) = -1.7484556e-7).
+__device__ __forceinline__ float cuir_reduce_2pi(float x) {
+  const float k = rintf(x * 0.15915494f);
+  return fmaf(k, 1.7484556e-7f, fmaf(k, -6.2831855f, x));
+}
+#endif
+__host__ __device__ __forceinline__ float cuir_sin(float x) {
+#ifdef __CUDA_ARCH__
+  if (fabsf(x) <= 131072.0f) return __sinf(cuir_reduce_2pi(x));
+#endif
+  return sinf(x);
+}
+__host__ __device__ __forceinline__ float cuir_cos(float x) {
+#ifdef __CUDA_ARCH__
+  if (fabsf(x) <= 131072.0f) return __cosf(cuir_reduce_2pi(x));
+#endif
+  return cosf(x);
+}
+__host__ __device__ __forceinline__ float cuir_sqrt(float x) {
+#ifdef __CUDA_ARCH__
+  float y;
+  asm("sqrt.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#else
+  return sqrtf(x);
+#endif
+}
+__host__ __device__ __forceinline__ float cuir_div_f(float a, float b) {
+#ifdef __CUDA_ARCH__
+  float y;
+  asm("div.full.f32 %0, %1, %2;" : "=f"(y) : "f"(a), "f"(b));
+  return y;
+#else
+  return a / b;
+#endif
+}
+__host__ __device__ __forceinline__ float cuir_sigmoid(float x) {
+  return cuir_div_f(1.0f, 1.0f + cuir_exp(-x));
+}
 
 // tanh on the device is the hardware's one-instruction tanh.approx.f32 (sm_75+; max relative
 // error 2^-10.99, what expert kernels use for softcapping): libm's tanhf costs two MUFU operations,
