@@ -375,6 +375,29 @@ TEST(Lower, ColumnValuesKeepTranscendentalsAndStayThirtyTwoBitWhereBounded) {
   EXPECT_THAT(LowerOrDie("causal").launcher_header, HasSubstr("// Captured tensors: none"));
 }
 
+// A per-head divisor (docs/lowering.md, "Divisors fixed over the element loop"): declared once
+// with its multiplier, and the element's `%` and `//` by it multiply; a literal divisor keeps
+// the plain form, whose multiply-high nvcc finds itself.
+TEST(Lower, AHoistedRuntimeDivisorMultipliesInTheElement) {
+  for (Arch arch : {Arch::kSm80, Arch::kSm90}) {
+    const LoweredKernel k = LowerOrDie("head_dilation", arch);
+    const std::string text =
+        Unindented(RegionText(k, "mask")) + Unindented(RegionText(k, "score_mod")) +
+        Unindented(RegionText(k, "program_lets"));
+    EXPECT_THAT(text, HasSubstr("const int invariant = ((h & 3) + 1);\n"
+                                "[[maybe_unused]] const cuir_divisor invariant_divisor = "
+                                "cuir_divisor_of(invariant);\n"))
+        << text;
+    // The mask's divisor is its own block value (masks keep theirs inside the walk).
+    EXPECT_THAT(text, HasSubstr("[[maybe_unused]] const cuir_divisor invariant_2_divisor = "
+                                "cuir_divisor_of(invariant_2);\n"));
+    EXPECT_THAT(text, HasSubstr("cuir_mod_by((q_idx - kv_idx), invariant_2_divisor) == 0"));
+    EXPECT_THAT(text, HasSubstr("cuir_floordiv_by((q_idx - kv_idx), invariant_divisor)"));
+    EXPECT_THAT(text, HasSubstr("cuir_mod_pos<int>((q_idx - kv_idx), 3)"));
+    EXPECT_THAT(text, Not(HasSubstr("cuir_mod_pos<int>((q_idx - kv_idx), invariant")));
+  }
+}
+
 // The Hopper expert's head-dim-64 instance takes 192-row tiles (kBlockM) only where the program
 // has no block tables, whose rows are BLOCK_M-row blocks: the workspace region says which.
 TEST(Lower, TheWorkspaceRegionSaysWhetherTheProgramHasBlockTables) {

@@ -176,7 +176,7 @@ __host__ __device__ __forceinline__ long long cuir_ipow(long long base, int exp)
 //   sin, cos Cody-Waite reduction to [-pi, pi] (two fmas, 3e-7), then __sinf / __cosf (2^-21.4
 //            absolute there); |x| > 2^17 takes libm, whose reduction is exact
 //   sqrt     sqrt.approx.f32: 2^-23 relative
-//   a / b    div.full.f32: 2 ulp over the full range (what Triton emits for `/`)
+//   a / b    div.full.f32: 2 ulp wherever the quotient is a normal float (what Triton emits)
 #ifdef __CUDA_ARCH__
 #define CUIR_DEVICE_OR_HOST(device_fn, host_fn) device_fn
 #else
