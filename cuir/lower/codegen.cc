@@ -1070,18 +1070,19 @@ class RegionWriter {
           // An int value the interval analysis pins to one number (`window * window`) is that
           // literal: declared, it would go unread wherever the emitter folded it already.
           // (A bool can be one number to the analysis too: `select(true, true, x)` is 1.)
-          const auto typed = EmitExpr(h.expr, block);
           const cuir::IntBounds v = cuir::BoundsOf(h.expr, env);
-          if (typed.ok() && IsInt(typed->type) && v.lo && v.hi && *v.lo == *v.hi &&
-              cuir::WithinInt32(v)) {
-            const std::string literal =
-                *v.lo < 0 ? absl::StrCat("(", *v.lo, ")") : absl::StrCat(*v.lo);
-            AddRange(&env, h.name, v);
-            for (EmitScope* scope : {&top, &block, &row, &col, element}) {
-              scope->Bind(h.name, literal, CType::kInt);
-              scope->SetBounds(env);
+          if (v.lo && v.hi && *v.lo == *v.hi && cuir::WithinInt32(v)) {
+            const auto typed = EmitExpr(h.expr, block);
+            if (typed.ok() && IsInt(typed->type)) {
+              const std::string literal =
+                  *v.lo < 0 ? absl::StrCat("(", *v.lo, ")") : absl::StrCat(*v.lo);
+              AddRange(&env, h.name, v);
+              for (EmitScope* scope : {&top, &block, &row, &col, element}) {
+                scope->Bind(h.name, literal, CType::kInt);
+                scope->SetBounds(env);
+              }
+              break;
             }
-            break;
           }
           // Values come smallest first (ShareHoisted), so one that reads another moved value
           // finds it bound in `top`; a KV-walk name fails to emit there and the value stays.

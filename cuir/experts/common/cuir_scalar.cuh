@@ -190,6 +190,7 @@ __host__ __device__ __forceinline__ float cuir_log2(float x) {
 __host__ __device__ __forceinline__ float cuir_log10(float x) {
   return CUIR_DEVICE_OR_HOST(__log10f, log10f)(x);
 }
+#undef CUIR_DEVICE_OR_HOST  // the lowered kernel inlines this file: no macro leaks into it
 #ifdef __CUDA_ARCH__
 // x - k 2 pi for the k that leaves it in [-pi, pi] (|x| <= 2^17): fp32(2 pi) once exactly through
 // the fma, then the rest of 2 pi (2 pi - fp32(2 pi) = -1.7484556e-7).
