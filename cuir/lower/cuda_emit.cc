@@ -149,10 +149,11 @@ class Emitter {
       absl::StrAppend(&offset, d > 0 ? " + " : "",
                       last ? i : absl::StrCat(i, " * ", buffer->strides[d]));
     }
-    const std::string at = offset.empty() ? buffer->data
-                                          : absl::StrCat(buffer->data, " + ",
-                                                         e->args.size() > 1 ? "(" + offset + ")"
-                                                                            : offset);
+    // Pointer first, left to right: data + i0 * s0 + ... is one pointer per row of a score tile
+    // (b, h, q_idx terms) plus the column's index, so nvcc computes the row's pointer once and
+    // reads each column at an immediate offset from it; `data + (i0 * s0 + kv_idx)` was a 64-bit
+    // multiply-add and a carry per score (an unstructured keep mask, bench/NOTES.md).
+    const std::string at = offset.empty() ? buffer->data : absl::StrCat(buffer->data, " + ", offset);
     return CExpr{Call("cuir_ld", at), ValueCType(buffer->dtype)};
   }
 
@@ -232,7 +233,14 @@ class Emitter {
       if (a->type != CType::kBool || b->type != CType::kBool) {
         return Error(e, loc, "`&&` / `||` need bools");
       }
-      return Infix(*a, op == BinaryOp::kAnd ? "&&" : "||", *b, CType::kBool);
+      // On the device both sides are evaluated, as the interpreter evaluates them: with `&&` nvcc
+      // branched around the right side per score (a BSSY / BRA pair and divergent lanes in a
+      // dilated window's mask, bench/NOTES.md), where `&` is one predicate operation. Host code
+      // keeps the short circuit, and so does a right side that divides by a value not known to be
+      // positive: there a guard may be what keeps a division by zero from running.
+      const bool eager = scope_.target() == EmitTarget::kDevice && !DividesByUnknown(e->args[1]);
+      const char* sym = op == BinaryOp::kAnd ? (eager ? "&" : "&&") : (eager ? "|" : "||");
+      return Infix(*a, sym, *b, CType::kBool);
     }
     if (cuir::IsComparison(op)) return EmitComparison(e, loc, *a, *b);
     if (!IsNumber(a->type) || !IsNumber(b->type)) {
@@ -327,6 +335,25 @@ class Emitter {
     return Error(e, loc, "unknown binary operator");
   }
 
+  const cuir::BoundsEnv& Env() const {
+    static const cuir::BoundsEnv kNoSymbols;
+    return scope_.bounds() != nullptr ? *scope_.bounds() : kNoSymbols;
+  }
+
+  // Whether `e` divides (//, %, cdiv, fmod) by a value the interval analysis cannot keep >= 1.
+  bool DividesByUnknown(const ExprPtr& e) const {
+    if (e->kind == cuir::ExprKind::kBinary &&
+        (e->binary_op == BinaryOp::kFloorDiv || e->binary_op == BinaryOp::kMod ||
+         e->binary_op == BinaryOp::kCdiv || e->binary_op == BinaryOp::kFmod)) {
+      const cuir::IntBounds d = cuir::BoundsOf(e->args[1], Env());
+      if (!d.lo.has_value() || *d.lo < 1) return true;
+    }
+    for (const ExprPtr& a : e->args) {
+      if (DividesByUnknown(a)) return true;
+    }
+    return false;
+  }
+
   // Python's int `a // b` or `a % b` (e's op) in the cheapest form exact for the operands'
   // ranges (docs/lowering.md, "Integer division and modulo"):
   //   b = 2^k             a >> k, a & (2^k - 1): two's complement shifts and masks floor
@@ -336,8 +363,7 @@ class Emitter {
   //   otherwise           cuir_floordiv / cuir_mod
   // A divisor whose range is a single value is written as that literal.
   CExpr IntDivision(const ExprPtr& e, const CExpr& a, const CExpr& b, CType t) {
-    static const cuir::BoundsEnv kNoSymbols;
-    const cuir::BoundsEnv& env = scope_.bounds() != nullptr ? *scope_.bounds() : kNoSymbols;
+    const cuir::BoundsEnv& env = Env();
     const bool mod = e->binary_op == BinaryOp::kMod;
     const cuir::IntBounds d = cuir::BoundsOf(e->args[1], env);
     const bool positive = d.lo.has_value() && *d.lo >= 1;
@@ -369,9 +395,41 @@ class Emitter {
     return CExpr{Call(IntTemplate(mod ? "cuir_mod" : "cuir_floordiv", t), a.text, b.text), t};
   }
 
+  // Python's `x % c == r` (or `!=`) for an int x, a literal c >= 3 that is not a power of two
+  // and 0 <= r < c, as cuir_divisible<c>(x - r): a multiply by c's inverse and one compare, where
+  // the remainder costs a multiply-high, a multiply, a subtract and the sign fix-up of Python's
+  // `%` (a dilated or strided mask tests this per score). Null where the form does not apply
+  // (r != 0 also needs x - r within int).
+  std::optional<CExpr> DivisibilityTest(const ExprPtr& e, const SourceLoc& loc) {
+    if (e->binary_op != BinaryOp::kEq && e->binary_op != BinaryOp::kNe) return std::nullopt;
+    const auto is_mod = [](const ExprPtr& x) {
+      return x->kind == cuir::ExprKind::kBinary && x->binary_op == BinaryOp::kMod;
+    };
+    const bool left = is_mod(e->args[0]);
+    const ExprPtr& mod = left ? e->args[0] : e->args[1];
+    const ExprPtr& rest = left ? e->args[1] : e->args[0];
+    if (!is_mod(mod) || rest->kind != cuir::ExprKind::kIntLit) return std::nullopt;
+    const cuir::IntBounds d = cuir::BoundsOf(mod->args[1], Env());
+    if (!d.lo || d.hi != d.lo || *d.lo < 3 || (*d.lo & (*d.lo - 1)) == 0) return std::nullopt;
+    const int64_t c = *d.lo, r = rest->int_value;
+    if (c > std::numeric_limits<int32_t>::max() || r < 0 || r >= c) return std::nullopt;
+    auto x = Emit(mod->args[0], loc);
+    if (!x.ok() || x->type != CType::kInt) return std::nullopt;
+    std::string dividend = x->text;
+    if (r != 0) {
+      const cuir::IntBounds xb = cuir::BoundsOf(mod->args[0], Env());
+      if (!xb.lo || !xb.hi || *xb.lo - r < std::numeric_limits<int32_t>::min()) return std::nullopt;
+      dividend = absl::StrCat("(", x->text, " - ", r, ")");
+    }
+    const std::string test = absl::StrCat("cuir_divisible<", c, ">(", dividend, ")");
+    return CExpr{e->binary_op == BinaryOp::kEq ? test : absl::StrCat("(!", test, ")"),
+                 CType::kBool};
+  }
+
   absl::StatusOr<CExpr> EmitComparison(const ExprPtr& e, const SourceLoc& loc, const CExpr& a,
                                        const CExpr& b) {
     const BinaryOp op = e->binary_op;
+    if (auto test = DivisibilityTest(e, loc)) return *test;
     const char* sym = op == BinaryOp::kLt   ? "<"
                       : op == BinaryOp::kLe ? "<="
                       : op == BinaryOp::kGt ? ">"

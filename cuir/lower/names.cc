@@ -31,7 +31,7 @@ constexpr const char* kReserved[] = {
     "cuir_cdiv", "cuir_min", "cuir_max", "cuir_min_f", "cuir_max_f", "cuir_ipow",
     "cuir_sigmoid", "cuir_exp", "cuir_log", "cuir_log2", "cuir_log10", "cuir_sin", "cuir_cos",
     "cuir_sqrt", "cuir_div_f", "cuir_divisor", "cuir_divisor_of", "cuir_udiv_by",
-    "cuir_floordiv_by", "cuir_mod_by", "q_idx", "kv_idx", "score",
+    "cuir_floordiv_by", "cuir_mod_by", "cuir_divisible", "cuir_inverse_mod_2_32", "cuir_twos_of", "q_idx", "kv_idx", "score",
     // row / column slots and their counts, which generated lambdas and arrays use: a program
     // symbol spelled so would be shadowed there
     "mt", "r", "j", "k", "MT", "NT",

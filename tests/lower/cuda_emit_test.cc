@@ -40,6 +40,13 @@ struct EmitCase {
 
 class EmitText : public ::testing::TestWithParam<EmitCase> {};
 
+// Host code keeps the short circuit: a launch-time expression may guard a division by zero,
+// which traps there.
+TEST(Emit, HostLogicShortCircuits) {
+  EXPECT_EQ(EmitOrDie("!flag && q_idx >= kv_idx || flag == false", EmitTarget::kHost).text,
+            "(((!flag) && (q_idx >= kv_idx)) || (flag == false))");
+}
+
 TEST_P(EmitText, Emits) {
   const CExpr c = EmitOrDie(GetParam().cuir);
   EXPECT_EQ(c.text, GetParam().cuda) << GetParam().cuir;
@@ -106,8 +113,12 @@ INSTANTIATE_TEST_SUITE_P(
         EmitCase{"sigmoid(x) * log2(x)", "(cuir_sigmoid(x) * cuir_log2(x))", CType::kFloat},
         EmitCase{"min(x, q_idx)", "cuir_min_f(x, static_cast<float>(q_idx))", CType::kFloat},
         EmitCase{"q_idx < x", "(static_cast<float>(q_idx) < x)", CType::kBool},
+        // The device evaluates both sides (no branch per score), as the interpreter does.
         EmitCase{"!flag && q_idx >= kv_idx || flag == false",
-                 "(((!flag) && (q_idx >= kv_idx)) || (flag == false))", CType::kBool},
+                 "(((!flag) & (q_idx >= kv_idx)) | (flag == false))", CType::kBool},
+        // ... except where the right side divides by a value that may be zero.
+        EmitCase{"q_idx > 0 && kv_idx % q_idx == 1",
+                 "((q_idx > 0) && (cuir_mod<int>(kv_idx, q_idx) == 1))", CType::kBool},
         EmitCase{"doc[q_idx] == doc[kv_idx + 1]",
                  "(cuir_ld(doc_ptr + q_idx) == cuir_ld(doc_ptr + (kv_idx + 1)))", CType::kBool},
         EmitCase{"-x", "(-x)", CType::kFloat}));

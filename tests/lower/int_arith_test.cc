@@ -130,6 +130,21 @@ const Case kCases[] = {
     {"z % 1000", false, "cuir_mod_pos<long long>(z, 1000)", CType::kLong, Domain::kZ},
     {"z // 1000", false, "cuir_floordiv_pos<long long>(z, 1000)", CType::kLong, Domain::kZ},
     {"(x // 3) % 8", false, "(cuir_floordiv_pos<int>(x, 3) & 7)", CType::kInt, Domain::kX},
+    // A remainder by a literal compared with a residue: the divisibility test, for any sign.
+    {"select(x % 7 == 0, 1, 0)", false, "(cuir_divisible<7>(x) ? 1 : 0)", CType::kInt, Domain::kX},
+    {"select(x % 12 != 0, 1, 0)", false, "((!cuir_divisible<12>(x)) ? 1 : 0)", CType::kInt,
+     Domain::kX},
+    {"select(0 == x % 1000, 1, 0)", false, "(cuir_divisible<1000>(x) ? 1 : 0)", CType::kInt,
+     Domain::kX},
+    {"select((q_idx - kv_idx) % 3 == 1, 1, 0)", true,
+     "(cuir_divisible<3>(((q_idx - kv_idx) - 1)) ? 1 : 0)", CType::kInt, Domain::kQK},
+    // ... not where x - r could leave int (no ranges), nor for a residue the remainder never
+    // takes, nor by a power of two (already a mask).
+    {"select(x % 3 == 2, 1, 0)", false, "((cuir_mod_pos<int>(x, 3) == 2) ? 1 : 0)", CType::kInt,
+     Domain::kX},
+    {"select(x % 7 == 9, 1, 0)", false, "((cuir_mod_pos<int>(x, 7) == 9) ? 1 : 0)", CType::kInt,
+     Domain::kX},
+    {"select(x % 8 == 0, 1, 0)", false, "(((x & 7) == 0) ? 1 : 0)", CType::kInt, Domain::kX},
     // Anything else: the general helpers.
     {"x // -4", false, "cuir_floordiv<int>(x, (-4))", CType::kInt, Domain::kX},
     {"x % -4", false, "cuir_mod<int>(x, (-4))", CType::kInt, Domain::kX},
@@ -385,6 +400,58 @@ int main() {
       absl::StrCat(nvcc, " -std=c++17 -O2 -arch=sm_80 -o ", dir, "/divisor ", dir, "/divisor.cu"));
   ASSERT_EQ(build.exit_code, 0) << build.output;
   const CommandResult run = RunCommand(dir + "/divisor");
+  EXPECT_EQ(run.exit_code, 0) << run.output.substr(0, 2000);
+  EXPECT_NE(run.output.find(" wrong 0"), std::string::npos) << run.output.substr(0, 2000);
+  CleanUpTempDir(dir, HasFailure());
+}
+
+// cuir_divisible<C>(n) against n % C == 0 for odd, even and prime C up to INT_MAX and dividends
+// around zero, at the int limits, multiples of C and their neighbours, compiled by nvcc as host
+// code (the device form is the same expression; EveryFormComputesPythonSemantics compiles it).
+TEST(IntArith, DivisibilityTestsAreExactOverTheIntRange) {
+  const std::string nvcc = FindNvcc();
+  if (nvcc.empty()) GTEST_SKIP() << "no nvcc (CUBRIDGE_NVCC unset, /usr/local/cuda/bin/nvcc absent)";
+  const std::string program = absl::StrCat("#include <stdio.h>\n#include \"", ExpertsDir(),
+                                           "/common/cuir_scalar.cuh\"\n", R"(
+long long wrong = 0, checked = 0;
+template <int C>
+void check_all() {
+  auto check = [](int n) {
+    ++checked;
+    if (cuir_divisible<C>(n) != (n % C == 0) && wrong++ < 10) printf("C=%d n=%d\n", C, n);
+  };
+  for (int n = -5000; n <= 5000; ++n) check(n);
+  for (int i = 0; i < 64; ++i) {
+    check(2147483647 - i);
+    check(-2147483647 - 1 + i);
+  }
+  unsigned x = 12345u;
+  for (int i = 0; i < 100000; ++i) {
+    x = x * 1664525u + 1013904223u;
+    const int m = (int)x / C * C;  // a multiple of C, and its neighbours
+    check((int)x);
+    check(m);
+    check(m == -2147483647 - 1 ? m : m - 1);
+    check(m == 2147483647 ? m : m + 1);
+  }
+}
+int main() {
+  check_all<3>(); check_all<5>(); check_all<6>(); check_all<7>(); check_all<9>();
+  check_all<12>(); check_all<48>(); check_all<641>(); check_all<1000>(); check_all<65535>();
+  check_all<65537>(); check_all<1000000007>(); check_all<(1 << 30) - 1>();
+  check_all<(1 << 30) + 1>(); check_all<3 << 29>(); check_all<2147483646>();
+  check_all<2147483647>();
+  printf("checked %lld wrong %lld\n", checked, wrong);
+  return wrong != 0;
+}
+)");
+  const std::string dir = MakeTempDir("cubridge_divisible_");
+  ASSERT_FALSE(dir.empty());
+  WriteFile(dir + "/divisible.cu", program);
+  const CommandResult build = RunCommand(absl::StrCat(nvcc, " -std=c++17 -O2 -arch=sm_80 -o ", dir,
+                                                      "/divisible ", dir, "/divisible.cu"));
+  ASSERT_EQ(build.exit_code, 0) << build.output;
+  const CommandResult run = RunCommand(dir + "/divisible");
   EXPECT_EQ(run.exit_code, 0) << run.output.substr(0, 2000);
   EXPECT_NE(run.output.find(" wrong 0"), std::string::npos) << run.output.substr(0, 2000);
   CleanUpTempDir(dir, HasFailure());

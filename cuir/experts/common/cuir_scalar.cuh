@@ -78,6 +78,40 @@ __host__ __device__ __forceinline__ int cuir_floordiv_by(int n, cuir_divisor v) 
 __host__ __device__ __forceinline__ int cuir_mod_by(int n, cuir_divisor v) {
   return n - cuir_floordiv_by(n, v) * v.d;
 }
+// Whether C divides a, for any int a (Python's a % C == 0; C > 1 a literal). With C = 2^s d, d
+// odd: the low s bits of a are zero and d divides m = a >> s (exact then). For odd d, with
+// inv = d^-1 mod 2^32 and B = floor((2^31 - 1) / d): d divides m exactly when the 32-bit product
+// m inv, read as a signed k, lies in [-B, B] (then k d is within int and equals m mod 2^32, so
+// m = k d; conversely m = k d gives m inv = k with |k| <= B, as an odd d > 1 never divides 2^31).
+// One multiply and one unsigned compare (Hacker's Delight, 10-17), where a % d == 0 costs a
+// multiply-high, a shift, a multiply and a compare.
+__host__ __device__ constexpr unsigned cuir_inverse_mod_2_32(unsigned d) {
+  unsigned x = d;  // right in the low 3 bits for odd d; each Newton step doubles the bits
+  for (int i = 0; i < 4; ++i) x *= 2u - d * x;
+  return x;
+}
+__host__ __device__ constexpr int cuir_twos_of(unsigned c) {
+  int s = 0;
+  while (s < 31 && ((c >> s) & 1u) == 0u) ++s;
+  return s;
+}
+template <int C>
+__host__ __device__ __forceinline__ bool cuir_divisible(int a) {
+  static_assert(C > 1, "cuir_divisible: C > 1");
+  constexpr int s = cuir_twos_of(static_cast<unsigned>(C));
+  constexpr unsigned d = static_cast<unsigned>(C) >> s;
+  constexpr unsigned inv = cuir_inverse_mod_2_32(d);
+  constexpr unsigned b = 0x7fffffffu / d;
+  constexpr unsigned low = (1u << s) - 1u;
+  const bool odd_part = static_cast<unsigned>(a >> s) * inv + b <= 2u * b;
+  if constexpr (d == 1u) {
+    return (static_cast<unsigned>(a) & low) == 0u;
+  } else if constexpr (s == 0) {
+    return odd_part;
+  } else {
+    return ((static_cast<unsigned>(a) & low) == 0u) & odd_part;
+  }
+}
 // Float forms of // and % (Python: floor(a / b) and a - floor(a / b) * b with the sign of b).
 __host__ __device__ __forceinline__ float cuir_floordiv_f(float a, float b) { return floorf(a / b); }
 __host__ __device__ __forceinline__ float cuir_mod_f(float a, float b) {
