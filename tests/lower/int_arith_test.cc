@@ -322,6 +322,21 @@ int main() {
   CleanUpTempDir(dir, HasFailure());
 }
 
+// Compiles `program` (which prints "checked N wrong M" and exits non-zero where M > 0) with nvcc
+// as host code, runs it, and expects it to find nothing wrong.
+void ExpectNoneWrong(const std::string& nvcc, const std::string& name, const std::string& program) {
+  const std::string dir = MakeTempDir("cubridge_" + name + "_");
+  ASSERT_FALSE(dir.empty());
+  WriteFile(dir + "/" + name + ".cu", program);
+  const CommandResult build = RunCommand(absl::StrCat(nvcc, " -std=c++17 -O2 -arch=sm_80 -o ", dir,
+                                                      "/", name, " ", dir, "/", name, ".cu"));
+  ASSERT_EQ(build.exit_code, 0) << build.output;
+  const CommandResult run = RunCommand(dir + "/" + name);
+  EXPECT_EQ(run.exit_code, 0) << run.output.substr(0, 2000);
+  EXPECT_NE(run.output.find(" wrong 0"), std::string::npos) << run.output.substr(0, 2000);
+  CleanUpTempDir(dir, ::testing::Test::HasFailure());
+}
+
 // A positive int the lowering hoisted out of the element loop (a per-head dilation) with its
 // multiplier bound beside it: `//` and `%` by it multiply, and the unsigned form serves a
 // dividend that is never negative.
@@ -393,16 +408,7 @@ int main() {
   return wrong != 0;
 }
 )");
-  const std::string dir = MakeTempDir("cubridge_divisor_");
-  ASSERT_FALSE(dir.empty());
-  WriteFile(dir + "/divisor.cu", program);
-  const CommandResult build = RunCommand(
-      absl::StrCat(nvcc, " -std=c++17 -O2 -arch=sm_80 -o ", dir, "/divisor ", dir, "/divisor.cu"));
-  ASSERT_EQ(build.exit_code, 0) << build.output;
-  const CommandResult run = RunCommand(dir + "/divisor");
-  EXPECT_EQ(run.exit_code, 0) << run.output.substr(0, 2000);
-  EXPECT_NE(run.output.find(" wrong 0"), std::string::npos) << run.output.substr(0, 2000);
-  CleanUpTempDir(dir, HasFailure());
+  ExpectNoneWrong(nvcc, "divisor", program);
 }
 
 // cuir_divisible<C>(n) against n % C == 0 for odd, even and prime C up to INT_MAX and dividends
@@ -445,16 +451,7 @@ int main() {
   return wrong != 0;
 }
 )");
-  const std::string dir = MakeTempDir("cubridge_divisible_");
-  ASSERT_FALSE(dir.empty());
-  WriteFile(dir + "/divisible.cu", program);
-  const CommandResult build = RunCommand(absl::StrCat(nvcc, " -std=c++17 -O2 -arch=sm_80 -o ", dir,
-                                                      "/divisible ", dir, "/divisible.cu"));
-  ASSERT_EQ(build.exit_code, 0) << build.output;
-  const CommandResult run = RunCommand(dir + "/divisible");
-  EXPECT_EQ(run.exit_code, 0) << run.output.substr(0, 2000);
-  EXPECT_NE(run.output.find(" wrong 0"), std::string::npos) << run.output.substr(0, 2000);
-  CleanUpTempDir(dir, HasFailure());
+  ExpectNoneWrong(nvcc, "divisible", program);
 }
 
 }  // namespace
