@@ -12,12 +12,12 @@
 #                                       crashes to build-fuzz/crashes/TARGET; ends with the
 #                                       executions and exec/s libFuzzer reports
 #
-# TARGET: spec_guard, spec_frontend, cuir_roundtrip or submit_checks (a `fuzz_` prefix is
-# accepted). Exits 77, which ctest reports as skipped, when clang or libFuzzer is missing.
+# TARGET: spec_guard, spec_frontend, cuir_roundtrip, submit_checks or torch_save (a `fuzz_` prefix
+# is accepted). Exits 77, which ctest reports as skipped, when clang or libFuzzer is missing.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${CUBRIDGE_FUZZ_BUILD:-$root/build-fuzz}
-targets=(spec_guard spec_frontend cuir_roundtrip submit_checks)
+targets=(spec_guard spec_frontend cuir_roundtrip submit_checks torch_save)
 
 usage() {
   sed -n '7,16p' "$0" | sed 's/^# \{0,1\}//' >&2
@@ -83,6 +83,7 @@ run_fuzzer() {
       asan+=:detect_leaks=0 ;;
     cuir_roundtrip) flags+=(-max_len=16384 -dict="$root/fuzz/dicts/cuir.dict") ;;
     submit_checks) flags+=(-max_len=16384 -dict="$root/fuzz/dicts/spec.dict") ;;
+    torch_save) flags+=(-max_len=16384 -dict="$root/fuzz/dicts/torch_save.dict") ;;
   esac
   ASAN_OPTIONS=$asan UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     "$out/fuzz/fuzz_$t" "${flags[@]}" "$corpus" "$@"

@@ -19,6 +19,7 @@
 #include "client/cli/config_flags.h"
 #include "client/cli/service_output.h"
 #include "cuir/files/files.h"
+#include "cuir/files/torch_save.h"
 #include "cuir/llm/transcript.h"
 
 namespace cubridge::cli {
@@ -258,13 +259,9 @@ void AddSubmitFlags(CLI::App* cmd, SubmitFlags& f) {
   cmd->add_flag("--watch", f.watch, "Follow the job as `watch` does");
 }
 
-// The coordinator cannot read this machine's files, so a file: buffer travels as its values.
+// The coordinator cannot read this machine's files, so a file: buffer travels as its values
+// (a tensor: file as a TensorValue, AddBuffer).
 absl::StatusOr<std::string> WireBufferSource(const std::string& name, const std::string& source) {
-  if (absl::StartsWith(source, "tensor:")) {
-    return absl::UnimplementedError(absl::StrCat(
-        "--buffer ", name, "=", source, ": tensor files are read by `adapt --local` only; the "
-        "service does not carry tensors yet: give values:1,2,.. or random:DTYPE[D0,..]"));
-  }
   if (!absl::StartsWith(source, "file:")) return source;
   auto text = files::ReadFile(source.substr(5));
   if (!text.ok()) {
@@ -274,6 +271,28 @@ absl::StatusOr<std::string> WireBufferSource(const std::string& name, const std:
   std::vector<std::string> values =
       absl::StrSplit(*text, absl::ByAnyChar(" \t\r\n"), absl::SkipEmpty());
   return absl::StrCat("values:", absl::StrJoin(values, ","));
+}
+
+// `--buffer NAME=SOURCE` into the request: a torch.save file read here (no LibTorch) and sent as
+// its values, anything else as a source string.
+absl::Status AddBuffer(const std::string& name, const std::string& source, v1::VariantSpec& spec) {
+  if (!absl::StartsWith(source, "tensor:")) {
+    auto wire = WireBufferSource(name, source);
+    if (!wire.ok()) return wire.status();
+    (*spec.mutable_buffers())[name] = *wire;
+    return absl::OkStatus();
+  }
+  auto value = files::ReadTorchSaveFile(source.substr(7));
+  if (!value.ok()) {
+    return absl::Status(value.status().code(),
+                        absl::StrCat("--buffer ", name, "=", source, ": ", value.status().message()));
+  }
+  v1::TensorValue& t = (*spec.mutable_tensors())[name];
+  // The proto's codes are the IR's plus one (common.proto, TensorDType).
+  t.set_dtype(static_cast<v1::TensorDType>(static_cast<int>(value->dtype) + 1));
+  for (int64_t d : value->shape) t.add_shape(d);
+  t.set_data(std::move(value->data));
+  return absl::OkStatus();
 }
 
 void SetConfig(const cuir::AttentionConfig& c, v1::AttentionConfig& out) {
@@ -307,9 +326,7 @@ absl::StatusOr<v1::SubmitJobRequest> BuildRequest(const SubmitFlags& f) {
   auto& spec = *request->mutable_spec();
   for (const auto& [name, value] : config->params) (*spec.mutable_params())[name] = value;
   for (const auto& [name, source] : config->buffers) {
-    auto wire = WireBufferSource(name, source);
-    if (!wire.ok()) return wire.status();
-    (*spec.mutable_buffers())[name] = *wire;
+    if (auto s = AddBuffer(name, source, spec); !s.ok()) return s;
   }
   for (const auto& arch : f.archs) request->add_archs(arch);
   if (!f.verification.empty()) {

@@ -6,6 +6,7 @@
 #include <torch/csrc/jit/serialization/pickle.h>
 
 #include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -162,6 +163,15 @@ absl::StatusOr<torch::Tensor> LoadTensorFile(const std::string& path, const std:
   }
 }
 
+// A value's bytes as they are: little-endian elements, this machine's order.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "values are little-endian bytes");
+absl::StatusOr<torch::Tensor> ValueTensor(const cuir::TensorValue& v, const std::string& where) {
+  if (auto s = cuir::CheckTensorValue(v, where); !s.ok()) return s;
+  torch::Tensor t = torch::empty(v.shape, TorchDType(v.dtype));
+  if (!v.data.empty()) std::memcpy(t.data_ptr(), v.data.data(), v.data.size());
+  return t;
+}
+
 torch::Tensor RandomTensor(cuir::TensorDType dtype, const std::vector<int64_t>& shape,
                            int64_t int_range, at::Generator& gen) {
   switch (cuir::ElementType(dtype)) {
@@ -174,7 +184,8 @@ torch::Tensor RandomTensor(cuir::TensorDType dtype, const std::vector<int64_t>& 
 absl::StatusOr<torch::Tensor> BufferValues(const Spec& spec, const SpecBuffer& b,
                                            const BufferSource& src,
                                            const cuir::AttentionConfig& config, at::Generator& gen) {
-  const std::string where = absl::StrCat("buffer `", b.name, "` source `", src.spec, "`");
+  const std::string where = absl::StrCat("buffer `", b.name, "` source `", src.Text(), "`");
+  if (src.value) return ValueTensor(*src.value, where);
   const auto [kind, arg] = Split(src.spec);
   std::vector<int64_t> shape = RequiredBufferShape(spec, b, config);
   const int64_t tokens = std::max(config.seqlen_q, config.seqlen_kv);
@@ -199,34 +210,35 @@ absl::StatusOr<torch::Tensor> BufferValues(const Spec& spec, const SpecBuffer& b
   return UnknownSource(where);
 }
 
-// The tensor against the spec: dtype, rank, and the sizes the indexing reaches.
-absl::Status CheckBuffer(const Spec& spec, const SpecBuffer& b, const BufferSource& src,
-                         const torch::Tensor& t, const cuir::AttentionConfig& config) {
-  const std::string what = absl::StrCat("buffer `", b.name, "` from `", src.spec, "`");
-  const auto dtype = TensorDTypeOf(t.scalar_type());
+// A tensor of `dtype` (named `dtype_name`; nullopt: no buffer dtype) and `sizes` against the
+// spec: dtype, rank, and the sizes the indexing reaches. `what` names it ("buffer `x` from ..").
+absl::Status CheckAgainstSpec(const Spec& spec, const SpecBuffer& b, const std::string& what,
+                              std::optional<cuir::TensorDType> dtype, const std::string& dtype_name,
+                              c10::IntArrayRef sizes, const cuir::AttentionConfig& config) {
   if (!dtype || *dtype != b.dtype) {
     return absl::InvalidArgumentError(absl::StrCat(
-        what, " is ", c10::toString(t.scalar_type()), " but the spec was loaded for ",
+        what, " is ", dtype_name, " but the spec was loaded for ",
         cuir::TensorDTypeName(b.dtype), " (load the spec with the job's buffer dtypes: "
         "BufferDTypesOf)"));
   }
   if (b.rank < 0) return absl::OkStatus();  // the spec never reads it
-  if (t.dim() != b.rank) {
+  const int64_t rank = static_cast<int64_t>(sizes.size());
+  if (rank != b.rank) {
     return absl::InvalidArgumentError(absl::StrCat(
-        what, " has shape ", internal::ShapeText(t.sizes()), " (rank ", t.dim(), ") but the spec indexes it ",
+        what, " has shape ", internal::ShapeText(sizes), " (rank ", rank, ") but the spec indexes it ",
         b.rank == 0 ? "as a value (rank 0)" : absl::StrCat("with ", b.rank, " indices"), ", as in ",
         BufferUseText(spec, b.name), ": give a tensor of rank ", b.rank));
   }
   const std::vector<int64_t> need = RequiredBufferShape(spec, b, config);
   for (size_t d = 0; d < need.size(); ++d) {
-    if (need[d] < 0 || t.size(d) >= need[d]) continue;
+    if (need[d] < 0 || sizes[d] >= need[d]) continue;
     std::vector<std::string> least;
     for (size_t i = 0; i < need.size(); ++i) {
-      least.push_back(need[i] < 0 ? std::to_string(t.size(i)) : std::to_string(need[i]));
+      least.push_back(need[i] < 0 ? std::to_string(sizes[i]) : std::to_string(need[i]));
     }
     const std::vector<ExprPtr> extents = BufferExtents(spec, b);
     return absl::InvalidArgumentError(absl::StrCat(
-        what, " has shape ", internal::ShapeText(t.sizes()), " but the spec's indexing (",
+        what, " has shape ", internal::ShapeText(sizes), " but the spec's indexing (",
         BufferUseText(spec, b.name), ") reaches size ", need[d], " along dimension ", d, " (",
         cuir::PrintExpr(extents[d]), " at ", config.ToString(), "): give at least [",
         absl::StrJoin(least, ", "), "]"));
@@ -234,7 +246,42 @@ absl::Status CheckBuffer(const Spec& spec, const SpecBuffer& b, const BufferSour
   return absl::OkStatus();
 }
 
+absl::Status CheckBuffer(const Spec& spec, const SpecBuffer& b, const BufferSource& src,
+                         const torch::Tensor& t, const cuir::AttentionConfig& config) {
+  return CheckAgainstSpec(spec, b, absl::StrCat("buffer `", b.name, "` from `", src.Text(), "`"),
+                          TensorDTypeOf(t.scalar_type()), c10::toString(t.scalar_type()), t.sizes(),
+                          config);
+}
+
+// Every source names a buffer of the spec.
+absl::Status CheckNames(const Spec& spec, const std::map<std::string, BufferSource>& sources) {
+  for (const auto& source : sources) {
+    const std::string& name = source.first;  // a lambda cannot capture a structured binding in C++17
+    if (std::any_of(spec.buffers.begin(), spec.buffers.end(),
+                    [&](const SpecBuffer& b) { return b.name == name; })) {
+      continue;
+    }
+    std::vector<std::string> names;
+    for (const SpecBuffer& b : spec.buffers) names.push_back(b.name);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "buffer source for `", name, "`: ", spec.path, " has no such buffer; ",
+        names.empty() ? "it has no buffers" : "its buffers: " + absl::StrJoin(names, ", ")));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+BufferSource BufferSource::Of(cuir::TensorValue v) {
+  BufferSource s;
+  s.spec.clear();
+  s.value = std::move(v);
+  return s;
+}
+
+std::string BufferSource::Text() const {
+  return value ? absl::StrCat(cuir::TensorValueText(value->dtype, value->shape), " value") : spec;
+}
 
 std::string internal::ShapeText(c10::IntArrayRef shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
@@ -292,9 +339,11 @@ std::map<std::string, BufferSource> SourcesForShape(
 absl::StatusOr<BufferDTypes> BufferDTypesOf(const std::map<std::string, BufferSource>& sources) {
   BufferDTypes out;
   for (const auto& [name, src] : sources) {
-    const std::string where = absl::StrCat("buffer `", name, "` source `", src.spec, "`");
+    const std::string where = absl::StrCat("buffer `", name, "` source `", src.Text(), "`");
     const auto [kind, arg] = Split(src.spec);
-    if (kind == "random" && !arg.empty()) {
+    if (src.value) {
+      out[name] = src.value->dtype;
+    } else if (kind == "random" && !arg.empty()) {
       auto r = RandomArg(arg, where);
       if (!r.ok()) return r.status();
       out[name] = r->first;
@@ -313,14 +362,7 @@ absl::StatusOr<BufferDTypes> BufferDTypesOf(const std::map<std::string, BufferSo
 
 absl::Status CheckBufferSources(const Spec& spec, const cuir::AttentionConfig& config,
                                 const std::map<std::string, BufferSource>& sources) {
-  for (const auto& source : sources) {
-    const std::string& name = source.first;  // a lambda cannot capture a structured binding in C++17
-    if (std::none_of(spec.buffers.begin(), spec.buffers.end(),
-                     [&](const SpecBuffer& b) { return b.name == name; })) {
-      return absl::InvalidArgumentError(absl::StrCat("buffer source for `", name, "`: ", spec.path,
-                                                     " has no such buffer"));
-    }
-  }
+  if (auto s = CheckNames(spec, sources); !s.ok()) return s;
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(0);
   for (const SpecBuffer& b : spec.buffers) {
     auto it = sources.find(b.name);
@@ -332,23 +374,28 @@ absl::Status CheckBufferSources(const Spec& spec, const cuir::AttentionConfig& c
   return absl::OkStatus();
 }
 
+absl::Status CheckBufferValueShapes(const Spec& spec, const cuir::AttentionConfig& config,
+                                    const std::map<std::string, BufferSource>& sources) {
+  if (auto s = CheckNames(spec, sources); !s.ok()) return s;
+  for (const SpecBuffer& b : spec.buffers) {
+    auto it = sources.find(b.name);
+    if (it == sources.end() || !it->second.value) continue;
+    const cuir::TensorValue& v = *it->second.value;
+    const std::string what = absl::StrCat("buffer `", b.name, "` from `", it->second.Text(), "`");
+    if (auto n = cuir::TensorElements(v.shape, what); !n.ok()) return n.status();
+    if (auto s = CheckAgainstSpec(spec, b, what, v.dtype, cuir::TensorDTypeName(v.dtype), v.shape, config);
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<AttentionInputs> MakeInputs(const Spec& spec, const cuir::AttentionConfig& config,
                                            const std::map<std::string, BufferSource>& sources,
                                            uint64_t seed) {
   if (auto s = cuir::ValidateConfig(config); !s.ok()) return s;
-  for (const auto& [name, src] : sources) {
-    bool known = false;
-    std::vector<std::string> names;
-    for (const SpecBuffer& b : spec.buffers) {
-      known |= b.name == name;
-      names.push_back(b.name);
-    }
-    if (!known) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "buffer source for `", name, "`: ", spec.path, " has no such buffer; ",
-          names.empty() ? "it has no buffers" : "its buffers: " + absl::StrJoin(names, ", ")));
-    }
-  }
+  if (auto s = CheckNames(spec, sources); !s.ok()) return s;
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   auto normal = [&](int64_t heads, int64_t seqlen) {
     return torch::randn({config.batch, heads, seqlen, config.head_dim}, gen, torch::kFloat32)

@@ -3,12 +3,14 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 
 #include <torch/torch.h>
 
 #include "absl/status/statusor.h"
 #include "cuir/ir/config.h"
+#include "cuir/ir/tensor_value.h"
 #include "cuir/spec/spec.h"
 
 namespace cubridge::spec {
@@ -37,8 +39,18 @@ struct AttentionOutputs {
 //   tensor:PATH             a tensor saved with torch.save (its dtype and shape)
 // Random floats are standard normal, bools fair coins, ints uniform in
 // [0, max(seqlen_q, seqlen_kv)]; all seeded.
+// Or by value (`value` set, `spec` unused): the dtype, shape and bytes the service carries
+// (proto TensorValue), taken as they are, like a tensor file.
 struct BufferSource {
+  BufferSource() = default;
+  BufferSource(std::string source) : spec(std::move(source)) {}  // NOLINT: a source is its string
+
   std::string spec = "random";
+  std::optional<cuir::TensorValue> value;
+
+  static BufferSource Of(cuir::TensorValue v);
+  // How messages name the source: `spec`, or "float32[4, 8] value".
+  std::string Text() const;
 };
 
 // The dtype each source gives; a source that names none (random, lengths, values, file) gives
@@ -56,6 +68,12 @@ absl::StatusOr<AttentionInputs> MakeInputs(const Spec& spec, const cuir::Attenti
 // sizes), without q/k/v: what a cached kernel needs before it serves the job.
 absl::Status CheckBufferSources(const Spec& spec, const cuir::AttentionConfig& config,
                                 const std::map<std::string, BufferSource>& sources);
+
+// The names of every source and the buffers given by value checked against the spec at `config`
+// from their dtype and shape alone (their bytes are not read and may be absent), with the
+// messages MakeInputs gives: what the coordinator's spec check can say before it accepts a job.
+absl::Status CheckBufferValueShapes(const Spec& spec, const cuir::AttentionConfig& config,
+                                    const std::map<std::string, BufferSource>& sources);
 
 // The least shape of buffer `b` at `config`: BufferExtents evaluated, -1 where it depends on
 // data.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <limits>
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -98,7 +99,10 @@ absl::Status Coordinator::Start() {
   worker_service_ = MakeWorkerService(this);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options_.listen, creds, &port_);
-  builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
+  // A submit carries its buffers' values: the message limit is the rest's plus theirs.
+  builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(
+      int64_t{options_.max_message_bytes} + static_cast<int64_t>(options_.limits.max_tensor_bytes),
+      std::numeric_limits<int>::max())));
   builder.RegisterService(client_service_.get());
   builder.RegisterService(worker_service_.get());
   server_ = builder.BuildAndStart();

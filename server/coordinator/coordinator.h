@@ -34,7 +34,7 @@ struct CoordinatorOptions {
   core::FlowOptions flow;
   core::Limits limits;
   core::SpecCheckerOptions spec_checks;
-  int max_message_bytes = 4 << 20;
+  int max_message_bytes = 4 << 20;  // besides the buffer values (limits.max_tensor_bytes)
   std::chrono::milliseconds sweep_interval{250};
   std::chrono::milliseconds drain_timeout{20000};
 };

@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
   std::string client_tokens_file = Env("CUBRIDGE_CLIENT_TOKENS_FILE");
   std::string worker_tokens_file = Env("CUBRIDGE_WORKER_TOKEN_FILE");
   double lease_s = 10, backoff_s = 1, drain_s = 20, check_s = 15, retention_s = 7 * 24 * 3600;
-  int64_t sweep_ms = 250, check_memory_mb = 4096;
+  int64_t sweep_ms = 250, check_memory_mb = 4096, tensor_mb = 64;
   app.add_option("--listen", o.listen, "gRPC address (host:port; port 0 picks one)")
       ->capture_default_str();
   app.add_option("--metrics-listen", o.metrics_listen, "Prometheus /metrics address (host:port)");
@@ -76,6 +76,11 @@ int main(int argc, char** argv) {
   app.add_option("--max-spec-bytes", o.limits.max_source_bytes, "Largest spec source accepted")
       ->capture_default_str();
   app.add_option("--max-seqlen", o.limits.max_seqlen, "Largest seqlen accepted")->capture_default_str();
+  app.add_option("--max-tensor-mb", tensor_mb,
+                 "Largest total size of the buffer values one submit carries (MiB); the gRPC "
+                 "message limit grows by as much")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 10));
   app.add_option("--spec-checkers", o.spec_checks.children,
                  "Child processes that compile submitted specs (their crashes cost nothing else)")
       ->capture_default_str()
@@ -112,6 +117,7 @@ int main(int argc, char** argv) {
   o.sweep_interval = std::chrono::milliseconds(sweep_ms);
   o.spec_checks.timeout = std::chrono::milliseconds(static_cast<int64_t>(check_s * 1000));
   o.spec_checks.memory_bytes = check_memory_mb << 20;
+  o.limits.max_tensor_bytes = static_cast<size_t>(tensor_mb) << 20;
   o.flow.retention = std::chrono::milliseconds(static_cast<int64_t>(retention_s * 1000));
 
 

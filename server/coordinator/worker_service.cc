@@ -83,6 +83,14 @@ class WorkerService final : public v1::Workers::Service {
           t->set_attempt(l.attempt);
           t->set_fencing_token(l.fencing_token);
           t->set_payload_json(l.task.payload);
+          // The values its spec names by digest travel with it; one the store lost is left out,
+          // and the worker fails the task saying so.
+          for (const std::string& digest :
+               core::TensorDigests(nlohmann::json::parse(l.task.payload, nullptr, false))) {
+            auto bytes = flow.tensors().Get(digest);
+            if (!bytes.ok()) return bytes.status();
+            if (bytes->has_value()) (*t->mutable_tensor_data())[digest] = std::move(**bytes);
+          }
           spdlog::info("task={} job={} kind={} leased by worker={} attempt={} token={}{}", l.task_id,
                        l.task.job_id, l.task.kind, worker->id, l.attempt, l.fencing_token,
                        l.reclaimed ? " (taken over from an expired lease)" : "");

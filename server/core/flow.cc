@@ -14,6 +14,7 @@
 #include "cuir/lower/lower.h"
 #include "cuir/pipeline/stages.h"
 #include "cuir/pipeline/verify.h"
+#include "cuir/spec/digest.h"
 #include "cubridge/status_details.h"
 #include "server/core/request.h"
 #include "server/core/task_contract.h"
@@ -114,7 +115,8 @@ JobFlow::JobFlow(store::RedisClient* redis, const FlowOptions& options, Metrics*
       tasks_(redis, options.lease, options.max_attempts, options.retention),
       kernels_(redis),
       // A worker is alive while it heartbeats; three lease periods of silence and it is gone.
-      workers_(redis, options.lease * 3) {
+      workers_(redis, options.lease * 3),
+      tensors_(redis, options.retention) {
   tasks_.set_retry_backoff(options.retry_backoff);
 }
 
@@ -143,11 +145,24 @@ absl::StatusOr<v1::Job> JobFlow::Submit(const v1::SubmitJobRequest& request,
   }
   for (const auto& [name, value] : request.spec().params()) input.params.push_back(name + "=" + value);
   input.buffers = {request.spec().buffers().begin(), request.spec().buffers().end()};
+  // Values are stored once, by digest; the job's record and its tasks name them by that.
+  v1::SubmitJobRequest stored;
+  const bool has_values = request.spec().tensors_size() > 0;
+  if (has_values) stored = request;
+  for (const auto& [name, t] : request.spec().tensors()) {
+    auto dtype = TensorDTypeFromProto(t.dtype());
+    if (!dtype) return absl::InvalidArgumentError(absl::StrCat("buffer '", name, "': no dtype"));
+    TensorRef ref{*dtype, {t.shape().begin(), t.shape().end()}, spec::Sha256Hex(t.data()), std::nullopt};
+    if (auto s = tensors_.Put(ref.sha256, t.data()); !s.ok()) return s;
+    input.tensors[name] = std::move(ref);
+    (*stored.mutable_spec()->mutable_tensors())[name].clear_data();
+  }
   input.config = *config;
   input.seed = pipeline::FreshSeed();
 
   const std::string level = LevelName(request.verification());
-  auto created = jobs_.Create(request.idempotency_key(), spec_hash, request.SerializeAsString(),
+  auto created = jobs_.Create(request.idempotency_key(), spec_hash,
+                              (has_values ? stored : request).SerializeAsString(),
                               RequestFingerprint(request),
                               {{"archs", absl::StrJoin(archs, ",")},
                                {"level", level},
@@ -228,17 +243,24 @@ absl::StatusOr<store::TaskState> JobFlow::Need(const Job& job, const std::string
   // Subscribing and queueing are idempotent and repeated on every Advance: a racing Advance of
   // the same job (a sweep during the submit), or one that died half-way, never leaves the job
   // looking at a task nobody queued. Only the revival of a dead task is once per job.
-  auto first = jobs_.Once(job.record.id, "planned:" + task_id);
-  if (!first.ok()) return first.status();
   // Subscribed before it can end, so its completion advances this job.
   if (auto s = tasks_.Subscribe(task_id, job.record.id); !s.ok()) return s;
   auto created = tasks_.EnqueueOnce(task_id, spec);
   if (!created.ok()) return created.status();
-  // Someone else's earlier attempt at the same work died: this new job tries it afresh.
-  if (*first && !*created) {
-    auto revived = tasks_.Revive(task_id);
-    if (!revived.ok()) return revived.status();
+  const std::string marker = "planned:" + task_id;
+  if (!*created) {
+    // Someone else's earlier attempt at the same work died: this new job tries it afresh, with
+    // its own inputs (the buffer values or sources of the job that queued it may be what failed).
+    // The job is marked as having planned the task only after that, so a racing Advance of it
+    // either revives too (a no-op once one did) or finds the task revived, never dead.
+    auto planned = jobs_.Field(job.record.id, marker);
+    if (!planned.ok()) return planned.status();
+    if (planned->empty()) {
+      auto revived = tasks_.Revive(task_id, spec.payload);
+      if (!revived.ok()) return revived.status();
+    }
   }
+  if (auto first = jobs_.Once(job.record.id, marker); !first.ok()) return first.status();
   auto state = tasks_.Get(task_id);
   if (!state.ok()) return state.status();
   if (auto s = Observe(job, task_id, *state, spec.kind); !s.ok()) return s;
@@ -294,7 +316,10 @@ absl::Status JobFlow::Advance(const std::string& job_id) {
   const std::string& st = job.record.state;
   if (st == "succeeded" || st == "failed" || st == "cancelled") return absl::OkStatus();
   const std::string& hash = job.record.spec_hash;
-  const std::string payload_spec = job.input.ToJson().dump();
+  // The job's values stay stored while it runs (and a retention after).
+  std::vector<std::string> digests;
+  for (const auto& [name, t] : job.input.tensors) digests.push_back(t.sha256);
+  if (auto s = tensors_.Keep(digests); !s.ok()) return s;
 
   std::vector<std::pair<std::string, store::TaskState>> deps;
   auto need = [&](const std::string& id, const std::string& kind, const json& payload,

@@ -26,6 +26,7 @@
 #include "server/store/jobs.h"
 #include "server/store/kernels.h"
 #include "server/store/tasks.h"
+#include "server/store/tensors.h"
 #include "server/store/workers.h"
 
 namespace cubridge::core {
@@ -64,6 +65,7 @@ class JobFlow {
   store::TaskQueue& tasks() { return tasks_; }
   store::KernelCache& kernels() { return kernels_; }
   store::WorkerRegistry& workers() { return workers_; }
+  store::TensorStore& tensors() { return tensors_; }
 
  private:
   struct Job;
@@ -92,6 +94,7 @@ class JobFlow {
   store::TaskQueue tasks_;
   store::KernelCache kernels_;
   store::WorkerRegistry workers_;
+  store::TensorStore tensors_;
 };
 
 // "sm_80" for every arch of the request that is "sm80"/"SM_80"-like; INVALID_ARGUMENT otherwise.

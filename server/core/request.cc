@@ -27,12 +27,24 @@ absl::Status CheckLimits(const v1::SubmitJobRequest& r, const Limits& l) {
     return Over("the spec source size (bytes)", s.source().size(), l.max_source_bytes);
   }
   if (s.params_size() > l.max_params) return Over("the number of params", s.params_size(), l.max_params);
-  if (s.buffers_size() > l.max_buffers) return Over("the number of buffers", s.buffers_size(), l.max_buffers);
+  if (s.buffers_size() + s.tensors_size() > l.max_buffers) {
+    return Over("the number of buffers (sources and values)", s.buffers_size() + s.tensors_size(),
+                l.max_buffers);
+  }
   for (const auto& [name, source] : s.buffers()) {
     if (source.size() > l.max_buffer_source_bytes) {
       return Over(absl::StrCat("buffer '", name, "' source size (bytes)"), source.size(),
                   l.max_buffer_source_bytes);
     }
+  }
+  size_t tensor_bytes = 0;
+  for (const auto& [name, t] : s.tensors()) tensor_bytes += t.data().size();
+  if (tensor_bytes > l.max_tensor_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the buffer values (spec.tensors) take ", tensor_bytes, " bytes together, over this "
+        "service's limit of ", l.max_tensor_bytes, " bytes: give each tensor only the sizes the "
+        "spec's indexing reaches at the job's shape (docs/spec.md), or ask the operator for a "
+        "larger --max-tensor-mb"));
   }
   if (r.archs_size() > l.max_archs) return Over("the number of archs", r.archs_size(), l.max_archs);
   const auto& c = r.config();
@@ -41,6 +53,30 @@ absl::Status CheckLimits(const v1::SubmitJobRequest& r, const Limits& l) {
   if (c.heads_kv() > l.max_heads) return Over("heads_kv", c.heads_kv(), l.max_heads);
   if (c.seqlen_q() > l.max_seqlen) return Over("seqlen_q", c.seqlen_q(), l.max_seqlen);
   if (c.seqlen_kv() > l.max_seqlen) return Over("seqlen_kv", c.seqlen_kv(), l.max_seqlen);
+  return absl::OkStatus();
+}
+
+// Each buffer given by value, whole: a known dtype, its shape, exactly its bytes, bools 0 or 1;
+// and given one way only.
+absl::Status CheckTensors(const v1::VariantSpec& s) {
+  for (const auto& [name, t] : s.tensors()) {
+    const std::string what = absl::StrCat("buffer '", name, "' (spec.tensors)");
+    if (auto source = s.buffers().find(name); source != s.buffers().end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " also has the source \"", source->second.substr(0, 80), "\" in spec.buffers: "
+          "give each buffer either a source or its values"));
+    }
+    const auto dtype = TensorDTypeFromProto(t.dtype());
+    if (!dtype) {
+      const std::string known =
+          v1::TensorDType_IsValid(t.dtype()) ? v1::TensorDType_Name(t.dtype()) + " " : "";
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": dtype ", known, "(", static_cast<int>(t.dtype()), ") is not a tensor dtype; set "
+          "one of TENSOR_DTYPE_INT32, _INT64, _BOOL, _FLOAT32, _BFLOAT16, _FLOAT16"));
+    }
+    const std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
+    if (auto st = cuir::CheckTensorData(*dtype, shape, t.data(), what); !st.ok()) return st;
+  }
   return absl::OkStatus();
 }
 
@@ -150,13 +186,36 @@ absl::StatusOr<CheckedRequest> CheckRequest(const v1::SubmitJobRequest& r, const
     if (source.rfind("file:", 0) == 0 || source.rfind("tensor:", 0) == 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "buffer '", name, "': ", source.substr(0, source.find(':')), ": sources name files on "
-          "the submitting machine; send the values (values:1,2,..), lengths (lengths:A,B,..) or "
-          "random values (random:DTYPE[D0,..]) instead"));
+          "the submitting machine; send the tensor's values in spec.tensors (cubridge-cli submit "
+          "--buffer NAME=tensor:PATH reads a torch.save file and does), or values:1,2,.., "
+          "lengths:A,B,.. or random:DTYPE[D0,..]"));
     }
   }
+  if (auto s = CheckTensors(r.spec()); !s.ok()) return s;
   CheckedRequest out;
   out.config = *config;
   return out;
+}
+
+std::optional<cuir::TensorDType> TensorDTypeFromProto(int dtype) {
+  static_assert(v1::TENSOR_DTYPE_INT32 == static_cast<int>(cuir::TensorDType::kInt32) + 1 &&
+                v1::TENSOR_DTYPE_FLOAT16 == static_cast<int>(cuir::TensorDType::kFloat16) + 1 &&
+                v1::TensorDType_MAX == cuir::kTensorDTypeCount);
+  if (dtype < 1 || dtype > cuir::kTensorDTypeCount) return std::nullopt;
+  return static_cast<cuir::TensorDType>(dtype - 1);
+}
+
+v1::TensorDType TensorDTypeToProto(cuir::TensorDType dtype) {
+  return static_cast<v1::TensorDType>(static_cast<int>(dtype) + 1);
+}
+
+absl::StatusOr<cuir::TensorValue> TensorValueFromProto(const v1::TensorValue& t, const std::string& what) {
+  const auto dtype = TensorDTypeFromProto(t.dtype());
+  if (!dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": dtype ", static_cast<int>(t.dtype()),
+                                                   " is not a tensor dtype"));
+  }
+  return cuir::TensorValue{*dtype, {t.shape().begin(), t.shape().end()}, t.data()};
 }
 
 std::string RequestFingerprint(const v1::SubmitJobRequest& request) {

@@ -1,24 +1,30 @@
 // Checks a SubmitJob request before anything is stored, with nothing but the request in hand:
 // the service's limits (RESOURCE_EXHAUSTED), ids and keys, UTF-8, the spec frontend's lexical
-// guard, the attention config, the proposer's name, and a lift's kernel. No LibTorch here: the
+// guard, the attention config, the proposer's name, buffer sources and values (each TensorValue
+// whole: dtype, rank, sizes, byte count, bools), and a lift's kernel. No LibTorch here: the
 // spec itself is compiled elsewhere (server/core/spec_checker.h), so nothing in this file can be
 // made to crash by what a client sends (fuzz/fuzz_submit_checks.cc holds it to that).
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "cubridge/v1/client.pb.h"
 #include "cuir/ir/config.h"
+#include "cuir/ir/tensor_value.h"
 
 namespace cubridge::core {
 
 struct Limits {
   size_t max_source_bytes = 64 * 1024;
   int max_params = 64;
-  int max_buffers = 16;
+  int max_buffers = 16;  // sources and values together
   size_t max_buffer_source_bytes = 64 * 1024;
+  // The bytes of all the buffers a request gives by value (spec.tensors) together; the gRPC
+  // message limit grows by as much (coordinator --max-tensor-mb).
+  size_t max_tensor_bytes = size_t{64} << 20;
   int max_archs = 8;
   int64_t max_batch = 4096;
   int64_t max_heads = 1024;
@@ -41,5 +47,13 @@ std::string KernelNameOf(const v1::SubmitJobRequest& request);
 absl::StatusOr<CheckedRequest> CheckRequest(const v1::SubmitJobRequest& request, const Limits& limits);
 // sha256 of the request without its idempotency key: one key may name only one request.
 std::string RequestFingerprint(const v1::SubmitJobRequest& request);
+
+// The proto's TensorDType as the IR's (the launcher ABI's code + 1); nullopt for UNSPECIFIED or a
+// code this build does not know.
+std::optional<cuir::TensorDType> TensorDTypeFromProto(int dtype);
+v1::TensorDType TensorDTypeToProto(cuir::TensorDType dtype);
+// A TensorValue as the IR's, bytes copied; INVALID_ARGUMENT naming `what` for an unknown dtype.
+// Its data is not checked here (CheckRequest did, or cuir::CheckTensorValue does).
+absl::StatusOr<cuir::TensorValue> TensorValueFromProto(const v1::TensorValue& t, const std::string& what);
 
 }  // namespace cubridge::core

@@ -25,6 +25,13 @@ v1::SpecCheckResponse Check(const v1::SpecCheckRequest& in) {
   const std::string file = r.spec().file_name().empty() ? "spec.py" : r.spec().file_name();
   std::map<std::string, spec::BufferSource> sources;
   for (const auto& [name, source] : r.spec().buffers()) sources[name] = spec::BufferSource{source};
+  // Values come without their bytes (SpecChecker sends dtypes and shapes): they are checked below
+  // from those alone.
+  for (const auto& [name, t] : r.spec().tensors()) {
+    auto v = TensorValueFromProto(t, absl::StrCat("buffer '", name, "'"));
+    if (!v.ok()) return Refused(v.status());
+    sources[name] = spec::BufferSource::Of(*std::move(v));
+  }
   auto dtypes = spec::BufferDTypesOf(sources);
   if (!dtypes.ok()) return Refused(absl::InvalidArgumentError(dtypes.status().message()));
   auto spec = spec::LoadSpecSource(r.spec().source(), file, *dtypes);
@@ -34,7 +41,7 @@ v1::SpecCheckResponse Check(const v1::SpecCheckRequest& in) {
   if (auto s = spec::OverrideParams(*spec, overrides); !s.ok()) {
     return Refused(absl::InvalidArgumentError(s.message()));
   }
-  for (const auto& [name, source] : r.spec().buffers()) {
+  for (const auto& [name, source] : sources) {
     bool known = false;
     for (const auto& b : spec->buffers) known = known || b.name == name;
     if (!known) {
@@ -45,6 +52,11 @@ v1::SpecCheckResponse Check(const v1::SpecCheckRequest& in) {
   // The config was checked by the coordinator (CheckRequest) before the spec came here.
   auto config = ConfigFromProto(r.config());
   if (!config.ok()) return Refused(config.status());
+  // A value of the wrong rank or too small for the job is refused now, as `adapt --local` would
+  // refuse its tensor file; sources are read by the workers (they may be big to make).
+  if (auto s = spec::CheckBufferValueShapes(*spec, *config, sources); !s.ok()) {
+    return Refused(absl::InvalidArgumentError(s.message()));
+  }
   v1::SpecCheckResponse out;
   out.set_spec_hash(spec::SpecHash(*spec, *config, in.ruleset()));
   out.set_canonical_form(spec::CanonicalForm(*spec, *config, in.ruleset()));

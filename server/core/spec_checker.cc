@@ -105,12 +105,19 @@ const char* SignalName(int sig) {
   }
 }
 
-// What a check is keyed by in the cache: everything of the request the spec hash depends on.
-std::string CacheKey(const v1::SubmitJobRequest& r, const std::string& ruleset) {
-  v1::SubmitJobRequest key;
-  *key.mutable_spec() = r.spec();
-  *key.mutable_config() = r.config();
-  return spec::Sha256Hex(absl::StrCat(ruleset, "\n", RequestFingerprint(key)));
+// What a check reads of a request: its spec and config, the buffers given by value without their
+// bytes (the check needs their dtypes and shapes; the coordinator checked the bytes), no kernel.
+v1::SubmitJobRequest CheckedPart(const v1::SubmitJobRequest& r) {
+  v1::SubmitJobRequest part;
+  *part.mutable_spec() = r.spec();
+  for (auto& [name, t] : *part.mutable_spec()->mutable_tensors()) t.clear_data();
+  *part.mutable_config() = r.config();
+  return part;
+}
+
+// What a check is keyed by in the cache: everything of the request its answer depends on.
+std::string CacheKey(const v1::SubmitJobRequest& part, const std::string& ruleset) {
+  return spec::Sha256Hex(absl::StrCat(ruleset, "\n", RequestFingerprint(part)));
 }
 
 }  // namespace
@@ -210,7 +217,10 @@ absl::StatusOr<SpecCheckResult> SpecChecker::Check(const v1::SubmitJobRequest& r
                                                    const std::string& ruleset) {
   const auto start = Clock::now();
   const std::string file = request.spec().file_name().empty() ? "spec.py" : request.spec().file_name();
-  const std::string key = CacheKey(request, ruleset);
+  v1::SpecCheckRequest req;
+  *req.mutable_request() = CheckedPart(request);
+  req.set_ruleset(ruleset);
+  const std::string key = CacheKey(req.request(), ruleset);
   std::string outcome = "unavailable";
   auto observe = [&](absl::StatusOr<SpecCheckResult> result) {
     if (observer_) observer_(outcome, std::chrono::duration<double>(Clock::now() - start).count());
@@ -250,10 +260,6 @@ absl::StatusOr<SpecCheckResult> SpecChecker::Check(const v1::SubmitJobRequest& r
     if (auto s = Spawn(*child); !s.ok()) result = s;
   }
   if (child->pid > 0) {
-    v1::SpecCheckRequest req;
-    *req.mutable_request() = request;
-    req.mutable_request()->clear_kernel();
-    req.set_ruleset(ruleset);
     result = RunOn(*child, Frame(req.SerializeAsString()), file, &outcome);
   }
   {

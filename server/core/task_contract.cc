@@ -1,14 +1,26 @@
 #include "server/core/task_contract.h"
 
+#include <algorithm>
+
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "cuir/pipeline/verify.h"
+#include "cuir/spec/buffer_json.h"
+#include "cuir/spec/digest.h"
 #include "server/core/ids.h"
 
 namespace cubridge::core {
 
 nlohmann::json SpecInput::ToJson() const {
+  nlohmann::json bufs(buffers);
+  for (const auto& [name, t] : tensors) {
+    nlohmann::json v = spec::TensorHeaderJson(t.dtype, t.shape);
+    v["sha256"] = t.sha256;
+    if (t.data) v["data_base64"] = absl::Base64Escape(*t.data);
+    bufs[name] = std::move(v);
+  }
   return {{"file_name", file_name}, {"source", source}, {"params", params},
-          {"buffers", buffers},     {"config", pipeline::ConfigJson(config)},
+          {"buffers", bufs},        {"config", pipeline::ConfigJson(config)},
           {"seed", seed}};
 }
 
@@ -18,7 +30,23 @@ absl::StatusOr<SpecInput> SpecInput::FromJson(const nlohmann::json& j) {
     in.file_name = j.at("file_name").get<std::string>();
     in.source = j.at("source").get<std::string>();
     in.params = j.at("params").get<std::vector<std::string>>();
-    in.buffers = j.at("buffers").get<std::map<std::string, std::string>>();
+    for (const auto& [name, src] : j.at("buffers").items()) {
+      if (src.is_string()) {
+        in.buffers[name] = src.get<std::string>();
+        continue;
+      }
+      const std::string what = absl::StrCat("task payload: buffer `", name, "`");
+      auto head = spec::TensorHeaderFromJson(src, what);
+      if (!head.ok()) return head.status();
+      TensorRef t{head->dtype, head->shape, src.at("sha256").get<std::string>(), std::nullopt};
+      if (src.contains("data_base64")) {
+        t.data.emplace();
+        if (!absl::Base64Unescape(src["data_base64"].get<std::string>(), &*t.data)) {
+          return absl::InvalidArgumentError(absl::StrCat(what, ": data_base64 is not base64"));
+        }
+      }
+      in.tensors[name] = std::move(t);
+    }
     in.seed = j.at("seed").get<uint64_t>();
   } catch (const nlohmann::json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("task payload: bad spec input: ", e.what()));
@@ -29,10 +57,71 @@ absl::StatusOr<SpecInput> SpecInput::FromJson(const nlohmann::json& j) {
   return in;
 }
 
-std::map<std::string, spec::BufferSource> SpecInput::BufferSources() const {
+absl::StatusOr<std::map<std::string, spec::BufferSource>> SpecInput::BufferSources() const {
   std::map<std::string, spec::BufferSource> out;
   for (const auto& [name, source] : buffers) out[name] = spec::BufferSource{source};
+  for (const auto& [name, t] : tensors) {
+    if (!t.data) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "buffer `", name, "`: its values (sha256 ", t.sha256, ") did not come with the task"));
+    }
+    out[name] = spec::BufferSource::Of({t.dtype, t.shape, *t.data});
+  }
   return out;
+}
+
+namespace {
+
+// A payload's spec's buffers (NAME -> source, or {"dtype", "shape", "sha256", ..} for a value);
+// null when it has none. J: json or const json.
+template <typename J>
+J* PayloadBuffers(J& payload) {
+  if (!payload.is_object()) return nullptr;
+  auto spec = payload.find("spec");
+  if (spec == payload.end() || !spec->is_object()) return nullptr;
+  auto bufs = spec->find("buffers");
+  return bufs != spec->end() && bufs->is_object() ? &*bufs : nullptr;
+}
+
+bool IsValueRef(const nlohmann::json& src) {
+  return src.is_object() && src.contains("sha256") && src["sha256"].is_string();
+}
+
+}  // namespace
+
+std::vector<std::string> TensorDigests(const nlohmann::json& payload) {
+  std::vector<std::string> out;
+  if (const nlohmann::json* bufs = PayloadBuffers(payload)) {
+    for (const auto& src : *bufs) {
+      if (IsValueRef(src)) out.push_back(src["sha256"].get<std::string>());
+    }
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+absl::Status ResolveTensors(nlohmann::json& payload,
+                            const std::function<const std::string*(const std::string&)>& lookup) {
+  nlohmann::json* bufs = PayloadBuffers(payload);
+  if (bufs == nullptr) return absl::OkStatus();
+  for (auto& [name, src] : bufs->items()) {
+    if (!IsValueRef(src)) continue;
+    const std::string digest = src["sha256"].get<std::string>();
+    const std::string* bytes = lookup(digest);
+    if (bytes == nullptr) {
+      return absl::NotFoundError(absl::StrCat(
+          "buffer `", name, "`: its values (sha256 ", digest.substr(0, 16), "...) are no longer "
+          "stored (they expire --job-retention-seconds after the last job using them advanced); "
+          "submit the job again"));
+    }
+    if (spec::Sha256Hex(*bytes) != digest) {
+      return absl::DataLossError(absl::StrCat("buffer `", name, "`: the values that came with the "
+                                              "task do not match their sha256 ", digest));
+    }
+    src["data_base64"] = absl::Base64Escape(*bytes);
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<nlohmann::json> Field(const nlohmann::json& doc, const std::string& name,

@@ -15,7 +15,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +25,7 @@
 
 #include "absl/status/statusor.h"
 #include "cuir/ir/config.h"
+#include "cuir/ir/tensor_value.h"
 #include "cuir/spec/tensors.h"
 
 namespace cubridge::core {
@@ -49,19 +52,41 @@ inline constexpr char kDefaultProposer[] = "rules";
 inline constexpr char kLevelGpu[] = "gpu";
 inline constexpr char kLevelIr[] = "ir";
 
+// A buffer given by value as the service passes it around: its dtype and shape, and the sha256
+// (hex) of its bytes, under which the store keeps them (server/store/tensors.h). The bytes are
+// here only where a worker resolved them (ResolveTensors).
+struct TensorRef {
+  cuir::TensorDType dtype = cuir::TensorDType::kInt32;
+  std::vector<int64_t> shape;
+  std::string sha256;
+  std::optional<std::string> data;
+};
+
 // A job's variant as a worker rebuilds it: the spec's text, its overrides and the config.
+// As JSON, `buffers` maps each name to its source string, or for a value to
+// {"dtype", "shape", "sha256"} (and "data_base64" once resolved).
 struct SpecInput {
   std::string file_name;
   std::string source;
   std::vector<std::string> params;             // "name=value"
   std::map<std::string, std::string> buffers;  // name -> source ("lengths:..", "random", ...)
+  std::map<std::string, TensorRef> tensors;    // name -> a buffer given by value
   cuir::AttentionConfig config;
   uint64_t seed = 0;  // verification inputs; the same for every task of a job
 
   nlohmann::json ToJson() const;
   static absl::StatusOr<SpecInput> FromJson(const nlohmann::json& j);
-  std::map<std::string, spec::BufferSource> BufferSources() const;
+  // FAILED_PRECONDITION naming the buffer when a value's bytes were not resolved.
+  absl::StatusOr<std::map<std::string, spec::BufferSource>> BufferSources() const;
 };
+
+// The digests of the values a task payload's spec names: the bytes a lease sends with the task.
+std::vector<std::string> TensorDigests(const nlohmann::json& payload);
+// Puts into the payload's spec the bytes of each value it names, from `lookup` (digest -> the
+// bytes that came with the lease, or null), each checked against its digest. NOT_FOUND naming the
+// buffer when they did not come (the store no longer had them), DATA_LOSS when they do not match.
+absl::Status ResolveTensors(nlohmann::json& payload,
+                            const std::function<const std::string*(const std::string&)>& lookup);
 
 // A payload or result field that must be there; INVALID_ARGUMENT naming the task kind otherwise.
 absl::StatusOr<nlohmann::json> Field(const nlohmann::json& doc, const std::string& name,

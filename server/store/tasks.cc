@@ -61,6 +61,7 @@ if s ~= 'dead' and s ~= 'withdrawn' then return 0 end
 local e = redis.call('XADD', KEYS[2], '*', 'task', ARGV[1])
 redis.call('HSET', KEYS[1], 'state', 'queued', 'attempt', '0', 'error', '', 'result', '', 'entry', e,
            'failure_class', '')
+if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], 'payload', ARGV[2]) end
 redis.call('SADD', KEYS[3], ARGV[1])
 redis.call('DEL', KEYS[5])
 for i = 1, 4 do redis.call('PERSIST', KEYS[i]) end
@@ -118,11 +119,11 @@ absl::StatusOr<bool> TaskQueue::EnqueueOnce(const std::string& id, const TaskSpe
   return r->integer == 1;
 }
 
-absl::StatusOr<bool> TaskQueue::Revive(const std::string& id) {
+absl::StatusOr<bool> TaskQueue::Revive(const std::string& id, const std::string& payload) {
   auto st = Get(id);
   if (!st.ok()) return st.status();
   auto r = redis_->Command({"EVAL", kRevive, "5", TaskKey(id), StreamKey(st->worker_class),
-                            QueuedKey(st->worker_class), JobsKey(id), FailedByKey(id), id});
+                            QueuedKey(st->worker_class), JobsKey(id), FailedByKey(id), id, payload});
   if (!r.ok()) return r.status();
   return r->integer == 1;
 }

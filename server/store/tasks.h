@@ -78,8 +78,9 @@ class TaskQueue {
   // of coordinators may race). True when this call created it. Identical work shares one id.
   absl::StatusOr<bool> EnqueueOnce(const std::string& task_id, const TaskSpec& task);
   // A dead or withdrawn task queued again with a fresh attempt count (a new job asked for the
-  // same work); false when it was neither.
-  absl::StatusOr<bool> Revive(const std::string& task_id);
+  // same work); false when it was neither. A non-empty `payload` (the new job's inputs: its
+  // buffer values and sources, which may be what failed before) replaces the task's.
+  absl::StatusOr<bool> Revive(const std::string& task_id, const std::string& payload = "");
   // Jobs waiting on a task (shared work): progress and completion reach each of them.
   absl::Status Subscribe(const std::string& task_id, const std::string& job_id);
   // The job no longer waits on the task; a task nobody waits for that no worker has taken yet is

@@ -1,10 +1,13 @@
-// MakeInputs: random q/k/v and the buffer sources (random, lengths, values, file).
+// MakeInputs: random q/k/v and the buffer sources (random, lengths, values, file, tensor files,
+// values carried by the service).
 #include "cuir/spec/tensors.h"
 
 #include <torch/csrc/jit/serialization/pickle.h>
 
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
+#include "cuir/spec/buffer_json.h"
 #include "spec_test_util.h"
 
 namespace cubridge::spec {
@@ -195,6 +198,16 @@ TEST(CapturedTensors, RandomSourcesFollowTheReachAndTheDtype) {
             SpecHash(*LoadSpecSource(kCaptured, "captured.py"), Config(5, 7), "r"));
 }
 
+// `table[h, kv_idx % 8]`, loaded for the dtype `sources` gives the table, which must be float32.
+absl::StatusOr<Spec> TableSpec(const std::map<std::string, BufferSource>& sources) {
+  auto dtypes = BufferDTypesOf(sources);
+  if (!dtypes.ok()) return dtypes.status();
+  EXPECT_EQ(dtypes->at("table"), cuir::TensorDType::kFloat32);
+  return LoadSpecSource(
+      "def score_mod(score, b, h, q_idx, kv_idx, table):\n    return score + table[h, kv_idx % 8]\n",
+      "t.py", *dtypes);
+}
+
 TEST(CapturedTensors, TensorFilesGiveTheirDtypeAndShape) {
   const std::string path = ::testing::TempDir() + "/table.pt";
   {
@@ -203,12 +216,7 @@ TEST(CapturedTensors, TensorFilesGiveTheirDtypeAndShape) {
     std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   }
   const std::map<std::string, BufferSource> sources = {{"table", {"tensor:" + path}}};
-  auto dtypes = BufferDTypesOf(sources);
-  ASSERT_TRUE(dtypes.ok()) << dtypes.status();
-  EXPECT_EQ(dtypes->at("table"), cuir::TensorDType::kFloat32);
-  auto spec = LoadSpecSource(
-      "def score_mod(score, b, h, q_idx, kv_idx, table):\n    return score + table[h, kv_idx % 8]\n",
-      "t.py", *dtypes);
+  auto spec = TableSpec(sources);
   ASSERT_TRUE(spec.ok()) << spec.status();
   auto in = MakeInputs(*spec, Config(5, 7), sources, 3);
   ASSERT_TRUE(in.ok()) << in.status();
@@ -247,6 +255,96 @@ TEST(CapturedTensors, RankAndDtypeMismatchesAreRefused) {
               HasSubstr("unknown dtype `complex64`"));
 }
 
+// The bytes of `t`, as the service's TensorValue carries them.
+cuir::TensorValue ValueOf(const torch::Tensor& t) {
+  const torch::Tensor c = t.contiguous();
+  return {*TensorDTypeOf(c.scalar_type()), c.sizes().vec(),
+          std::string(static_cast<const char*>(c.data_ptr()), c.nbytes())};
+}
+
+// The message from its first "has shape": what it says whichever source the tensor came from.
+std::string FromShape(const absl::Status& s) {
+  const std::string m(s.message());
+  return m.find("has shape") == std::string::npos ? m : m.substr(m.find("has shape"));
+}
+
+TEST(CapturedTensors, ValuesGiveTheirDtypeShapeAndElementsLikeTensorFiles) {
+  const torch::Tensor table = torch::arange(32, torch::kFloat32).reshape({4, 8}) / 3;
+  const std::map<std::string, BufferSource> values = {{"table", BufferSource::Of(ValueOf(table))}};
+  auto spec = TableSpec(values);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto in = MakeInputs(*spec, Config(5, 7), values, 3);
+  ASSERT_TRUE(in.ok()) << in.status();
+  EXPECT_TRUE(torch::equal(in->buffers.at("table"), table));
+  EXPECT_TRUE(CheckBufferValueShapes(*spec, Config(5, 7), values).ok());
+
+  // Too few heads for 6: the same refusal as for the same tensor in a file, from MakeInputs and
+  // from the shape alone (the coordinator's check, which has no bytes).
+  cuir::AttentionConfig six = Config(5, 7);
+  six.heads_q = six.heads_kv = 6;
+  const std::string path = ::testing::TempDir() + "/table_values.pt";
+  {
+    const std::vector<char> bytes = torch::pickle_save(table);
+    std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  const absl::Status by_file = MakeInputs(*spec, six, {{"table", {"tensor:" + path}}}, 3).status();
+  const absl::Status by_value = MakeInputs(*spec, six, values, 3).status();
+  std::map<std::string, BufferSource> no_bytes = values;
+  no_bytes["table"].value->data.clear();
+  const absl::Status by_shape = CheckBufferValueShapes(*spec, six, no_bytes);
+  ASSERT_FALSE(by_file.ok());
+  EXPECT_THAT(std::string(by_value.message()),
+              AllOf(HasSubstr("buffer `table` from `float32[4, 8] value` has shape [4, 8]"),
+                    HasSubstr("give at least [6, 7]")));
+  EXPECT_EQ(FromShape(by_value), FromShape(by_file));
+  EXPECT_EQ(std::string(by_shape.message()), std::string(by_value.message()));
+  // The wrong rank, and a name the spec does not have.
+  const std::map<std::string, BufferSource> flat = {{"table", BufferSource::Of(ValueOf(table.flatten()))}};
+  EXPECT_THAT(std::string(CheckBufferValueShapes(*spec, Config(5, 7), flat).message()),
+              HasSubstr("has shape [32] (rank 1) but the spec indexes it with 2 indices"));
+  EXPECT_THAT(std::string(CheckBufferValueShapes(*spec, Config(5, 7), {{"tabel", values.at("table")}})
+                              .message()),
+              HasSubstr("no such buffer; its buffers: table"));
+  // Bytes that do not make the shape are refused, not read past.
+  std::map<std::string, BufferSource> short_bytes = values;
+  short_bytes["table"].value->data.resize(100);
+  auto cut = MakeInputs(*spec, Config(5, 7), short_bytes, 3);
+  ASSERT_FALSE(cut.ok());
+  EXPECT_THAT(std::string(cut.status().message()),
+              HasSubstr("100 bytes of data for float32[4, 8], which takes 32 x 4 = 128 bytes"));
+}
+
+TEST(CapturedTensors, EveryDtypeAndRankTravelsAsJsonAndBack) {
+  std::map<std::string, BufferSource> sources = {{"doc", {"lengths:3,3"}}};
+  for (int d = 0; d < cuir::kTensorDTypeCount; ++d) {
+    const auto dtype = static_cast<cuir::TensorDType>(d);
+    const std::vector<int64_t> shape(static_cast<size_t>(d % 5), 2);  // ranks 0 to 4
+    const torch::Tensor t = torch::randint(0, 2, shape, torch::kInt64).to(TorchDType(dtype));
+    sources[absl::StrCat("t", d)] = BufferSource::Of(ValueOf(t));
+  }
+  const nlohmann::json j = nlohmann::json::parse(BufferSourcesJson(sources).dump());
+  EXPECT_EQ(j["doc"], "lengths:3,3");
+  auto back = BufferSourcesFromJson(j);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->size(), sources.size());
+  for (const auto& [name, src] : sources) {
+    const BufferSource& b = back->at(name);
+    EXPECT_EQ(b.spec, src.spec) << name;
+    ASSERT_EQ(b.value.has_value(), src.value.has_value()) << name;
+    if (!src.value) continue;
+    EXPECT_EQ(b.value->dtype, src.value->dtype) << name;
+    EXPECT_EQ(b.value->shape, src.value->shape) << name;
+    EXPECT_EQ(b.value->data, src.value->data) << name;
+  }
+  // A value whose bytes do not fit its shape, or that has none, does not come back.
+  nlohmann::json bad = j;
+  bad["t3"]["data_base64"] = "AAAA";
+  EXPECT_THAT(std::string(BufferSourcesFromJson(bad).status().message()),
+              HasSubstr("buffer `t3`: 3 bytes of data for float32[2, 2, 2]"));
+  bad = j;
+  bad["t2"].erase("data_base64");
+  EXPECT_THAT(std::string(BufferSourcesFromJson(bad).status().message()), HasSubstr("no data_base64"));
+}
+
 }  // namespace
 }  // namespace cubridge::spec
-

@@ -130,6 +130,8 @@ Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {
   // attempt may take, and a loaded machine needs more than a fraction of a second for it.)
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  // A lease carries the buffer values of its job (as large as the coordinator accepts them).
+  args.SetMaxReceiveMessageSize(-1);
   channel_ = grpc::CreateCustomChannel(options_.coordinator, creds, args);
   stub_ = v1::Workers::NewStub(channel_);
 }
@@ -377,8 +379,21 @@ v1::FailureClass Daemon::RunTask(const v1::Task& task) {
                 absl::StrCat("cannot create the task folder ", dir.string(), ": ", ec.message()));
   }
   const std::string progress_path = (dir / "progress.txt").string();
+  // The buffers the spec gives by value came with the lease, keyed by digest: into the payload.
+  json payload = json::parse(task.payload_json(), nullptr, false);
+  const auto resolved = core::ResolveTensors(payload, [&](const std::string& digest) {
+    auto it = task.tensor_data().find(digest);
+    return it == task.tensor_data().end() ? nullptr : &it->second;
+  });
+  if (!resolved.ok()) {
+    metrics_.WorkerTask(kind, "failed", 0);
+    // Values the store lost are the job's to send again; bytes that do not match their digest
+    // were damaged on the way, which another attempt may not be.
+    return fail(absl::IsNotFound(resolved) ? v1::FAILURE_CLASS_SPEC : v1::FAILURE_CLASS_INFRASTRUCTURE,
+                std::string(resolved.message()));
+  }
   json request = {{"kind", kind},
-                  {"payload", json::parse(task.payload_json(), nullptr, false)},
+                  {"payload", std::move(payload)},
                   {"gpu_timeout_seconds", options_.gpu_timeout_seconds},
                   {"work_dir", dir.string()},
                   {"progress", progress_path}};

@@ -44,6 +44,7 @@ struct GpuJob {
   core::SpecInput input;
   std::string spec_path;  // the spec written to the work folder: the runner child reads it
   lower::Arch arch;
+  std::map<std::string, spec::BufferSource> buffers;
 };
 
 absl::StatusOr<GpuJob> PrepareGpu(const json& payload, const ExecuteOptions& o) {
@@ -53,7 +54,10 @@ absl::StatusOr<GpuJob> PrepareGpu(const json& payload, const ExecuteOptions& o) 
   if (!input.ok()) return input.status();
   auto arch = lower::ParseArch(payload.value("arch", ""));
   if (!arch.ok()) return arch.status();
-  GpuJob g{*input, (fs::path(o.work_dir) / fs::path(input->file_name).filename()).string(), *arch};
+  auto buffers = input->BufferSources();
+  if (!buffers.ok()) return buffers.status();
+  GpuJob g{*input, (fs::path(o.work_dir) / fs::path(input->file_name).filename()).string(), *arch,
+           *std::move(buffers)};
   std::ofstream out(g.spec_path);
   out << input->source;
   if (!out) return absl::InternalError(absl::StrCat("cannot write ", g.spec_path));
@@ -63,7 +67,7 @@ absl::StatusOr<GpuJob> PrepareGpu(const json& payload, const ExecuteOptions& o) 
 pipeline::GpuStageInput GpuInput(const GpuJob& g, const cuir::Program& program,
                                  const cuir::Program& base,
                                  const std::function<void(const std::string&)>& progress) {
-  pipeline::GpuStageInput in{program, base, g.spec_path, g.input.params, g.input.BufferSources(),
+  pipeline::GpuStageInput in{program, base, g.spec_path, g.input.params, g.buffers,
                              g.input.config, g.arch, g.input.seed, {}, progress};
   return in;
 }
@@ -101,7 +105,9 @@ absl::StatusOr<json> RunTransfer(const json& payload, const ExecuteOptions& o,
   const std::string name = payload.value("proposer", std::string(core::kDefaultProposer));
   if (auto s = pipeline::CheckProposerName(name); !s.ok()) return In("transfer", s);
   std::string detail;
-  auto dtypes = spec::BufferDTypesOf(input->BufferSources());
+  auto buffers = input->BufferSources();
+  if (!buffers.ok()) return In("spec", buffers.status());
+  auto dtypes = spec::BufferDTypesOf(*buffers);
   if (!dtypes.ok()) return In("spec", dtypes.status());
   auto spec = pipeline::SpecStage(spec::LoadSpecSource(input->source, input->file_name, *dtypes),
                                   input->params, &detail);
@@ -118,7 +124,7 @@ absl::StatusOr<json> RunTransfer(const json& payload, const ExecuteOptions& o,
   if (!proposer.ok()) return In("transfer", proposer.status());
   // The transfer task is shared by jobs for any arch, so a model's program must lower for every
   // arch a worker can serve; a lowering error goes back to the model like any other rejection.
-  const pipeline::ProposeRequest request{*base,       *spec, input->config, input->BufferSources(),
+  const pipeline::ProposeRequest request{*base,       *spec, input->config, *buffers,
                                          input->seed, {},    {lower::Arch::kSm80, lower::Arch::kSm90},
                                          progress};
   pipeline::Proposal p = (*proposer)->Propose(request);

@@ -1,15 +1,16 @@
 #include "worker/gpu/run_request.h"
 
+#include "absl/strings/str_cat.h"
+#include "cuir/spec/buffer_json.h"
+
 namespace cubridge::gpu {
 
 nlohmann::json RunRequest::ToJson() const {
   nlohmann::json shapes = nlohmann::json::array();
   for (const auto& s : verify_shapes) shapes.push_back({s.batch, s.seqlen_q, s.seqlen_kv});
-  nlohmann::json bufs = nlohmann::json::object();
-  for (const auto& [name, src] : buffers) bufs[name] = src.spec;
   return {{"spec_path", spec_path},
           {"param_overrides", param_overrides},
-          {"buffers", bufs},
+          {"buffers", spec::BufferSourcesJson(buffers)},
           {"buffer_order", buffer_order},
           {"config", pipeline::ConfigJson(config)},
           {"verify_shapes", shapes},
@@ -33,7 +34,9 @@ absl::StatusOr<RunRequest> RunRequest::FromJson(const nlohmann::json& j) {
   try {
     r.spec_path = j.at("spec_path").get<std::string>();
     r.param_overrides = j.at("param_overrides").get<std::vector<std::string>>();
-    for (const auto& [name, src] : j.at("buffers").items()) r.buffers[name].spec = src.get<std::string>();
+    auto buffers = spec::BufferSourcesFromJson(j.at("buffers"));
+    if (!buffers.ok()) return absl::InvalidArgumentError(absl::StrCat("runner request: ", buffers.status().message()));
+    r.buffers = *std::move(buffers);
     r.buffer_order = j.at("buffer_order").get<std::vector<std::string>>();
     auto config = pipeline::ConfigFromJson(j.at("config"));
     if (!config.ok()) return config.status();
