@@ -15,6 +15,7 @@
 #include "cuir/lower/cuda_emit.h"
 #include "cuir/lower/modular.h"
 #include "cuir/lower/names.h"
+#include "cuir/lower/tile_stream.h"
 
 namespace cubridge::lower {
 namespace {
@@ -500,7 +501,9 @@ class RegionWriter {
         lse_rows_(expert.source.Find("epilogue_rows") != nullptr),
         raw_scores_(expert.code_identifiers.count("for_each_raw_score") > 0),
         kv_split_scores_(expert.code_identifiers.count("for_each_raw_score_kv_split") > 0),
-        kv_walk_region_(expert.source.Find("kv_walk") != nullptr) {}
+        kv_walk_region_(expert.source.Find("kv_walk") != nullptr),
+        stream_regions_(expert.source.Find("tile_stream") != nullptr &&
+                        expert.source.Find("stream_coords") != nullptr) {}
 
   absl::StatusOr<std::map<std::string, std::string>> Run() {
     LOWER_RETURN_IF_ERROR(Params());
@@ -508,6 +511,7 @@ class RegionWriter {
     LOWER_RETURN_IF_ERROR(Buffers());
     LOWER_RETURN_IF_ERROR(Tables());
     LOWER_RETURN_IF_ERROR(TopLets());
+    LOWER_RETURN_IF_ERROR(TileStreamRegions());
     LOWER_RETURN_IF_ERROR(LoopHeader());
     LOWER_RETURN_IF_ERROR(LoopBody());
     LOWER_RETURN_IF_ERROR(EpilogueSink());
@@ -822,6 +826,64 @@ class RegionWriter {
       lets += line;
     }
     if (!plan_.program_lets.empty()) out_["program_lets"] = lets;
+    return absl::OkStatus();
+  }
+
+  // StreamTheTile (tile_stream.h): the tensor read per score at [..., q_idx, kv_idx], where the
+  // expert streams tiles and the work tile knows the leading indices; the expert learns its slot,
+  // rank and element type (`tile_stream`) and this work tile's leading indices (`stream_coords`),
+  // and the element scope reads it through the expert's view. Otherwise nothing changes.
+  absl::Status TileStreamRegions() {
+    if (!stream_regions_) return absl::OkStatus();
+    std::vector<const Stmt*> stmts(plan_.score_mods.begin(), plan_.score_mods.end());
+    stmts.insert(stmts.end(), plan_.masks.begin(), plan_.masks.end());
+    // The narrowest elements first: the expert streams one tensor, and a wide one's tile may
+    // not fit its shared memory.
+    const BufferInfo* info = nullptr;
+    std::optional<TileStream> found;
+    for (TileStream& t : FindTileStreams(stmts, {"q_idx", "kv_idx", "score", kQFloat, kKvFloat})) {
+      for (const BufferInfo& b : buffers_) {
+        if (b.decl->name != t.buffer) continue;
+        if (info == nullptr || cuir::TensorDTypeBytes(b.binding.dtype) < cuir::TensorDTypeBytes(info->binding.dtype)) {
+          info = &b;
+          found = std::move(t);
+        }
+        break;
+      }
+    }
+    if (info == nullptr) return absl::OkStatus();
+    const size_t rank = info->binding.sizes.size();
+    std::string coords[2] = {"0", "0"};  // dimensions rank - 3 and rank - 4
+    for (size_t d = 0; d + 2 < rank; ++d) {
+      const ExprPtr& arg = found->leading[d];
+      auto index = EmitExpr(arg, kernel_);
+      // An index the work tile does not know (a block value): the reads stay per score.
+      if (!index.ok() || !IsInt(index->type)) return absl::OkStatus();
+      std::string text;
+      if (arg->kind == cuir::ExprKind::kIntLit && arg->int_value < 0) {
+        text = absl::StrCat("(", info->binding.sizes[d], " - ", -arg->int_value, ")");
+      } else if (cuir::ProvablyNonNegative(arg, element_bounds_)) {
+        text = index->text;
+      } else {
+        text = absl::StrCat("cuir_wrap(", Convert(*index, CType::kLong), ", ",
+                            info->binding.sizes[d], ")");
+      }
+      coords[rank - 3 - d] = absl::StrCat("static_cast<int>(", text, ")");
+    }
+    stream_ = std::move(found);
+    out_["tile_stream"] = absl::StrCat(
+        Origin(*info->decl), "// read per score at [..., q_idx, kv_idx]: streamed tile by tile\n",
+        "constexpr int kStreamBuffer = ", info->slot, ";\nconstexpr int kStreamRank = ", rank,
+        ";\nusing StreamElem = ", StorageCType(info->binding.dtype), ";\n");
+    out_["stream_coords"] = absl::StrCat("const int stream_c2 = ", coords[0],
+                                         ", stream_c3 = ", coords[1], ";\n");
+    BufferBinding view;
+    view.data = "stream_tile";
+    view.dtype = info->binding.dtype;
+    view.sizes = {"", ""};
+    view.strides = {""};
+    view.tile_view = true;
+    kernel_.BindBuffer(TileStreamName(*stream_), view);
     return absl::OkStatus();
   }
 
@@ -1170,7 +1232,8 @@ class RegionWriter {
                                       bool outside_walk = false) {
     EmitScope scope = ElementScope(with_score);
     ElementCode code;
-    const ExprPtr residues = ReduceModulo(s.value, element_bounds_);
+    const ExprPtr streamed = stream_ ? StreamTheTile(s.value, *stream_) : s.value;
+    const ExprPtr residues = ReduceModulo(streamed, element_bounds_);
     LOWER_ASSIGN_OR_RETURN(rewritten, FloatIndices(ReciprocalOfInvariantDivisors(residues), scope));
     if (rows_to_lse) {
       if (std::optional<RowSplit> split = SplitRowTerms(rewritten, RowScope())) {
@@ -1356,6 +1419,8 @@ class RegionWriter {
   const bool raw_scores_;  // the expert offers for_each_raw_score (TermsBesideTheScore)
   const bool kv_split_scores_;  // ... and for_each_raw_score_kv_split (KvTermFromTileStart)
   const bool kv_walk_region_;   // the expert has a `kv_walk` region (variant_kv_walk_is_whole)
+  const bool stream_regions_;   // ... regions `tile_stream` and `stream_coords` (StreamTheTile)
+  std::optional<TileStream> stream_;  // the tensor that comes tile by tile, if any
   EmitScope ns_;      // namespace scope: params, consts
   EmitScope kernel_;  // kernel body before the loop
   EmitScope loop_;    // inside the KV loop

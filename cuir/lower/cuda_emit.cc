@@ -127,6 +127,14 @@ class Emitter {
       return Error(e, loc, absl::StrCat("buffer `", e->name, "` has ", buffer->sizes.size(),
                                         " dimensions, indexed with ", e->args.size()));
     }
+    if (buffer->tile_view) {
+      auto q = Emit(e->args[0], loc);
+      if (!q.ok()) return q.status();
+      auto kv = Emit(e->args[1], loc);
+      if (!kv.ok()) return kv.status();
+      return CExpr{absl::StrCat(buffer->data, ".at(", q->text, ", ", kv->text, ")"),
+                   ValueCType(buffer->dtype)};
+    }
     static const cuir::BoundsEnv kElement = cuir::ElementBoundsEnv();
     const cuir::BoundsEnv& env = scope_.bounds() != nullptr ? *scope_.bounds() : kElement;
     std::string offset;

@@ -40,6 +40,9 @@ struct BufferBinding {
   cuir::TensorDType dtype = cuir::TensorDType::kInt32;
   std::vector<std::string> sizes;    // one per dimension
   std::vector<std::string> strides;  // one per dimension but the last
+  // A tile stream's view (tile_stream.h): `data` names the expert's view, read as
+  // data.at(q_idx, kv_idx); sizes and strides are unused.
+  bool tile_view = false;
 };
 // The C pointee type of a dtype (`int`, `long long`, `bool`, `float`, `__nv_bfloat16`, `__half`)
 // and the C type a read gives (int, long long, bool or float).

@@ -39,6 +39,8 @@ std::string RegionConstruct(const std::string& region) {
       {"mask", "mask statements"},
       {"epilogue_sink", "an `epilogue sink`"},
       {"epilogue_rows", "a score_mod's row terms, moved to the LSE"},
+      {"tile_stream", "a captured tensor read per score, streamed tile by tile"},
+      {"stream_coords", "that tensor's leading indices for a work tile"},
   };
   auto it = kConstructs.find(region);
   return it == kConstructs.end() ? region : it->second;

@@ -172,29 +172,60 @@ INSTANTIATE_TEST_SUITE_P(Examples, EveryExample,
 class GeneralityOnGpu : public Gpu,
                         public ::testing::WithParamInterface<cubridge::testing::GeneralitySpec> {};
 
+// adapt --local of one generality spec at `c` with its suite buffers and params, the GPU stage
+// required (one tile, no profiling).
+pipeline::AdaptOptions GeneralityAdapt(const cubridge::testing::GeneralitySpec& g,
+                                       const cuir::AttentionConfig& c, lower::Arch arch,
+                                       const std::string& out_dir, uint64_t seed,
+                                       GpuAutotuner* tuner) {
+  pipeline::AdaptOptions o;
+  o.buffers = g.buffers;
+  o.param_overrides = g.params;
+  o.spec_path = g.path;
+  o.config = c;
+  o.arch = arch;
+  o.out_dir = out_dir;
+  o.use_cache = false;
+  o.seed = seed;
+  o.gpu = tuner;
+  o.gpu_mode = pipeline::GpuMode::kRequire;
+  return o;
+}
+
 TEST_P(GeneralityOnGpu, VerifiesOnTheGpu) {
   const auto& g = GetParam();
   const bool odd = std::hash<std::string>{}(g.name) % 2 == 1;
   cuir::AttentionConfig c = odd ? Config(2, 4, 4, 130) : Config(2, 8, 2, 130);
   c.dtype = odd ? cuir::DType::kFP16 : cuir::DType::kBF16;
   GpuAutotuner tuner(Options({Tile()}, false));
-  pipeline::AdaptOptions o;
-  o.buffers = g.buffers;
-  o.param_overrides = g.params;
-  o.spec_path = g.path;
-  o.config = c;
-  o.arch = arch_;
-  o.out_dir = dir_ + "/out";
-  o.use_cache = false;
-  o.seed = 1234;
-  o.gpu = &tuner;
-  o.gpu_mode = pipeline::GpuMode::kRequire;
-  ExpectVerifiedOnTheGpu(pipeline::Adapt(o));
+  ExpectVerifiedOnTheGpu(pipeline::Adapt(GeneralityAdapt(g, c, arch_, dir_ + "/out", 1234, &tuner)));
 }
 
 INSTANTIATE_TEST_SUITE_P(Suite, GeneralityOnGpu,
                          ::testing::ValuesIn(cubridge::testing::GeneralitySuite()),
                          cubridge::testing::GeneralityName);
+
+// Tensors read per score at [..., q_idx, kv_idx] come tile by tile into shared memory (the sm_90
+// expert's tile stream, docs/lowering.md): by TMA where the tensor allows it (the job's aligned
+// 256 x 256 shape) and filled by the consumer warps where it does not (the ragged verification
+// shapes: rows of 257 or 300 bools, 514 or 600 bytes of bf16). Each spec both ways, in both
+// dtypes and head layouts; on sm_80 the same specs read global memory per score.
+TEST_F(Gpu, StreamedTensorsVerifyByTmaAndByTheWarpsFill) {
+  for (const auto& g : cubridge::testing::GeneralitySuite()) {
+    if (g.name != "unstructured_keep_mask" && g.name != "additive_bias_bf16" &&
+        g.name != "graphormer_spatial") {
+      continue;
+    }
+    for (const bool fp16 : {false, true}) {
+      SCOPED_TRACE(g.name + (fp16 ? " fp16 MHA" : " bf16 GQA"));
+      cuir::AttentionConfig c = fp16 ? Config(2, 4, 4, 256) : Config(2, 8, 2, 256);
+      c.dtype = fp16 ? cuir::DType::kFP16 : cuir::DType::kBF16;
+      GpuAutotuner tuner(Options({Tile()}, false));
+      const std::string out = dir_ + "/out-" + g.name + (fp16 ? "-fp16" : "-bf16");
+      ExpectVerifiedOnTheGpu(pipeline::Adapt(GeneralityAdapt(g, c, arch_, out, 99, &tuner)));
+    }
+  }
+}
 
 // ALiBi and relative position lower with their q_idx terms moved from the element loop to the
 // LSE (SplitRowTerms, region epilogue_rows), on both experts: the fa2_sm80 kernel runs on this

@@ -11,8 +11,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "cuir/lower/lift.h"
+#include "gtest/gtest.h"
 
 namespace cubridge::lower::testing {
+
+cuir::ExprPtr ParseOrFail(const std::string& text) {
+  auto e = cuir::ParseExpr(text);
+  EXPECT_TRUE(e.ok()) << text << ": " << e.status();
+  return e.ok() ? *e : cuir::IntLit(0);
+}
 namespace fs = std::filesystem;
 
 absl::StatusOr<cuir::Program> LoadTestProgram(const std::string& name) {

@@ -9,6 +9,10 @@
 
 namespace cubridge::lower::testing {
 
+// A CuIR expression parsed, failing the current test (and giving the literal 0) when it does not
+// parse.
+cuir::ExprPtr ParseOrFail(const std::string& text);
+
 // tests/lower/data/<name>.cuir, or the expert's base program for name "base".
 absl::StatusOr<cuir::Program> LoadTestProgram(const std::string& name);
 

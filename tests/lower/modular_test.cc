@@ -7,15 +7,12 @@
 #include "cuir/ir/eval.h"
 #include "cuir/ir/program.h"
 #include "gtest/gtest.h"
+#include "tests/lower/lower_test_util.h"
 
 namespace cubridge::lower {
 namespace {
 
-cuir::ExprPtr Parse(const std::string& text) {
-  auto e = cuir::ParseExpr(text);
-  EXPECT_TRUE(e.ok()) << text << ": " << e.status();
-  return e.ok() ? *e : cuir::IntLit(0);
-}
+cuir::ExprPtr Parse(const std::string& text) { return testing::ParseOrFail(text); }
 
 cuir::BoundsEnv Env() {
   cuir::BoundsEnv env = cuir::ElementBoundsEnv();

@@ -89,10 +89,10 @@ TEST(TmaGeometry, OIsShapedLikeQWithItsOwnStrides) {
 }
 
 TEST(TmaGeometry, RefusesWhatTmaCannotDescribe) {
-  auto bad_tensor = TmaGeometryFor(GqaParams(), Request(4));
+  auto bad_tensor = TmaGeometryFor(GqaParams(), Request(kTmaBuffer0 + kMaxBuffers));
   ASSERT_FALSE(bad_tensor.ok());
   EXPECT_EQ(bad_tensor.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(bad_tensor.status().message(), HasSubstr("tensor 4"));
+  EXPECT_THAT(bad_tensor.status().message(), HasSubstr("tensor 12"));
   EXPECT_FALSE(TmaGeometryFor(GqaParams(), Request(-1)).ok());
 
   AttnParams p = GqaParams();
@@ -150,6 +150,50 @@ TEST(LaunchPlanCheck, ReadsVersionsOneToThree) {
   EXPECT_EQ(CheckLaunchPlan(refused).code(), absl::StatusCode::kInvalidArgument);
 }
 
+// A captured bool [Sq, Skv] (rank 2) and a bf16 [B, H, Sq, Skv] bias with padded rows.
+TEST(TmaGeometry, ABufferIsItsInnermostDimensionsFirstWithItsElementType) {
+  AttnParams p = GqaParams();
+  p.buffers[1].data = reinterpret_cast<const void*>(uintptr_t{0x50000});
+  p.buffers[1].dtype = 2, p.buffers[1].rank = 2;  // bool
+  p.buffers[1].sizes[0] = 300, p.buffers[1].sizes[1] = 1024;
+  p.buffers[1].strides[0] = 1024, p.buffers[1].strides[1] = 1;
+  auto keep = TmaGeometryFor(p, Request(kTmaBuffer0 + 1, 128, 128, 3));
+  ASSERT_TRUE(keep.ok()) << keep.status();
+  EXPECT_STREQ(keep->tensor, "buffer 1");
+  EXPECT_EQ(keep->data_type, CU_TENSOR_MAP_DATA_TYPE_UINT8);
+  // The dimensions the rank lacks have size 1 and the extent inside them as their stride.
+  EXPECT_THAT(keep->dims, ElementsAre(1024u, 300u, 1u, 1u));
+  EXPECT_THAT(keep->strides, ElementsAre(1024u, 300u * 1024, 300u * 1024));
+  EXPECT_THAT(keep->box, ElementsAre(128u, 128u, 1u, 1u));
+
+  p.buffers[0].data = reinterpret_cast<const void*>(uintptr_t{0x60000});
+  p.buffers[0].dtype = 4, p.buffers[0].rank = 4;  // bf16 [3, 8, 300, 1000], rows of 1008
+  const int64_t sizes[4] = {3, 8, 300, 1000}, strides[4] = {8 * 300 * 1008, 300 * 1008, 1008, 1};
+  for (int d = 0; d < 4; ++d) p.buffers[0].sizes[d] = sizes[d], p.buffers[0].strides[d] = strides[d];
+  auto bias = TmaGeometryFor(p, Request(kTmaBuffer0, 64, 128, 3));
+  ASSERT_TRUE(bias.ok()) << bias.status();
+  EXPECT_EQ(bias->data_type, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16);
+  EXPECT_THAT(bias->dims, ElementsAre(1000u, 300u, 8u, 3u));
+  EXPECT_THAT(bias->strides, ElementsAre(1008u * 2, 300u * 1008 * 2, 8u * 300 * 1008 * 2));
+  // A dimension of size 1 takes any stride (the extent inside it is used); a broadcast stride 0
+  // over size 8 cannot be a map (the kernel fills such a tile itself).
+  p.buffers[0].sizes[1] = 1, p.buffers[0].strides[1] = 0;
+  auto one_head = TmaGeometryFor(p, Request(kTmaBuffer0, 64, 128, 3));
+  ASSERT_TRUE(one_head.ok()) << one_head.status();
+  EXPECT_THAT(one_head->strides, ElementsAre(1008u * 2, 300u * 1008 * 2, 8u * 300 * 1008 * 2));
+  p.buffers[0].sizes[1] = 8;
+  EXPECT_EQ(TmaGeometryFor(p, Request(kTmaBuffer0, 64, 128, 3)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // 128 bf16 columns are 256 bytes: wider than the 128-byte swizzle.
+  p.buffers[0].strides[1] = 300 * 1008;
+  auto wide = TmaGeometryFor(p, Request(kTmaBuffer0, 128, 128, 3));
+  EXPECT_EQ(wide.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(wide.status().message(), HasSubstr("buffer 0"));
+  // A buffer the call does not give.
+  EXPECT_EQ(TmaGeometryFor(p, Request(kTmaBuffer0 + 2, 64, 128, 3)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(LaunchPlanCheck, RefusesBadTmaRequestsNamingTheField) {
   struct Bad {
     const char* field;
@@ -158,7 +202,8 @@ TEST(LaunchPlanCheck, RefusesBadTmaRequestsNamingTheField) {
   const Bad cases[] = {
       {"tma_count -1", [](LaunchPlan& p) { p.tma_count = -1; }},
       {"tma_count 5", [](LaunchPlan& p) { p.tma_count = kMaxTma + 1; }},
-      {"tma[1].tensor 4", [](LaunchPlan& p) { p.tma[1].tensor = 4; }},
+      {"tma[1].tensor 12", [](LaunchPlan& p) { p.tma[1].tensor = kTmaBuffer0 + kMaxBuffers; }},
+      {"tma[1].box_cols 257", [](LaunchPlan& p) { p.tma[1].tensor = kTmaBuffer0, p.tma[1].box_cols = 257; }},
       {"tma[0].tensor -1", [](LaunchPlan& p) { p.tma[0].tensor = -1; }},
       {"tma[2].swizzle 4", [](LaunchPlan& p) { p.tma[2].swizzle = 4; }},
       {"tma[2].swizzle -1", [](LaunchPlan& p) { p.tma[2].swizzle = -1; }},
@@ -181,8 +226,12 @@ TEST(LaunchPlanCheck, RefusesBadTmaRequestsNamingTheField) {
   // Unswizzled boxes may be as wide as TMA allows; requests past tma_count are not read.
   LaunchPlan wide = GoodPlan();
   wide.tma[0].swizzle = 0, wide.tma[0].box_cols = 256;
-  wide.tma[3].tensor = 9;
+  wide.tma[3].tensor = kTmaBuffer0 + kMaxBuffers;
   EXPECT_TRUE(CheckLaunchPlan(wide).ok());
+  // A buffer's box is checked in bytes against the call's dtype (TmaGeometryFor), not here.
+  LaunchPlan buffer = GoodPlan();
+  buffer.tma[1].tensor = kTmaBuffer0 + 7, buffer.tma[1].box_cols = 128;
+  EXPECT_TRUE(CheckLaunchPlan(buffer).ok());
   LaunchPlan narrow = GoodPlan();
   narrow.tma[2].swizzle = 1, narrow.tma[2].box_cols = 16;
   EXPECT_TRUE(CheckLaunchPlan(narrow).ok());

@@ -10,6 +10,7 @@
 namespace cubridge::gpu {
 
 inline constexpr int kMaxBuffers = CUBRIDGE_MAX_BUFFERS;
+inline constexpr int kTmaBuffer0 = CUBRIDGE_TMA_BUFFER0;  // a TMA request's tensor for buffers[0]
 inline constexpr int kPlanVersion = CUBRIDGE_PLAN_VERSION;
 // The oldest plan the loader still reads: version 1 had no TMA requests (a user's kernel compiled
 // against the old header fills only the fields it knows; the loader zero-fills the rest).

@@ -68,14 +68,88 @@ absl::StatusOr<TmaMaps> EncodeTmaMaps(const Driver& cu, const AttnParams& p,
 }  // namespace
 
 std::string TmaGeometry::Describe() const {
-  const char* type = data_type == CU_TENSOR_MAP_DATA_TYPE_FLOAT16 ? "fp16" : "bf16";
+  const char* type = data_type == CU_TENSOR_MAP_DATA_TYPE_FLOAT16    ? "fp16"
+                     : data_type == CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 ? "bf16"
+                     : data_type == CU_TENSOR_MAP_DATA_TYPE_FLOAT32  ? "fp32"
+                     : data_type == CU_TENSOR_MAP_DATA_TYPE_INT32    ? "int32"
+                     : data_type == CU_TENSOR_MAP_DATA_TYPE_INT64    ? "int64"
+                                                                     : "uint8";
   return absl::StrCat(tensor, " (", type, " at 0x", absl::Hex(reinterpret_cast<uintptr_t>(address)),
                       "): dims (", absl::StrJoin(dims, ", "), ") strides (",
                       absl::StrJoin(strides, ", "), ") bytes, box (", absl::StrJoin(box, ", "),
                       "), swizzle ", static_cast<int>(swizzle));
 }
 
+namespace {
+
+// The request's box (box_cols x box_rows, one of each outer dimension) and swizzle.
+TmaGeometry WithBox(TmaGeometry g, const TmaRequest& request) {
+  g.box[0] = request.box_cols;
+  g.box[1] = request.box_rows;
+  g.box[2] = 1;
+  g.box[3] = 1;
+  g.swizzle = static_cast<CUtensorMapSwizzle>(request.swizzle);
+  return g;
+}
+
+// A map over captured tensor `i` (launch_abi.cuh, CUBRIDGE_TMA_BUFFER0): its innermost two
+// dimensions and two outer ones (1 where the rank is lower), strides from the buffer's.
+absl::StatusOr<TmaGeometry> BufferGeometry(const AttnParams& p, const TmaRequest& request, int i) {
+  static const char* const kNames[] = {"buffer 0", "buffer 1", "buffer 2", "buffer 3",
+                                       "buffer 4", "buffer 5", "buffer 6", "buffer 7"};
+  static_assert(sizeof(kNames) / sizeof(kNames[0]) == kMaxBuffers);
+  static const CUtensorMapDataType kTypes[] = {
+      CU_TENSOR_MAP_DATA_TYPE_INT32,   CU_TENSOR_MAP_DATA_TYPE_INT64,
+      CU_TENSOR_MAP_DATA_TYPE_UINT8,   CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+      CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, CU_TENSOR_MAP_DATA_TYPE_FLOAT16};
+  static const int64_t kBytes[] = {4, 8, 1, 4, 2, 2};
+  const auto& b = p.buffers[i];
+  if (b.data == nullptr || b.dtype < 0 || b.dtype > 5 || b.rank < 1 || b.rank > 4) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a TMA map over ", kNames[i], " needs its data, a dtype 0 to 5 and a rank 1 to 4; it has ",
+        b.data == nullptr ? "no data" : "data", ", dtype ", b.dtype, ", rank ", b.rank));
+  }
+  const int64_t e = kBytes[b.dtype];
+  if (request.box_cols * e % 16 != 0 ||
+      (request.swizzle > 0 && request.box_cols * e > SwizzleSpan(request.swizzle))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a TMA map over ", kNames[i], ": box_cols ", request.box_cols, " of ", e,
+        "-byte elements is not a multiple of 16 bytes within the swizzle span"));
+  }
+  TmaGeometry g;
+  g.tensor = kNames[i];
+  g.address = const_cast<void*>(b.data);
+  g.data_type = kTypes[b.dtype];
+  int64_t extent = e;  // bytes inside the current dimension
+  for (int k = 0; k < 4; ++k) {
+    const int d = b.rank - 1 - k;
+    const int64_t size = d >= 0 ? b.sizes[d] : 1;
+    if (size < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("a TMA map over ", kNames[i],
+                                                     " needs every size at least 1; size ", d,
+                                                     " is ", size));
+    }
+    g.dims[k] = static_cast<cuuint64_t>(size);
+    if (k > 0) {
+      const int64_t stride = d >= 0 && size > 1 ? b.strides[d] * e : extent;
+      if (stride <= 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "a TMA map over ", kNames[i], " cannot have stride ", b.strides[d], " in dimension ", d));
+      }
+      g.strides[k - 1] = static_cast<cuuint64_t>(stride);
+      extent = stride;
+    }
+    extent *= size;
+  }
+  return WithBox(g, request);
+}
+
+}  // namespace
+
 absl::StatusOr<TmaGeometry> TmaGeometryFor(const AttnParams& p, const TmaRequest& request) {
+  if (request.tensor >= kTmaBuffer0 && request.tensor < kTmaBuffer0 + kMaxBuffers) {
+    return BufferGeometry(p, request, request.tensor - kTmaBuffer0);
+  }
   struct View {
     const char* name;
     const void* data;
@@ -98,7 +172,8 @@ absl::StatusOr<TmaGeometry> TmaGeometryFor(const AttnParams& p, const TmaRequest
       break;
     default:
       return absl::InvalidArgumentError(absl::StrCat(
-          "a TMA request names tensor ", request.tensor, "; 0 = q, 1 = k, 2 = v, 3 = o"));
+          "a TMA request names tensor ", request.tensor, "; 0 = q, 1 = k, 2 = v, 3 = o, ",
+          kTmaBuffer0, " + i = buffer i (i < ", kMaxBuffers, ")"));
   }
   if (p.dtype != 0 && p.dtype != 1) {
     return absl::InvalidArgumentError(absl::StrCat("a TMA map over ", v.name,
@@ -124,12 +199,7 @@ absl::StatusOr<TmaGeometry> TmaGeometryFor(const AttnParams& p, const TmaRequest
   g.data_type = p.dtype == 1 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
   for (int i = 0; i < 4; ++i) g.dims[i] = static_cast<cuuint64_t>(dims[i]);
   for (int i = 0; i < 3; ++i) g.strides[i] = static_cast<cuuint64_t>(strides[i] * kElementBytes);
-  g.box[0] = request.box_cols;
-  g.box[1] = request.box_rows;
-  g.box[2] = 1;
-  g.box[3] = 1;
-  g.swizzle = static_cast<CUtensorMapSwizzle>(request.swizzle);
-  return g;
+  return WithBox(g, request);
 }
 
 absl::Status CheckTmaRequests(const LaunchPlan& plan) {
@@ -140,10 +210,13 @@ absl::Status CheckTmaRequests(const LaunchPlan& plan) {
   for (int i = 0; i < plan.tma_count; ++i) {
     const TmaRequest& r = plan.tma[i];
     const std::string field = absl::StrCat("the kernel's launch plan has tma[", i, "].");
-    if (r.tensor < 0 || r.tensor > 3) {
+    if (r.tensor < 0 || r.tensor >= kTmaBuffer0 + kMaxBuffers) {
       return absl::InvalidArgumentError(
-          absl::StrCat(field, "tensor ", r.tensor, "; it must be 0 (q), 1 (k), 2 (v) or 3 (o)"));
+          absl::StrCat(field, "tensor ", r.tensor, "; it must be 0 (q), 1 (k), 2 (v), 3 (o) or ",
+                       kTmaBuffer0, " + i (buffer i < ", kMaxBuffers, ")"));
     }
+    // A buffer's element size is the call's (TmaGeometryFor checks its box in bytes).
+    const bool buffer = r.tensor >= kTmaBuffer0;
     if (r.swizzle < 0 || r.swizzle > 3) {
       return absl::InvalidArgumentError(absl::StrCat(
           field, "swizzle ", r.swizzle, "; it must be 0 (none), 1 (32B), 2 (64B) or 3 (128B)"));
@@ -154,6 +227,11 @@ absl::Status CheckTmaRequests(const LaunchPlan& plan) {
     }
     // TMA's own limits on the inner box dimension: at most 256 elements, a multiple of 16 bytes,
     // and no wider than the swizzle span when swizzled.
+    if (buffer && (r.box_cols < 1 || r.box_cols > 256)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, "box_cols ", r.box_cols, "; it must be 1 to 256"));
+    }
+    if (buffer) continue;
     if (r.box_cols < 1 || r.box_cols > 256 || r.box_cols * 2 % 16 != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           field, "box_cols ", r.box_cols, "; it must be 8 to 256 in steps of 8 (16 bytes)"));

@@ -26,16 +26,17 @@ std::map<std::string, std::string> EntryExpressions(const EntryPoints& entries, 
 // version 2, its TMA requests (INVALID_ARGUMENT naming the field). A version-1 plan has no TMA
 // fields: whatever lies there is not the kernel's, so they are cleared.
 absl::Status CheckLaunchPlan(LaunchPlan& plan);
-// The TMA part of that check: tma_count 0..CUBRIDGE_MAX_TMA, and each request's tensor 0..3,
-// swizzle 0..3, box_rows 1..256, box_cols 8..256 in steps of 8 (16 bytes) and, when swizzled, at
-// most the swizzle span (128B: 64 columns).
+// The TMA part of that check: tma_count 0..CUBRIDGE_MAX_TMA, and each request's tensor 0..3 or a
+// buffer (CUBRIDGE_TMA_BUFFER0 + i), swizzle 0..3, box_rows 1..256, box_cols 8..256 in steps of 8
+// (16 bytes) and, when swizzled, at most the swizzle span (128B: 64 columns); a buffer's box_cols
+// 1..256 (its bytes depend on the call's dtype: TmaGeometryFor checks them).
 absl::Status CheckTmaRequests(const LaunchPlan& plan);
 
 // One TMA tensor map over a call's tensor, as cuTensorMapEncodeTiled takes it: 4-D, innermost
 // first (head_dim, seqlen, heads, batch), strides in bytes of dims 1..3, box
-// (box_cols, box_rows, 1, 1).
+// (box_cols, box_rows, 1, 1); over a captured tensor, its innermost dimensions first.
 struct TmaGeometry {
-  const char* tensor = "";  // "q", "k", "v", "o"
+  const char* tensor = "";  // "q", "k", "v", "o", "buffer 0" ...
   void* address = nullptr;
   CUtensorMapDataType data_type = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
   cuuint64_t dims[4] = {};
@@ -49,8 +50,9 @@ struct TmaGeometry {
 };
 
 // The geometry of `request` over the call `p` (q and o have heads_q heads and seqlen_q rows, k and
-// v heads_kv and seqlen_kv). INVALID_ARGUMENT for a tensor id outside 0..3, a dtype other than 0
-// or 1, a dimension below 1 or a negative stride (what TMA cannot describe). Needs no GPU.
+// v heads_kv and seqlen_kv; a buffer its sizes). INVALID_ARGUMENT for a tensor id outside 0..3
+// and the buffers, a dtype other than 0 or 1 (a buffer's: 0..5), a dimension below 1, a negative
+// stride, a buffer box not a multiple of 16 bytes (what TMA cannot describe). Needs no GPU.
 absl::StatusOr<TmaGeometry> TmaGeometryFor(const AttnParams& p, const TmaRequest& request);
 
 class KernelModule {

@@ -18,6 +18,16 @@ __device__ __forceinline__ bool cuir_ld(const bool* p) {
   return __ldg(reinterpret_cast<const unsigned char*>(p)) != 0;
 }
 
+// The same conversions for an element already read (a tile streamed into shared memory).
+__device__ __forceinline__ int cuir_value(int v) { return v; }
+__device__ __forceinline__ long long cuir_value(long long v) { return v; }
+__device__ __forceinline__ float cuir_value(float v) { return v; }
+__device__ __forceinline__ float cuir_value(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float cuir_value(__half v) { return __half2float(v); }
+__device__ __forceinline__ bool cuir_value(bool v) {
+  return *reinterpret_cast<const unsigned char*>(&v) != 0;
+}
+
 // Python indexing: a negative index counts from the end of its dimension.
 __host__ __device__ __forceinline__ long long cuir_wrap(long long i, long long n) {
   return i < 0 ? i + n : i;

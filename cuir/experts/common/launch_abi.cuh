@@ -87,9 +87,18 @@ typedef struct cubridge_attn_fwd_params {
 // promotion and zero fill out of bounds; then it passes the maps, in request order, as the
 // attention kernel's third parameter. Hopper's bulk tensor copies need the map built on the host,
 // which is why the kernel asks and the loader (or the nvcc-built launcher) builds.
+//
+// A request may also name a captured tensor: tensor CUBRIDGE_TMA_BUFFER0 + i is buffers[i]. Its
+// map is 4-D too, innermost first: (sizes[rank - 1], sizes[rank - 2], sizes[rank - 3],
+// sizes[rank - 4]), a size 1 where the rank is lower; strides in bytes (strides * the element
+// size; a dimension of size 1, or one the rank lacks, takes the extent of those inside it); the
+// element type of the buffer's dtype (bool as uint8); box (box_cols, box_rows, 1, 1). A kernel
+// asks for one only where the buffer allows (16-byte aligned, outer strides multiples of 16
+// bytes).
+#define CUBRIDGE_TMA_BUFFER0 4
 typedef struct cubridge_attn_fwd_tma_request {
-  int32_t tensor;     // 0 = q, 1 = k, 2 = v, 3 = o
-  uint32_t box_cols;  // head-dim elements per box
+  int32_t tensor;     // 0 = q, 1 = k, 2 = v, 3 = o; CUBRIDGE_TMA_BUFFER0 + i = buffers[i]
+  uint32_t box_cols;  // head-dim elements per box (a buffer's: innermost elements)
   uint32_t box_rows;  // sequence rows per box (at most 256)
   int32_t swizzle;    // CUtensorMapSwizzle: 0 none, 1 = 32B, 2 = 64B, 3 = 128B
 } cubridge_attn_fwd_tma_request;

@@ -85,6 +85,7 @@ int cubridge_attn_fwd_attention(const cubridge_attn_fwd_params* p, struct CUstre
 #include "pipeline.cuh"
 #include "scheduler.cuh"
 #include "softmax.cuh"
+#include "stream.cuh"
 #include "tma.cuh"
 #include "wgmma.cuh"
 
@@ -170,6 +171,14 @@ __host__ __device__ __forceinline__ bool variant_buffers_ok(const cubridge_attn_
 }
 // @cuir-end buffer_check
 
+// @cuir-region tile_stream
+// The captured tensor a score_mod or mask reads at [..., q_idx, kv_idx], which comes tile by tile
+// beside K (stream.cuh): its slot in p.buffers (-1: none), rank and element type.
+constexpr int kStreamBuffer = -1;
+constexpr int kStreamRank = 2;
+using StreamElem = unsigned char;
+// @cuir-end tile_stream
+
 // The block-table kernels (classify, then compact), on the regions above.
 #include "../common/table_kernels.cuh"
 
@@ -197,16 +206,72 @@ __host__ __device__ __forceinline__ int rows_per_tile(int seqlen_q) {
 // current tile runs instead of after its last Q K^T. At head dim 128 it fits beside two stages
 // only: STAGES = 2 (tile 128x128w12s2) trades the third stage for it, an autotuning candidate
 // (faster on document masks, slower on long dense rows: docs/benchmarks.md).
-template <int D, int S, int QB>
-constexpr bool kFits =
-    cubridge::fa3::Geometry<__nv_bfloat16, D, kBlockM<D>, kTileN<D>, S, QB>::kSmemBytes <=
+// A streamed tensor's tile (stream.cuh) takes a slot per stage beside K where two stages and one
+// Q buffer leave room for it (up to 32 KB a tile: bf16 at 128 x 128) and two consumer
+// warpgroups run (a third one's 160 registers have none to spare: ptxas spilled 344 bytes at
+// head dim 64); otherwise the instance reads it per score from global memory.
+template <int D>
+using StreamL = cubridge::fa3::StreamLayout<StreamElem, kBlockM<D>, kTileN<D>, 32 * 1024>;
+template <int D, int S, int QB, int SB>
+constexpr bool kFitsWith =
+    cubridge::fa3::Geometry<__nv_bfloat16, D, kBlockM<D>, kTileN<D>, S, QB, SB>::kSmemBytes <=
     227 * 1024;
+template <int D>
+constexpr int kStreamWant =
+    kStreamBuffer >= 0 && StreamL<D>::kInSmem && kBlockM<D> == 128 ? StreamL<D>::kBytes : 0;
+template <int D>
+constexpr int kStreamBytes = kFitsWith<D, 2, 1, kStreamWant<D>> ? kStreamWant<D> : 0;
+template <int D>
+constexpr bool kStream = kStreamBytes<D> > 0;
+template <int D, int S, int QB>
+constexpr bool kFits = kFitsWith<D, S, QB, kStreamBytes<D>>;
 template <int D>
 constexpr int kStages = kFits<D, STAGES, 1> ? STAGES : 2;
 template <int D>
 constexpr int kQBuffers = kFits<D, kStages<D>, 2> ? 2 : 1;
 template <typename T, int D>
-using Geo = cubridge::fa3::Geometry<T, D, kBlockM<D>, kTileN<D>, kStages<D>, kQBuffers<D>>;
+using Geo = cubridge::fa3::Geometry<T, D, kBlockM<D>, kTileN<D>, kStages<D>, kQBuffers<D>,
+                                    kStreamBytes<D>>;
+
+// Whether this call's streamed tensor comes by TMA: an instance with the tile in shared memory
+// and a tensor TMA can take (16-byte aligned, every outer stride a positive multiple of 16 bytes
+// below 2^40); other calls fill the tile from global memory (stream_fill_rows).
+template <int D>
+__host__ __device__ __forceinline__ bool stream_tma_ok(const cubridge_attn_fwd_params& p) {
+  if constexpr (!kStream<D> || !StreamL<D>::kTmaShape) {
+    (void)p;
+    return false;
+  } else {
+    const cubridge_attn_fwd_buffer& b = p.buffers[kStreamBuffer < 0 ? 0 : kStreamBuffer];
+    if (reinterpret_cast<uintptr_t>(b.data) % 16 != 0 || b.rank != kStreamRank) return false;
+    for (int d = 0; d + 1 < kStreamRank; ++d) {
+      const int64_t bytes = b.strides[d] * static_cast<int64_t>(sizeof(StreamElem));
+      if (b.sizes[d] > 1 && (bytes <= 0 || bytes % 16 != 0 || bytes >= (int64_t(1) << 40))) {
+        return false;
+      }
+      if (b.sizes[d] < 1 || b.sizes[d] >= (int64_t(1) << 32)) return false;
+    }
+    return b.sizes[kStreamRank - 1] >= 1 && b.sizes[kStreamRank - 1] < (int64_t(1) << 32);
+  }
+}
+
+// The streamed tensor's rows at one work tile's leading indices (c2: dimension rank - 3, c3:
+// rank - 4), for the global reads and the fill.
+__device__ __forceinline__ cubridge::fa3::StreamSource<StreamElem> stream_source(
+    const cubridge_attn_fwd_params& p, int c2, int c3) {
+  cubridge::fa3::StreamSource<StreamElem> s;
+  if constexpr (kStreamBuffer >= 0) {
+    const cubridge_attn_fwd_buffer& b = p.buffers[kStreamBuffer < 0 ? 0 : kStreamBuffer];
+    s.data = static_cast<const StreamElem*>(b.data);
+    if (kStreamRank >= 3) s.data += c2 * b.strides[kStreamRank < 3 ? 0 : kStreamRank - 3];
+    if (kStreamRank >= 4) s.data += c3 * b.strides[kStreamRank < 4 ? 0 : kStreamRank - 4];
+    s.row_stride = b.strides[kStreamRank - 2];
+    s.rows = b.sizes[kStreamRank - 2];
+    s.cols = b.sizes[kStreamRank - 1];
+  }
+  (void)p, (void)c2, (void)c3;
+  return s;
+}
 
 // Whether the instance runs persistent CTAs (cubridge_attn_fwd_make_plan): not at head dim 256
 // with 64-key tiles, where one CTA per work tile measured faster.
@@ -283,6 +348,8 @@ __global__ void __launch_bounds__(Geo<T, D>::kThreads, 1)
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   constexpr int NSTAGE = G::kStages;
   const SmemPlan<G> sp(smem_raw);
+  using StreamTileT = StreamTile<StreamElem, kBlockM<D>, TILE_N, kStream<D>>;
+  const bool stream_tma = stream_tma_ok<D>(p);  // else a streamed tile is filled by the warps
   typename G::Bars* const bars = sp.bars();
 
   // Builtin symbols.
@@ -306,6 +373,7 @@ __global__ void __launch_bounds__(Geo<T, D>::kThreads, 1)
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int i = 0; i < 3; ++i) tma_prefetch_desc(maps.map[i]);
+    if (stream_tma) tma_prefetch_desc(maps.map[3]);
     init_barriers(bars, consumers * 4);
   }
   __syncthreads();
@@ -342,6 +410,12 @@ __global__ void __launch_bounds__(Geo<T, D>::kThreads, 1)
     // @cuir-end head_map
     // @cuir-region program_lets
     // @cuir-end program_lets
+    // @cuir-region stream_coords
+    // The streamed tensor's indices before [q_idx, kv_idx] for this work tile (dimensions
+    // rank - 3 and rank - 4): none here.
+    const int stream_c2 = 0, stream_c3 = 0;
+    // @cuir-end stream_coords
+    (void)stream_c2, (void)stream_c3;
 
     // The walk over the visited KV blocks: body(n_block, kv_lo, kv_hi, apply_variant) per block,
     // ascending. apply_variant(s, col0, row0, tile_hi) runs the program's score_mods and masks on
@@ -365,7 +439,8 @@ __global__ void __launch_bounds__(Geo<T, D>::kThreads, 1)
         // @cuir-region block_class
         // @cuir-end block_class
         auto apply_variant = [&](float (&s)[TILE_N / 2], const int col0, const int row0,
-                                 const int tile_hi) -> TileScale {
+                                 const int tile_hi, const StreamTileT& stream_tile) -> TileScale {
+          (void)stream_tile;
           // @cuir-region qk_scale
           const float qk_scale = softmax_scale;
           // @cuir-end qk_scale
@@ -494,17 +569,29 @@ __global__ void __launch_bounds__(Geo<T, D>::kThreads, 1)
       for_each_kv_block([&](int, int kv_lo, int kv_hi, auto&&) {
         for (int lo = kv_lo; lo < kv_hi; lo += TILE_N, ++ring) {
           const RingPos<NSTAGE> at(ring);
-          // One KV tile into its ring slot, once the consumers released the slot's last use.
-          auto load = [&](const void* map, uint8_t* dst, uint64_t* full, uint64_t* empty) {
+          // One KV tile into its ring slot, once the consumers released the slot's last use;
+          // `extra` bytes more complete `full` (a streamed tile's, issued after).
+          auto load = [&](const void* map, uint8_t* dst, uint64_t* full, uint64_t* empty,
+                          int extra) {
             if (at.reused()) mbar_wait(empty, at.empty_parity());
-            mbar_arrive_expect_tx(full, G::kKVBytes);
+            mbar_arrive_expect_tx(full, G::kKVBytes + extra);
 #pragma unroll
             for (int c = 0; c < G::kPanels; ++c)
               tma_load_4d(dst + c * G::kKVPanelBytes, map, full, c * 64, lo, kv_h, b);
           };
           // load K = k[b, kv_h, kv_lo:kv_hi], then V: K first, so Q K^T can start under V's copy.
-          load(map_k, sp.k(at.slot), &bars->k_full[at.slot], &bars->k_empty[at.slot]);
-          load(map_v, sp.v(at.slot), &bars->v_full[at.slot], &bars->v_empty[at.slot]);
+          // A streamed tensor's tile rides with K: k_full covers it, k_empty frees it.
+          load(map_k, sp.k(at.slot), &bars->k_full[at.slot], &bars->k_empty[at.slot],
+               stream_tma ? G::kStreamBytes : 0);
+          if (kStream<D> && stream_tma) {
+            using SL = StreamL<D>;
+#pragma unroll
+            for (int c = 0; c < SL::kPanels; ++c)
+              tma_load_4d(sp.stream(at.slot) + c * (kBlockM<D> * SL::kPanelBytes), maps.map[3],
+                          &bars->k_full[at.slot], lo + c * SL::kPanelCols, q_lo, stream_c2,
+                          stream_c3);
+          }
+          load(map_v, sp.v(at.slot), &bars->v_full[at.slot], &bars->v_empty[at.slot], 0);
         }
       });
     } else {
@@ -516,6 +603,7 @@ __global__ void __launch_bounds__(Geo<T, D>::kThreads, 1)
       const int t = lane & 3;
       const Operands<G, TILE_N> ops(sp.q(0), sp.k(0), sp.v(0), cw);
       const uint64_t q_desc = ops.q(q_at.slot);
+      const StreamSource<StreamElem> stream_src = stream_source(p, stream_c2, stream_c3);
 
       // softmax.init
       float acc[D / 2];
@@ -555,9 +643,16 @@ __global__ void __launch_bounds__(Geo<T, D>::kThreads, 1)
             wgmma_wait<1>();
           }
           reg_fence(s);
-          if (lane == 0) mbar_arrive(&bars->k_empty[at.slot]);
+          // K's slot is free once Q K^T retired, unless a streamed tile in it is still to be read.
+          if (!kStream<D> && lane == 0) mbar_arrive(&bars->k_empty[at.slot]);
           if (tile_hi - lo < TILE_N) mask_columns_from<TILE_N>(s, lo + 2 * t, tile_hi);
-          const TileScale scale = apply_variant(s, lo + 2 * t, row0, tile_hi);
+          if (kStream<D> && !stream_tma) {
+            stream_fill_rows<StreamElem, kBlockM<D>, TILE_N>(sp.stream(at.slot), stream_src, q_lo,
+                                                            lo, cw * 64 + warp * 16, lane);
+          }
+          const TileScale scale =
+              apply_variant(s, lo + 2 * t, row0, tile_hi, StreamTileT{sp.stream(at.slot), stream_src, q_lo, lo});
+          if (kStream<D> && lane == 0) mbar_arrive(&bars->k_empty[at.slot]);
           // P = softmax.online S, under the previous P V; then that P V retires (a no-op wait on the
           // first tile, kept unconditional so that no wgmma wait sits on a branch).
           softmax.update(s, corr, scale);
@@ -661,6 +756,13 @@ __host__ __device__ __forceinline__ int main_launch(const cubridge_attn_fwd_para
   plan->tma[0] = q;
   plan->tma[1] = k;
   plan->tma[2] = v;
+  if (stream_tma_ok<D>(p)) {  // the streamed tensor's panels (stream.cuh)
+    plan->tma[3] = cubridge_attn_fwd_tma_request{CUBRIDGE_TMA_BUFFER0 + kStreamBuffer,
+                                                 static_cast<uint32_t>(StreamL<D>::kPanelCols),
+                                                 static_cast<uint32_t>(kBlockM<D>),
+                                                 StreamL<D>::kSwizzle};
+    plan->tma_count = 4;
+  }
   plan->split_workspace_bytes = split_workspace_bytes<D>(p);
   return rows_per_tile<D>(p.seqlen_q);
 }
@@ -825,11 +927,45 @@ static EncodeTiledFn encode_tiled() {
   return fn;
 }
 
+// A map over captured tensor `b` (launch_abi.cuh, CUBRIDGE_TMA_BUFFER0).
+static int encode_buffer_map(const cubridge_attn_fwd_buffer& b,
+                             const cubridge_attn_fwd_tma_request& r, void* out) {
+  static const CUtensorMapDataType kTypes[6] = {
+      CU_TENSOR_MAP_DATA_TYPE_INT32,   CU_TENSOR_MAP_DATA_TYPE_INT64,
+      CU_TENSOR_MAP_DATA_TYPE_UINT8,   CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+      CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, CU_TENSOR_MAP_DATA_TYPE_FLOAT16};
+  static const int kBytes[6] = {4, 8, 1, 4, 2, 2};
+  if (b.dtype < 0 || b.dtype > 5 || b.rank < 1 || b.rank > 4) return cudaErrorInvalidValue;
+  cuuint64_t dims[4], bytes[3];
+  cuuint64_t extent = kBytes[b.dtype];  // bytes inside the current dimension
+  for (int i = 0; i < 4; ++i) {
+    const int d = b.rank - 1 - i;  // the buffer's dimension, innermost first
+    dims[i] = d >= 0 ? static_cast<cuuint64_t>(b.sizes[d]) : 1;
+    if (i > 0) {
+      bytes[i - 1] = d >= 0 && b.sizes[d] > 1 ? static_cast<cuuint64_t>(b.strides[d]) * kBytes[b.dtype]
+                                              : extent;
+    }
+    extent = (i == 0 ? extent : bytes[i - 1]) * dims[i];
+  }
+  const cuuint32_t box[4] = {r.box_cols, r.box_rows, 1, 1};
+  const cuuint32_t unit[4] = {1, 1, 1, 1};
+  const CUresult e = encode_tiled()(
+      static_cast<CUtensorMap*>(out), kTypes[b.dtype], 4, const_cast<void*>(b.data), dims, bytes,
+      box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, static_cast<CUtensorMapSwizzle>(r.swizzle),
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return e == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
 // The request's map over the call's tensor (launch_abi.cuh: 4-D, innermost first).
 static int encode_map(const cubridge_attn_fwd_params& p, const cubridge_attn_fwd_tma_request& r,
                       void* out) {
   const EncodeTiledFn encode = encode_tiled();
   if (encode == nullptr) return cudaErrorNotSupported;
+  if (r.tensor >= CUBRIDGE_TMA_BUFFER0) {
+    const int i = r.tensor - CUBRIDGE_TMA_BUFFER0;
+    if (i >= CUBRIDGE_MAX_BUFFERS) return cudaErrorInvalidValue;
+    return encode_buffer_map(p.buffers[i], r, out);
+  }
   const void* ptr = r.tensor == 0 ? p.q : r.tensor == 1 ? p.k : r.tensor == 2 ? p.v : p.o;
   const bool is_q = r.tensor == 0 || r.tensor == 3;
   const int64_t* strides = r.tensor == 0   ? &p.q_batch_stride

@@ -32,7 +32,8 @@ struct Barriers {
   uint64_t v_empty[STAGES];
 };
 
-template <typename T, int D, int BLOCK_M, int TILE_N, int STAGES, int QBUFS>
+// STREAM_BYTES: one stage's tile of a streamed tensor (stream.cuh), in K's ring slot; 0: none.
+template <typename T, int D, int BLOCK_M, int TILE_N, int STAGES, int QBUFS, int STREAM_BYTES = 0>
 struct Geometry {
   static_assert(D == 64 || D == 128 || D == 256, "head dim 64, 128 or 256");
   static_assert(sizeof(T) == 2, "16-bit inputs");
@@ -42,6 +43,7 @@ struct Geometry {
                 "wgmma n of the score tile: 64, 80, 128 or 176 (the Mma shapes of wgmma.cuh)");
   static_assert(STAGES >= 2 && STAGES <= 4, "2 to 4 K/V stages");
   static_assert(QBUFS == 1 || QBUFS == 2, "one or two Q buffers");
+  static_assert(STREAM_BYTES % 1024 == 0, "a streamed tile keeps the next one 1024-byte aligned");
   static constexpr int kStages = STAGES;
   static constexpr int kQBuffers = QBUFS;
   using Bars = Barriers<STAGES, QBUFS>;
@@ -65,7 +67,9 @@ struct Geometry {
   static constexpr int kQOffset = 0;
   static constexpr int kKOffset = QBUFS * kQBytes;
   static constexpr int kVOffset = kKOffset + STAGES * kKVBytes;
-  static constexpr int kBarOffset = kVOffset + STAGES * kKVBytes;
+  static constexpr int kStreamBytes = STREAM_BYTES;
+  static constexpr int kStreamOffset = kVOffset + STAGES * kKVBytes;  // 1024-aligned: swizzled
+  static constexpr int kBarOffset = kStreamOffset + STAGES * kStreamBytes;
   // Dynamic shared memory is only guaranteed 16-byte alignment; the swizzle needs 1024.
   static constexpr int kSmemBytes = kBarOffset + static_cast<int>(sizeof(Bars)) + 1024;
 };
@@ -81,6 +85,9 @@ struct SmemPlan {
   __device__ __forceinline__ uint8_t* q(int buf) const { return base + G::kQOffset + buf * G::kQBytes; }
   __device__ __forceinline__ uint8_t* k(int s) const { return base + G::kKOffset + s * G::kKVBytes; }
   __device__ __forceinline__ uint8_t* v(int s) const { return base + G::kVOffset + s * G::kKVBytes; }
+  __device__ __forceinline__ uint8_t* stream(int s) const {
+    return base + G::kStreamOffset + s * G::kStreamBytes;
+  }
   __device__ __forceinline__ typename G::Bars* bars() const {
     return reinterpret_cast<typename G::Bars*>(base + G::kBarOffset);
   }
