@@ -15,6 +15,7 @@
 #include "cuir/lower/cuda_emit.h"
 #include "cuir/lower/modular.h"
 #include "cuir/lower/names.h"
+#include "cuir/lower/staged_tables.h"
 #include "cuir/lower/tile_stream.h"
 
 namespace cubridge::lower {
@@ -457,6 +458,11 @@ void ShareHoisted(std::vector<Hoisted>* hoisted, ExprPtr* expr) {
 // and whatever reads them, computed per element as FlexAttention computes everything.
 constexpr int kMaxColumnArrays = 1;
 
+// The bytes of small tables an expert stages in shared memory per work tile (StageTheTables): a
+// T5 table row is 128 bytes, Shaw's 65 floats 260; 4 KB keeps a Hopper consumer group's copy
+// beside the K/V stages at every head dim, and larger tables stay in L1/L2.
+constexpr int64_t kMaxStagedBytes = 4096;
+
 void FitColumnBudget(std::vector<Hoisted>* hoisted, ExprPtr* expr) {
   std::vector<size_t> cheap;
   int transcendental = 0;
@@ -503,7 +509,9 @@ class RegionWriter {
         kv_split_scores_(expert.code_identifiers.count("for_each_raw_score_kv_split") > 0),
         kv_walk_region_(expert.source.Find("kv_walk") != nullptr),
         stream_regions_(expert.source.Find("tile_stream") != nullptr &&
-                        expert.source.Find("stream_coords") != nullptr) {}
+                        expert.source.Find("stream_coords") != nullptr),
+        stage_regions_(expert.source.Find("staged_tables") != nullptr &&
+                       expert.source.Find("stage_tables") != nullptr) {}
 
   absl::StatusOr<std::map<std::string, std::string>> Run() {
     LOWER_RETURN_IF_ERROR(Params());
@@ -512,6 +520,7 @@ class RegionWriter {
     LOWER_RETURN_IF_ERROR(Tables());
     LOWER_RETURN_IF_ERROR(TopLets());
     LOWER_RETURN_IF_ERROR(TileStreamRegions());
+    LOWER_RETURN_IF_ERROR(StagedTableRegions());
     LOWER_RETURN_IF_ERROR(LoopHeader());
     LOWER_RETURN_IF_ERROR(LoopBody());
     LOWER_RETURN_IF_ERROR(EpilogueSink());
@@ -855,20 +864,10 @@ class RegionWriter {
     const size_t rank = info->binding.sizes.size();
     std::string coords[2] = {"0", "0"};  // dimensions rank - 3 and rank - 4
     for (size_t d = 0; d + 2 < rank; ++d) {
-      const ExprPtr& arg = found->leading[d];
-      auto index = EmitExpr(arg, kernel_);
+      auto text = WorkTileIndex(found->leading[d], info->binding.sizes[d]);
       // An index the work tile does not know (a block value): the reads stay per score.
-      if (!index.ok() || !IsInt(index->type)) return absl::OkStatus();
-      std::string text;
-      if (arg->kind == cuir::ExprKind::kIntLit && arg->int_value < 0) {
-        text = absl::StrCat("(", info->binding.sizes[d], " - ", -arg->int_value, ")");
-      } else if (cuir::ProvablyNonNegative(arg, element_bounds_)) {
-        text = index->text;
-      } else {
-        text = absl::StrCat("cuir_wrap(", Convert(*index, CType::kLong), ", ",
-                            info->binding.sizes[d], ")");
-      }
-      coords[rank - 3 - d] = absl::StrCat("static_cast<int>(", text, ")");
+      if (!text) return absl::OkStatus();
+      coords[rank - 3 - d] = absl::StrCat("static_cast<int>(", *text, ")");
     }
     stream_ = std::move(found);
     out_["tile_stream"] = absl::StrCat(
@@ -884,6 +883,91 @@ class RegionWriter {
     view.strides = {""};
     view.tile_view = true;
     kernel_.BindBuffer(TileStreamName(*stream_), view);
+    return absl::OkStatus();
+  }
+
+  // A leading index of a streamed or staged tensor as the work tile computes it, wrapped Python
+  // style as EmitIndex wraps (a negative literal from the size, a value not provably non-negative
+  // through cuir_wrap); nullopt where the work tile does not know it.
+  std::optional<std::string> WorkTileIndex(const ExprPtr& arg, const std::string& size) const {
+    auto index = EmitExpr(arg, kernel_);
+    if (!index.ok() || !IsInt(index->type)) return std::nullopt;
+    if (arg->kind == cuir::ExprKind::kIntLit && arg->int_value < 0) {
+      return absl::StrCat("(", size, " - ", -arg->int_value, ")");
+    }
+    if (cuir::ProvablyNonNegative(arg, element_bounds_)) return Convert(*index, CType::kLong);
+    return absl::StrCat("cuir_wrap(", Convert(*index, CType::kLong), ", ", size, ")");
+  }
+
+  // StageTheTables (staged_tables.h): small tables looked up per score, copied by the expert into
+  // shared memory once per work tile. The expert learns the bytes (`staged_tables`) and gets the
+  // copy as `stage_tables(dst, i0, n)` (threads i0, i0 + n, ... of a group that syncs around it);
+  // the element scope reads each table from `staged_area` at its offset.
+  absl::Status StagedTableRegions() {
+    if (!stage_regions_) return absl::OkStatus();
+    std::vector<const Stmt*> stmts(plan_.score_mods.begin(), plan_.score_mods.end());
+    stmts.insert(stmts.end(), plan_.masks.begin(), plan_.masks.end());
+    std::vector<const Stmt*> decls;
+    for (const BufferInfo& b : buffers_) decls.push_back(b.decl);
+    std::vector<StagedTable> found =
+        FindStagedTables(stmts, decls, {"q_idx", "kv_idx", "score", kQFloat, kKvFloat},
+                         stream_ ? stream_->buffer : "", kMaxStagedBytes);
+    std::string copies;
+    int64_t bytes = 0;
+    for (StagedTable& t : found) {
+      const BufferInfo* info = nullptr;
+      for (const BufferInfo& b : buffers_) {
+        if (b.decl == t.decl) info = &b;
+      }
+      const size_t k = t.leading.size();
+      std::string base;  // the slice's first element, in elements from the data pointer
+      bool known = info != nullptr;
+      for (size_t d = 0; known && d < k; ++d) {
+        auto index = WorkTileIndex(t.leading[d], info->binding.sizes[d]);
+        known = index.has_value();
+        if (known) absl::StrAppend(&base, " + ", *index, " * ", info->binding.strides[d]);
+      }
+      if (!known) continue;  // stays a global read (its bytes stay reserved, unused)
+      const char* type = StorageCType(info->binding.dtype);
+      std::string at = absl::StrCat("0", base), rest = "i";
+      int64_t elements = 1;
+      for (int64_t e : t.extents) elements *= e;
+      // i's index in each staged dimension, innermost last (row-major), times its stride.
+      int64_t inner = elements;
+      for (size_t d = k; d < info->binding.sizes.size(); ++d) {
+        inner /= t.extents[d - k];
+        const std::string j = absl::StrCat("(i / ", inner, " % ", t.extents[d - k], ")");
+        absl::StrAppend(&at, " + ", j,
+                        d + 1 < info->binding.sizes.size() ? " * " + info->binding.strides[d] : "");
+      }
+      absl::StrAppend(&copies, Origin(*t.decl), "for (int i = i0; i < ", elements, "; i += n) {\n",
+                      "  reinterpret_cast<", type, "*>(dst + ", t.offset, ")[i] = ", info->cpp, "[",
+                      at, "];\n}\n");
+      BufferBinding view;
+      view.data = absl::StrCat("reinterpret_cast<const ", type, "*>(staged_area + ", t.offset, ")");
+      view.dtype = info->binding.dtype;
+      view.shared = true;
+      int64_t stride = elements;
+      for (size_t d = 0; d < t.extents.size(); ++d) {
+        stride /= t.extents[d];
+        view.sizes.push_back(absl::StrCat(t.extents[d]));
+        if (d + 1 < t.extents.size()) view.strides.push_back(absl::StrCat(stride));
+      }
+      kernel_.BindBuffer(StagedName(t, staged_.size()), view);
+      bytes = t.offset + (t.bytes + 15) / 16 * 16;
+      staged_.push_back(std::move(t));
+    }
+    if (staged_.empty()) return absl::OkStatus();
+    out_["staged_tables"] = absl::StrCat(
+        "// looked up per score: copied into shared memory once per work tile\n",
+        "constexpr int kStagedBytes = ", bytes, ";\n");
+    std::string indented;
+    for (absl::string_view line : absl::StrSplit(copies, '\n', absl::SkipEmpty())) {
+      absl::StrAppend(&indented, "  ", line, "\n");
+    }
+    out_["stage_tables"] = absl::StrCat(
+        "auto stage_tables = [&](uint8_t* __restrict__ dst, const int i0, const int n) {\n", indented,
+        "};\n");
     return absl::OkStatus();
   }
 
@@ -1232,7 +1316,8 @@ class RegionWriter {
                                       bool outside_walk = false) {
     EmitScope scope = ElementScope(with_score);
     ElementCode code;
-    const ExprPtr streamed = stream_ ? StreamTheTile(s.value, *stream_) : s.value;
+    ExprPtr streamed = stream_ ? StreamTheTile(s.value, *stream_) : s.value;
+    if (!staged_.empty()) streamed = StageTheTables(streamed, staged_);
     const ExprPtr residues = ReduceModulo(streamed, element_bounds_);
     LOWER_ASSIGN_OR_RETURN(rewritten, FloatIndices(ReciprocalOfInvariantDivisors(residues), scope));
     if (rows_to_lse) {
@@ -1421,6 +1506,8 @@ class RegionWriter {
   const bool kv_walk_region_;   // the expert has a `kv_walk` region (variant_kv_walk_is_whole)
   const bool stream_regions_;   // ... regions `tile_stream` and `stream_coords` (StreamTheTile)
   std::optional<TileStream> stream_;  // the tensor that comes tile by tile, if any
+  const bool stage_regions_;    // ... regions `staged_tables` and `stage_tables` (StageTheTables)
+  std::vector<StagedTable> staged_;  // the tables copied into shared memory per work tile
   EmitScope ns_;      // namespace scope: params, consts
   EmitScope kernel_;  // kernel body before the loop
   EmitScope loop_;    // inside the KV loop

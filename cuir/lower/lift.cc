@@ -49,7 +49,8 @@ const std::vector<std::string>& KnownRegions() {
       "abi",        "tile_params", "variant_consts", "table_kernel", "workspace",
       "kv_walk",    "head_check",  "buffer_check",   "variant_bind", "head_map",  "program_lets",
       "kv_range",   "kv_loop",     "block_class",    "qk_scale",     "score_mod",
-      "mask",       "epilogue_sink", "epilogue_rows",  "tile_stream",  "stream_coords"};
+      "mask",       "epilogue_sink", "epilogue_rows",  "tile_stream",  "stream_coords",
+      "staged_tables", "stage_tables"};
   return kRegions;
 }
 

@@ -41,6 +41,8 @@ std::string RegionConstruct(const std::string& region) {
       {"epilogue_rows", "a score_mod's row terms, moved to the LSE"},
       {"tile_stream", "a captured tensor read per score, streamed tile by tile"},
       {"stream_coords", "that tensor's leading indices for a work tile"},
+      {"staged_tables", "small tables looked up per score, staged in shared memory"},
+      {"stage_tables", "the copy of those tables per work tile"},
   };
   auto it = kConstructs.find(region);
   return it == kConstructs.end() ? region : it->second;

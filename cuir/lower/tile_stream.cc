@@ -1,7 +1,8 @@
 #include "cuir/lower/tile_stream.h"
 
 #include <algorithm>
-#include <memory>
+
+#include "cuir/lower/map_args.h"
 
 namespace cubridge::lower {
 namespace {
@@ -62,17 +63,7 @@ ExprPtr StreamTheTile(const ExprPtr& e, const TileStream& s) {
     for (size_t i = 0; i < s.leading.size(); ++i) same = same && cuir::Equal(e->args[i], s.leading[i]);
     if (same) return cuir::Index(TileStreamName(s), {e->args[e->args.size() - 2], e->args.back()}, e->loc);
   }
-  bool changed = false;
-  std::vector<ExprPtr> args;
-  args.reserve(e->args.size());
-  for (const ExprPtr& a : e->args) {
-    args.push_back(StreamTheTile(a, s));
-    changed = changed || args.back() != a;
-  }
-  if (!changed) return e;
-  auto copy = std::make_shared<cuir::Expr>(*e);
-  copy->args = std::move(args);
-  return copy;
+  return MapArgs(e, [&](const ExprPtr& a) { return StreamTheTile(a, s); });
 }
 
 }  // namespace cubridge::lower

@@ -51,8 +51,9 @@ class Gpu : public ::testing::Test {
 
   // The expert's own tile for this arch (fa2_sm80: 128x64, 4 warps; fa3_sm90: 128x128, 12 warps)
   // and a second valid one, for the tests that name their candidates.
-  TileConfig Tile() const {
-    return arch_ == lower::Arch::kSm90 ? TileConfig{128, 128, 12} : TileConfig{128, 64, 4};
+  TileConfig Tile() const { return TileFor(arch_); }
+  static TileConfig TileFor(lower::Arch arch) {
+    return arch == lower::Arch::kSm90 ? TileConfig{128, 128, 12} : TileConfig{128, 64, 4};
   }
   TileConfig OtherTile() const {
     return arch_ == lower::Arch::kSm90 ? TileConfig{128, 64, 12} : TileConfig{64, 64, 4};
@@ -205,24 +206,31 @@ INSTANTIATE_TEST_SUITE_P(Suite, GeneralityOnGpu,
                          ::testing::ValuesIn(cubridge::testing::GeneralitySuite()),
                          cubridge::testing::GeneralityName);
 
-// Tensors read per score at [..., q_idx, kv_idx] come tile by tile into shared memory (the sm_90
-// expert's tile stream, docs/lowering.md): by TMA where the tensor allows it (the job's aligned
-// 256 x 256 shape) and filled by the consumer warps where it does not (the ragged verification
-// shapes: rows of 257 or 300 bools, 514 or 600 bytes of bf16). Each spec both ways, in both
-// dtypes and head layouts; on sm_80 the same specs read global memory per score.
+// Tensors read per score at [..., q_idx, kv_idx] come tile by tile into shared memory (the tile
+// stream, docs/lowering.md): on the sm_90 expert by TMA where the tensor allows it (the job's
+// aligned 256 x 256 shape) and filled by the consumer warps where it does not (the ragged
+// verification shapes: rows of 257 or 300 bools, 514 or 600 bytes of bf16); on the sm_80 expert
+// by cp.async, or by the threads element by element. Each spec both ways, in both dtypes and head
+// layouts, on both experts where this GPU runs both (sm_80 code runs on sm_90).
 TEST_F(Gpu, StreamedTensorsVerifyByTmaAndByTheWarpsFill) {
+  std::vector<lower::Arch> archs = {arch_};
+  if (arch_ == lower::Arch::kSm90) archs.push_back(lower::Arch::kSm80);
   for (const auto& g : cubridge::testing::GeneralitySuite()) {
     if (g.name != "unstructured_keep_mask" && g.name != "additive_bias_bf16" &&
         g.name != "graphormer_spatial") {
       continue;
     }
-    for (const bool fp16 : {false, true}) {
-      SCOPED_TRACE(g.name + (fp16 ? " fp16 MHA" : " bf16 GQA"));
-      cuir::AttentionConfig c = fp16 ? Config(2, 4, 4, 256) : Config(2, 8, 2, 256);
-      c.dtype = fp16 ? cuir::DType::kFP16 : cuir::DType::kBF16;
-      GpuAutotuner tuner(Options({Tile()}, false));
-      const std::string out = dir_ + "/out-" + g.name + (fp16 ? "-fp16" : "-bf16");
-      ExpectVerifiedOnTheGpu(pipeline::Adapt(GeneralityAdapt(g, c, arch_, out, 99, &tuner)));
+    for (const lower::Arch arch : archs) {
+      for (const bool fp16 : {false, true}) {
+        const std::string label = absl::StrCat(g.name, arch == lower::Arch::kSm80 ? "-sm80" : "-sm90",
+                                               fp16 ? "-fp16-mha" : "-bf16-gqa");
+        SCOPED_TRACE(label);
+        cuir::AttentionConfig c = fp16 ? Config(2, 4, 4, 256) : Config(2, 8, 2, 256);
+        c.dtype = fp16 ? cuir::DType::kFP16 : cuir::DType::kBF16;
+        GpuAutotuner tuner(Options({TileFor(arch)}, false));
+        ExpectVerifiedOnTheGpu(
+            pipeline::Adapt(GeneralityAdapt(g, c, arch, dir_ + "/" + label, 99, &tuner)));
+      }
     }
   }
 }

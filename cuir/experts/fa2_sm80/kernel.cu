@@ -69,6 +69,7 @@ int cubridge_attn_fwd_attention(const cubridge_attn_fwd_params* p, struct CUstre
 #include "epilogue.cuh"
 #include "mainloop.cuh"
 #include "softmax.cuh"
+#include "stream.cuh"
 #include "tile.cuh"
 
 namespace cubridge_fa2 {
@@ -136,6 +137,20 @@ __host__ __device__ __forceinline__ bool variant_buffers_ok(const cubridge_attn_
 }
 // @cuir-end buffer_check
 
+// @cuir-region tile_stream
+// The captured tensor a score_mod or mask reads at [..., q_idx, kv_idx], which comes tile by tile
+// beside K (stream.cuh): its slot in p.buffers (-1: none), rank and element type.
+constexpr int kStreamBuffer = -1;
+constexpr int kStreamRank = 2;
+using StreamElem = unsigned char;
+// @cuir-end tile_stream
+
+// @cuir-region staged_tables
+// The bytes of the small tables a score_mod or mask looks up per score, which the kernel copies
+// into shared memory once per work tile (stage_tables); 0: none.
+constexpr int kStagedBytes = 0;
+// @cuir-end staged_tables
+
 // The block-table kernels (classify, then compact), on the regions above.
 #include "../common/table_kernels.cuh"
 
@@ -147,7 +162,16 @@ struct Tiling {
   static constexpr int MT = BLOCK_M / (16 * kWarps);
   static constexpr int NT = BLOCK_N / 8;
   static constexpr int DT = D / 8;
-  static constexpr size_t kSmemBytes = size_t(BLOCK_M + 2 * BLOCK_N) * D * 2;
+  static constexpr size_t kBaseBytes = size_t(BLOCK_M + 2 * BLOCK_N) * D * 2;
+  // A streamed tensor's tile after V where the total stays within an A100's 163 KB per block;
+  // otherwise the instance reads it per score from global memory.
+  static constexpr bool kStream =
+      kStreamBuffer >= 0 &&
+      kBaseBytes + cubridge::fa2::StreamTile80<StreamElem, BLOCK_M, BLOCK_N, true>::kBytes <= 160 * 1024;
+  using Stream = cubridge::fa2::StreamTile80<StreamElem, BLOCK_M, BLOCK_N, kStream>;
+  // Then the variant's small tables (stage_tables), 16-byte aligned.
+  static constexpr size_t kStagedOffset = (kBaseBytes + Stream::kBytes + 15) / 16 * 16;
+  static constexpr size_t kSmemBytes = kStagedOffset + kStagedBytes;
   static_assert(MT >= 1 && BLOCK_M == MT * 16 * kWarps, "BLOCK_M must be 16 * warps * m-tiles");
   static_assert(BLOCK_N % 16 == 0, "BLOCK_N must be a multiple of 16");
 };
@@ -187,8 +211,33 @@ __global__ void __launch_bounds__(kThreadsFor<D>)
   // @cuir-end head_map
   // @cuir-region program_lets
   // @cuir-end program_lets
+  // @cuir-region stream_coords
+  // The streamed tensor's indices before [q_idx, kv_idx] for this work tile (dimensions
+  // rank - 3 and rank - 4): none here.
+  const int stream_c2 = 0, stream_c3 = 0;
+  // @cuir-end stream_coords
+  // @cuir-region stage_tables
+  // Copies the tables the variant looks up into shared memory (dst), threads i0, i0 + n, ...:
+  // none here.
+  auto stage_tables = [&](uint8_t* __restrict__ dst, const int i0, const int n) {
+    (void)dst, (void)i0, (void)n;
+  };
+  // @cuir-end stage_tables
+  (void)stage_tables;
+  uint8_t* const staged_area = smem + Tiling<D>::kStagedOffset;
+  using Stream = typename Tiling<D>::Stream;
+  uint8_t* const s_stream = smem + Tiling<D>::kBaseBytes;
+  const CuirStreamSource<StreamElem> stream_src =
+      cuir_stream_source<StreamElem, kStreamBuffer, kStreamRank>(p, stream_c2, stream_c3);
+  // cp.async takes rows that all start 16-byte aligned.
+  const bool stream_vector =
+      reinterpret_cast<uintptr_t>(stream_src.data) % 16 == 0 &&
+      stream_src.row_stride * static_cast<long long>(sizeof(StreamElem)) % 16 == 0;
 
   const int tid = threadIdx.x, lane = tid & 31, warp_row0 = (tid >> 5) * MT * 16;
+  // The variant's tables, copied once (one work tile per CTA); the KV loop's first barrier
+  // publishes the copy before any score reads it.
+  if constexpr (kStagedBytes > 0) stage_tables(staged_area, tid, kThreads);
   // load Q = q[b, h, q_lo:q_hi]
   const T* q_ptr = static_cast<const T*>(p.q) + b * p.q_batch_stride + h * p.q_head_stride +
                    static_cast<int64_t>(q_lo) * p.q_row_stride;
@@ -202,6 +251,11 @@ __global__ void __launch_bounds__(kThreadsFor<D>)
     tile.template load_async<kThreads>(base + lo * row_stride, row_stride,
                                        min(BLOCK_N, seqlen_kv - lo), tid);
     cp_async_commit();
+  };
+  // K's block and a streamed tensor's tile of it, in one cp.async group.
+  auto load_k = [&](int block) {
+    Stream::template load<kThreads>(s_stream, stream_src, q_lo, block * BLOCK_N, stream_vector, tid);
+    load_kv(sK, k_ptr, p.k_row_stride, block);
   };
 
   // softmax.init
@@ -231,11 +285,11 @@ __global__ void __launch_bounds__(kThreadsFor<D>)
     // @cuir-end block_class
 
     if (first_block) {  // the prologue: the first K block is not prefetched by a previous one
-      load_kv(sK, k_ptr, p.k_row_stride, n_block);
+      load_k(n_block);
       first_block = false;
     }
     cp_async_wait<0>();
-    __syncthreads();  // K(n_block) landed; every warp is done with the previous V
+    __syncthreads();  // K(n_block) and its streamed tile landed; every warp is done with the previous V
     load_kv(sV, v_ptr, p.v_row_stride, n_block);
 
     float s[MT][NT][4];
@@ -288,6 +342,8 @@ __global__ void __launch_bounds__(kThreadsFor<D>)
     };
     (void)for_each_score, (void)for_each_score_at;
     (void)for_each_score_row, (void)for_each_score_col;
+    const Stream stream_tile{s_stream, stream_src, q_lo, kv_lo};
+    (void)stream_tile;
     // @cuir-region score_mod
     // @cuir-end score_mod
     // @cuir-region mask
@@ -296,8 +352,8 @@ __global__ void __launch_bounds__(kThreadsFor<D>)
     softmax.step(s, acc);
 
     cp_async_wait<0>();
-    __syncthreads();  // V(n_block) landed; every warp is done with K(n_block)
-    if (n_next != INT_MAX) load_kv(sK, k_ptr, p.k_row_stride, n_next);
+    __syncthreads();  // V(n_block) landed; every warp is done with K(n_block) and its tile
+    if (n_next != INT_MAX) load_k(n_next);
     gemm_pv<T, MT, NT, DT, D>(acc, s, lds);
   }
   cp_async_wait<0>();

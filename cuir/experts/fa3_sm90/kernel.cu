@@ -179,6 +179,12 @@ constexpr int kStreamRank = 2;
 using StreamElem = unsigned char;
 // @cuir-end tile_stream
 
+// @cuir-region staged_tables
+// The bytes of the small tables a score_mod or mask looks up per score, which the kernel copies
+// into shared memory once per work tile (stage_tables); 0: none.
+constexpr int kStagedBytes = 0;
+// @cuir-end staged_tables
+
 // The block-table kernels (classify, then compact), on the regions above.
 #include "../common/table_kernels.cuh"
 
@@ -214,7 +220,7 @@ template <int D>
 using StreamL = cubridge::fa3::StreamLayout<StreamElem, kBlockM<D>, kTileN<D>, 32 * 1024>;
 template <int D, int S, int QB, int SB>
 constexpr bool kFitsWith =
-    cubridge::fa3::Geometry<__nv_bfloat16, D, kBlockM<D>, kTileN<D>, S, QB, SB>::kSmemBytes <=
+    cubridge::fa3::Geometry<__nv_bfloat16, D, kBlockM<D>, kTileN<D>, S, QB, SB, kStagedBytes>::kSmemBytes <=
     227 * 1024;
 template <int D>
 constexpr int kStreamWant =
@@ -231,7 +237,7 @@ template <int D>
 constexpr int kQBuffers = kFits<D, kStages<D>, 2> ? 2 : 1;
 template <typename T, int D>
 using Geo = cubridge::fa3::Geometry<T, D, kBlockM<D>, kTileN<D>, kStages<D>, kQBuffers<D>,
-                                    kStreamBytes<D>>;
+                                    kStreamBytes<D>, kStagedBytes>;
 
 // Whether this call's streamed tensor comes by TMA: an instance with the tile in shared memory
 // and a tensor TMA can take (16-byte aligned, every outer stride a positive multiple of 16 bytes
@@ -255,22 +261,10 @@ __host__ __device__ __forceinline__ bool stream_tma_ok(const cubridge_attn_fwd_p
   }
 }
 
-// The streamed tensor's rows at one work tile's leading indices (c2: dimension rank - 3, c3:
-// rank - 4), for the global reads and the fill.
+// The streamed tensor's rows at one work tile's leading indices, for the global reads and the fill.
 __device__ __forceinline__ cubridge::fa3::StreamSource<StreamElem> stream_source(
     const cubridge_attn_fwd_params& p, int c2, int c3) {
-  cubridge::fa3::StreamSource<StreamElem> s;
-  if constexpr (kStreamBuffer >= 0) {
-    const cubridge_attn_fwd_buffer& b = p.buffers[kStreamBuffer < 0 ? 0 : kStreamBuffer];
-    s.data = static_cast<const StreamElem*>(b.data);
-    if (kStreamRank >= 3) s.data += c2 * b.strides[kStreamRank < 3 ? 0 : kStreamRank - 3];
-    if (kStreamRank >= 4) s.data += c3 * b.strides[kStreamRank < 4 ? 0 : kStreamRank - 4];
-    s.row_stride = b.strides[kStreamRank - 2];
-    s.rows = b.sizes[kStreamRank - 2];
-    s.cols = b.sizes[kStreamRank - 1];
-  }
-  (void)p, (void)c2, (void)c3;
-  return s;
+  return cuir_stream_source<StreamElem, kStreamBuffer, kStreamRank>(p, c2, c3);
 }
 
 // Whether the instance runs persistent CTAs (cubridge_attn_fwd_make_plan): not at head dim 256
@@ -416,6 +410,17 @@ __global__ void __launch_bounds__(Geo<T, D>::kThreads, 1)
     const int stream_c2 = 0, stream_c3 = 0;
     // @cuir-end stream_coords
     (void)stream_c2, (void)stream_c3;
+    // @cuir-region stage_tables
+    // Copies the tables the variant looks up into shared memory (dst), threads i0, i0 + n, ...:
+    // none here.
+    auto stage_tables = [&](uint8_t* __restrict__ dst, const int i0, const int n) {
+      (void)dst, (void)i0, (void)n;
+    };
+    // @cuir-end stage_tables
+    (void)stage_tables;
+    // This consumer group's copy (the producer's index is unused).
+    const uint8_t* const staged_area = sp.staged(wg > 0 ? wg - 1 : 0);
+    (void)staged_area;
 
     // The walk over the visited KV blocks: body(n_block, kv_lo, kv_hi, apply_variant) per block,
     // ascending. apply_variant(s, col0, row0, tile_hi) runs the program's score_mods and masks on
@@ -616,6 +621,12 @@ __global__ void __launch_bounds__(Geo<T, D>::kThreads, 1)
       int pv_slot = -1;        // the ring slot of the tile whose P V is still to issue (-1: none)
       uint32_t pv_parity = 0;
 
+      if constexpr (kStagedBytes > 0) {
+        // The group's last work tile is done with its copy of the tables: refill it for this one.
+        warpgroup_bar_sync(kBarStage0 + cw);
+        stage_tables(sp.staged(cw), threadIdx.x % 128, 128);
+        warpgroup_bar_sync(kBarStage0 + cw);
+      }
       // Ping-pong: WG 1 arrives once so that WG 0 issues first; both run one issue section per tile
       // plus the last P V, so WG 0's extra wait after the loop balances the barriers.
       if (kPingPong && cw == 1) named_bar_arrive<kBarIssueWG0, kPingPongThreads>();

@@ -20,6 +20,7 @@
 
 #include "../common/cuir_platform.cuh"
 #include "../common/cuir_scalar.cuh"
+#include "../common/stream_source.cuh"
 
 namespace cubridge {
 namespace fa3 {
@@ -47,14 +48,8 @@ struct StreamLayout {
   }
 };
 
-// One captured tensor's rows: data + row * row_stride + col, for cols below `cols` and rows
-// below `rows` (0 beyond, as TMA fills).
 template <typename E>
-struct StreamSource {
-  const E* data = nullptr;  // at the tile's leading indices (b, h terms) already
-  long long row_stride = 0;
-  long long rows = 0, cols = 0;
-};
+using StreamSource = CuirStreamSource<E>;  // common/stream_source.cuh
 
 // The view a variant reads through: at(q_idx, kv_idx) of the current KV tile.
 template <typename E, int ROWS, int TILE_N, bool IN_SMEM>
