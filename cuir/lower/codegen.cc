@@ -844,13 +844,11 @@ class RegionWriter {
   // and the element scope reads it through the expert's view. Otherwise nothing changes.
   absl::Status TileStreamRegions() {
     if (!stream_regions_) return absl::OkStatus();
-    std::vector<const Stmt*> stmts(plan_.score_mods.begin(), plan_.score_mods.end());
-    stmts.insert(stmts.end(), plan_.masks.begin(), plan_.masks.end());
     // The narrowest elements first: the expert streams one tensor, and a wide one's tile may
     // not fit its shared memory.
     const BufferInfo* info = nullptr;
     std::optional<TileStream> found;
-    for (TileStream& t : FindTileStreams(stmts, {"q_idx", "kv_idx", "score", kQFloat, kKvFloat})) {
+    for (TileStream& t : FindTileStreams(ElementStmts(), ElementSymbols())) {
       for (const BufferInfo& b : buffers_) {
         if (b.decl->name != t.buffer) continue;
         if (info == nullptr || cuir::TensorDTypeBytes(b.binding.dtype) < cuir::TensorDTypeBytes(info->binding.dtype)) {
@@ -886,6 +884,17 @@ class RegionWriter {
     return absl::OkStatus();
   }
 
+  // The statements whose expressions run per score element (score_mods, then masks), and the
+  // symbols that move with the element there.
+  std::vector<const Stmt*> ElementStmts() const {
+    std::vector<const Stmt*> stmts(plan_.score_mods.begin(), plan_.score_mods.end());
+    stmts.insert(stmts.end(), plan_.masks.begin(), plan_.masks.end());
+    return stmts;
+  }
+  static std::vector<std::string> ElementSymbols() {
+    return {"q_idx", "kv_idx", "score", kQFloat, kKvFloat};
+  }
+
   // A leading index of a streamed or staged tensor as the work tile computes it, wrapped Python
   // style as EmitIndex wraps (a negative literal from the size, a value not provably non-negative
   // through cuir_wrap); nullopt where the work tile does not know it.
@@ -905,13 +914,11 @@ class RegionWriter {
   // the element scope reads each table from `staged_area` at its offset.
   absl::Status StagedTableRegions() {
     if (!stage_regions_) return absl::OkStatus();
-    std::vector<const Stmt*> stmts(plan_.score_mods.begin(), plan_.score_mods.end());
-    stmts.insert(stmts.end(), plan_.masks.begin(), plan_.masks.end());
     std::vector<const Stmt*> decls;
     for (const BufferInfo& b : buffers_) decls.push_back(b.decl);
     std::vector<StagedTable> found =
-        FindStagedTables(stmts, decls, {"q_idx", "kv_idx", "score", kQFloat, kKvFloat},
-                         stream_ ? stream_->buffer : "", kMaxStagedBytes);
+        FindStagedTables(ElementStmts(), decls, ElementSymbols(), stream_ ? stream_->buffer : "",
+                         kMaxStagedBytes);
     std::string copies;
     int64_t bytes = 0;
     for (StagedTable& t : found) {
@@ -929,7 +936,7 @@ class RegionWriter {
       }
       if (!known) continue;  // stays a global read (its bytes stay reserved, unused)
       const char* type = StorageCType(info->binding.dtype);
-      std::string at = absl::StrCat("0", base), rest = "i";
+      std::string at = absl::StrCat("0", base);
       int64_t elements = 1;
       for (int64_t e : t.extents) elements *= e;
       // i's index in each staged dimension, innermost last (row-major), times its stride.

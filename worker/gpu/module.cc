@@ -102,14 +102,14 @@ absl::StatusOr<TmaGeometry> BufferGeometry(const AttnParams& p, const TmaRequest
       CU_TENSOR_MAP_DATA_TYPE_INT32,   CU_TENSOR_MAP_DATA_TYPE_INT64,
       CU_TENSOR_MAP_DATA_TYPE_UINT8,   CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
       CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, CU_TENSOR_MAP_DATA_TYPE_FLOAT16};
-  static const int64_t kBytes[] = {4, 8, 1, 4, 2, 2};
   const auto& b = p.buffers[i];
-  if (b.data == nullptr || b.dtype < 0 || b.dtype > 5 || b.rank < 1 || b.rank > 4) {
+  int64_t dims[4], strides[3];
+  const int64_t e = b.data == nullptr ? 0 : cubridge_attn_fwd_buffer_map_shape(&b, dims, strides);
+  if (e == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "a TMA map over ", kNames[i], " needs its data, a dtype 0 to 5 and a rank 1 to 4; it has ",
         b.data == nullptr ? "no data" : "data", ", dtype ", b.dtype, ", rank ", b.rank));
   }
-  const int64_t e = kBytes[b.dtype];
   if (request.box_cols * e % 16 != 0 ||
       (request.swizzle > 0 && request.box_cols * e > SwizzleSpan(request.swizzle))) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -120,26 +120,19 @@ absl::StatusOr<TmaGeometry> BufferGeometry(const AttnParams& p, const TmaRequest
   g.tensor = kNames[i];
   g.address = const_cast<void*>(b.data);
   g.data_type = kTypes[b.dtype];
-  int64_t extent = e;  // bytes inside the current dimension
   for (int k = 0; k < 4; ++k) {
-    const int d = b.rank - 1 - k;
-    const int64_t size = d >= 0 ? b.sizes[d] : 1;
-    if (size < 1) {
+    const int d = b.rank - 1 - k;  // the buffer's dimension
+    if (dims[k] < 1) {
       return absl::InvalidArgumentError(absl::StrCat("a TMA map over ", kNames[i],
                                                      " needs every size at least 1; size ", d,
-                                                     " is ", size));
+                                                     " is ", dims[k]));
     }
-    g.dims[k] = static_cast<cuuint64_t>(size);
-    if (k > 0) {
-      const int64_t stride = d >= 0 && size > 1 ? b.strides[d] * e : extent;
-      if (stride <= 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "a TMA map over ", kNames[i], " cannot have stride ", b.strides[d], " in dimension ", d));
-      }
-      g.strides[k - 1] = static_cast<cuuint64_t>(stride);
-      extent = stride;
+    g.dims[k] = static_cast<cuuint64_t>(dims[k]);
+    if (k > 0 && strides[k - 1] <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a TMA map over ", kNames[i], " cannot have stride ", b.strides[d], " in dimension ", d));
     }
-    extent *= size;
+    if (k > 0) g.strides[k - 1] = static_cast<cuuint64_t>(strides[k - 1]);
   }
   return WithBox(g, request);
 }

@@ -163,6 +163,28 @@ CUBRIDGE_ABI_FN uint32_t cubridge_attn_fwd_launch_ctas(const cubridge_attn_fwd_l
   const uint32_t fit = sms * plan->resident_ctas_per_sm;
   return fit > 0 && fit < plan->grid[0] ? fit : plan->grid[0];
 }
+// The 4-D map over captured tensor `b` (CUBRIDGE_TMA_BUFFER0 above): dims innermost first, a
+// size 1 where the rank is lower; strides in bytes of dims 1..3, a dimension of size 1 (or one
+// the rank lacks) taking the extent inside it. Returns the element size in bytes, or 0 for a
+// dtype or rank no map takes. The worker's loader and the nvcc launcher both encode from here;
+// the loader also names what TMA refuses (a size below 1, a stride not positive).
+CUBRIDGE_ABI_FN int cubridge_attn_fwd_buffer_map_shape(const cubridge_attn_fwd_buffer* b,
+                                                       int64_t dims[4], int64_t strides[3]) {
+  const int bytes[6] = {4, 8, 1, 4, 2, 2};  // CUBRIDGE_DTYPE_* order
+  if (b->dtype < 0 || b->dtype > 5 || b->rank < 1 || b->rank > 4) return 0;
+  const int e = bytes[b->dtype];
+  int64_t extent = e;  // bytes inside the current dimension
+  for (int i = 0; i < 4; ++i) {
+    const int d = b->rank - 1 - i;  // the buffer's dimension
+    dims[i] = d >= 0 ? b->sizes[d] : 1;
+    if (i > 0) {
+      strides[i - 1] = d >= 0 && b->sizes[d] > 1 ? b->strides[d] * e : extent;
+      extent = strides[i - 1];
+    }
+    extent *= dims[i];
+  }
+  return e;
+}
 #endif  // __cplusplus
 
 #endif  // cubridge_attn_fwd_LAUNCH_ABI_CUH_

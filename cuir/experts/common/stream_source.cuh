@@ -3,6 +3,7 @@
 // type) and each work tile's leading indices in `stream_coords`; both experts read it from here.
 #pragma once
 
+#include "cuir_scalar.cuh"
 #include "launch_abi.cuh"
 
 // The rows data + row * row_stride + col of one work tile's slice, valid below `rows` x `cols`.
@@ -11,6 +12,12 @@ struct CuirStreamSource {
   const E* data = nullptr;  // at the work tile's leading indices already
   long long row_stride = 0;
   long long rows = 0, cols = 0;
+
+  // Element (q_idx, kv_idx) read per score from global memory (an instance without room for the
+  // tile), as a CuIR value (cuir_buffers.cuh).
+  __device__ __forceinline__ auto at(int q_idx, int kv_idx) const {
+    return cuir_ld(data + static_cast<long long>(q_idx) * row_stride + kv_idx);
+  }
 };
 
 // Buffer SLOT of rank RANK (2 to 4) at leading indices c2 (dimension RANK - 3) and c3 (RANK - 4);

@@ -40,7 +40,7 @@ struct StreamTile80 {
       return cuir_value(
           *reinterpret_cast<const E*>(smem + (q_idx - q_lo) * kPitch + (kv_idx - kv_lo) * kElem));
     } else {
-      return cuir_ld(src.data + static_cast<long long>(q_idx) * src.row_stride + kv_idx);
+      return src.at(q_idx, kv_idx);
     }
   }
 

@@ -261,12 +261,6 @@ __host__ __device__ __forceinline__ bool stream_tma_ok(const cubridge_attn_fwd_p
   }
 }
 
-// The streamed tensor's rows at one work tile's leading indices, for the global reads and the fill.
-__device__ __forceinline__ cubridge::fa3::StreamSource<StreamElem> stream_source(
-    const cubridge_attn_fwd_params& p, int c2, int c3) {
-  return cuir_stream_source<StreamElem, kStreamBuffer, kStreamRank>(p, c2, c3);
-}
-
 // Whether the instance runs persistent CTAs (cubridge_attn_fwd_make_plan): not at head dim 256
 // with 64-key tiles, where one CTA per work tile measured faster.
 template <int D>
@@ -608,7 +602,9 @@ __global__ void __launch_bounds__(Geo<T, D>::kThreads, 1)
       const int t = lane & 3;
       const Operands<G, TILE_N> ops(sp.q(0), sp.k(0), sp.v(0), cw);
       const uint64_t q_desc = ops.q(q_at.slot);
-      const StreamSource<StreamElem> stream_src = stream_source(p, stream_c2, stream_c3);
+      // The streamed tensor at this work tile's leading indices (global reads and the fill).
+      const CuirStreamSource<StreamElem> stream_src =
+          cuir_stream_source<StreamElem, kStreamBuffer, kStreamRank>(p, stream_c2, stream_c3);
 
       // softmax.init
       float acc[D / 2];
@@ -938,26 +934,18 @@ static EncodeTiledFn encode_tiled() {
   return fn;
 }
 
-// A map over captured tensor `b` (launch_abi.cuh, CUBRIDGE_TMA_BUFFER0).
+// A map over captured tensor `b` (launch_abi.cuh, cubridge_attn_fwd_buffer_map_shape).
 static int encode_buffer_map(const cubridge_attn_fwd_buffer& b,
                              const cubridge_attn_fwd_tma_request& r, void* out) {
   static const CUtensorMapDataType kTypes[6] = {
       CU_TENSOR_MAP_DATA_TYPE_INT32,   CU_TENSOR_MAP_DATA_TYPE_INT64,
       CU_TENSOR_MAP_DATA_TYPE_UINT8,   CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
       CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, CU_TENSOR_MAP_DATA_TYPE_FLOAT16};
-  static const int kBytes[6] = {4, 8, 1, 4, 2, 2};
-  if (b.dtype < 0 || b.dtype > 5 || b.rank < 1 || b.rank > 4) return cudaErrorInvalidValue;
+  int64_t shape[4], stride_bytes[3];
+  if (cubridge_attn_fwd_buffer_map_shape(&b, shape, stride_bytes) == 0) return cudaErrorInvalidValue;
   cuuint64_t dims[4], bytes[3];
-  cuuint64_t extent = kBytes[b.dtype];  // bytes inside the current dimension
-  for (int i = 0; i < 4; ++i) {
-    const int d = b.rank - 1 - i;  // the buffer's dimension, innermost first
-    dims[i] = d >= 0 ? static_cast<cuuint64_t>(b.sizes[d]) : 1;
-    if (i > 0) {
-      bytes[i - 1] = d >= 0 && b.sizes[d] > 1 ? static_cast<cuuint64_t>(b.strides[d]) * kBytes[b.dtype]
-                                              : extent;
-    }
-    extent = (i == 0 ? extent : bytes[i - 1]) * dims[i];
-  }
+  for (int i = 0; i < 4; ++i) dims[i] = static_cast<cuuint64_t>(shape[i]);
+  for (int i = 0; i < 3; ++i) bytes[i] = static_cast<cuuint64_t>(stride_bytes[i]);
   const cuuint32_t box[4] = {r.box_cols, r.box_rows, 1, 1};
   const cuuint32_t unit[4] = {1, 1, 1, 1};
   const CUresult e = encode_tiled()(

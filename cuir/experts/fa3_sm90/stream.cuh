@@ -48,22 +48,19 @@ struct StreamLayout {
   }
 };
 
-template <typename E>
-using StreamSource = CuirStreamSource<E>;  // common/stream_source.cuh
-
 // The view a variant reads through: at(q_idx, kv_idx) of the current KV tile.
 template <typename E, int ROWS, int TILE_N, bool IN_SMEM>
 struct StreamTile {
   using L = StreamLayout<E, ROWS, TILE_N>;
   const uint8_t* smem;       // this ring slot's tile (IN_SMEM)
-  StreamSource<E> src;       // the tensor (global reads, !IN_SMEM)
+  CuirStreamSource<E> src;   // the tensor (global reads, !IN_SMEM)
   int q_lo, kv_lo;
   // The element as a CuIR value (cuir_buffers.cuh: bool, int, long long or float).
   __device__ __forceinline__ auto at(int q_idx, int kv_idx) const {
     if constexpr (IN_SMEM) {
       return cuir_value(*reinterpret_cast<const E*>(smem + L::offset(q_idx - q_lo, kv_idx - kv_lo)));
     } else {
-      return cuir_ld(src.data + static_cast<long long>(q_idx) * src.row_stride + kv_idx);
+      return src.at(q_idx, kv_idx);
     }
   }
 };
@@ -72,7 +69,7 @@ struct StreamTile {
 // memory into the swizzled layout (calls TMA cannot serve). The warp alone reads these rows, so
 // warp barriers suffice: before (the slot's last readers are this warp's lanes) and after.
 template <typename E, int ROWS, int TILE_N>
-__device__ __forceinline__ void stream_fill_rows(uint8_t* tile, const StreamSource<E>& src,
+__device__ __forceinline__ void stream_fill_rows(uint8_t* tile, const CuirStreamSource<E>& src,
                                                  int q_lo, int kv_lo, int row_lo, int lane) {
   using L = StreamLayout<E, ROWS, TILE_N>;
   __syncwarp();
