@@ -183,6 +183,8 @@ absl::StatusOr<v1::Job> JobFlow::Submit(const v1::SubmitJobRequest& request,
   }
   if (created->outcome == store::CreatedJob::Outcome::kExisting) {
     if (metrics_) metrics_->JobSubmitted("duplicate");
+    // Idempotent: a retry of a submit that died before its first Advance starts the job.
+    if (auto s = Advance(id); !s.ok()) return s;
     return Describe(id);
   }
   if (lift) {  // the kernel cache holds adapted kernels, not lifted programs

@@ -51,6 +51,17 @@ return 1)lua";
 
 constexpr char kActive[] = "cubridge:active";
 
+// A new job becomes visible (the index, the active set) and permanent in one step; a job that is
+// indexed already (it may have ended and left the active set) is left as it is.
+// KEYS: index, active set, job. ARGV: id, created ms.
+constexpr char kIndexJob[] = R"lua(
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
+if redis.call('EXISTS', KEYS[3]) == 0 then return 0 end
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+redis.call('SADD', KEYS[2], ARGV[1])
+redis.call('PERSIST', KEYS[3])
+return 1)lua";
+
 }  // namespace
 
 absl::StatusOr<CreatedJob> JobStore::Create(const std::string& key, const std::string& spec_hash,
@@ -91,15 +102,21 @@ absl::StatusOr<CreatedJob> JobStore::Create(const std::string& key, const std::s
     if (!theirs.ok()) return theirs.status();
     // Jobs stored before fingerprints were kept have none: they answer as before.
     const bool same = theirs->empty() || *theirs == fingerprint;
+    // The submit that made it may have died between claiming the key and indexing the job: the
+    // retry finishes that, or the job would wait unseen by the sweep until its record expired.
+    if (same) {
+      if (auto s = Index(existing->id, existing->created_ms); !s.ok()) return s;
+    }
     return CreatedJob{*existing, same ? CreatedJob::Outcome::kExisting : CreatedJob::Outcome::kConflict};
   }
-  auto index = redis_->Command({"ZADD", kIndex, absl::StrCat(job.created_ms), job.id});
-  if (!index.ok()) return index.status();
-  auto active = redis_->Command({"SADD", kActive, job.id});
-  if (!active.ok()) return active.status();
-  auto kept = redis_->Command({"PERSIST", JobKey(job.id)});
-  if (!kept.ok()) return kept.status();
+  if (auto s = Index(job.id, job.created_ms); !s.ok()) return s;
   return CreatedJob{job, CreatedJob::Outcome::kCreated};
+}
+
+absl::Status JobStore::Index(const std::string& id, int64_t created_ms) {
+  auto r = redis_->Command({"EVAL", kIndexJob, "3", kIndex, kActive, JobKey(id), id,
+                            absl::StrCat(created_ms)});
+  return r.ok() ? absl::OkStatus() : r.status();
 }
 
 absl::StatusOr<JobRecord> JobStore::Get(const std::string& id) {

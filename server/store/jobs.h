@@ -85,6 +85,10 @@ class JobStore {
   absl::StatusOr<int> ForgetExpired(int limit = 500);
 
  private:
+  // Puts a job in the index and the active set and drops its provisional expiry, unless it is
+  // indexed already.
+  absl::Status Index(const std::string& id, int64_t created_ms);
+
   RedisClient* redis_;
   std::chrono::milliseconds retention_;
 };

@@ -13,6 +13,8 @@ namespace {
 
 constexpr char kGroup[] = "workers";
 constexpr char kDead[] = "cubridge:dead";
+constexpr char kRetry[] = "cubridge:retry";
+constexpr char kFence[] = "cubridge:fence";
 // The dead-letter list keeps the newest ids; each one's record says why it died.
 constexpr int kDeadKept = 10000;
 
@@ -102,6 +104,75 @@ local e = redis.call('XADD', KEYS[2], '*', 'task', ARGV[2])
 redis.call('HSET', KEYS[1], 'entry', e)
 return 1)lua";
 
+// Every change of a task's state is one script: a coordinator killed, or a Redis restarted,
+// between the steps of one would leave a task in a state no path leaves (a "queued" task with
+// no delivery, a "retrying" one off the retry set), and its jobs would wait for ever.
+
+// A due retry queued again; ZREM decides which of several racing coordinators does it.
+// KEYS: retry set, task, stream, queued set. ARGV: task id.
+constexpr char kPromote[] = R"lua(
+if redis.call('ZREM', KEYS[1], ARGV[1]) ~= 1 then return 0 end
+local e = redis.call('XADD', KEYS[3], '*', 'task', ARGV[1])
+redis.call('HSET', KEYS[2], 'state', 'queued', 'entry', e)
+redis.call('SADD', KEYS[4], ARGV[1])
+return 1)lua";
+
+// A delivery becomes a lease, unless it outlived its purpose (the task was finished under
+// another entry, revived or withdrawn, or has expired): then it is acknowledged and 0 returned.
+// KEYS: task, stream, queued set, fence counter. ARGV: entry, worker, task id.
+constexpr char kTake[] = R"lua(
+local f = redis.call('HMGET', KEYS[1], 'state', 'entry')
+if (f[1] ~= 'queued' and f[1] ~= 'leased') or f[2] ~= ARGV[1] then
+  redis.call('XACK', KEYS[2], 'workers', ARGV[1])
+  return 0
+end
+local token = redis.call('INCR', KEYS[4])
+local attempt = redis.call('HINCRBY', KEYS[1], 'attempt', 1)
+redis.call('HSET', KEYS[1], 'token', token, 'entry', ARGV[1], 'worker', ARGV[2], 'state', 'leased')
+redis.call('SREM', KEYS[3], ARGV[3])
+local t = redis.call('HMGET', KEYS[1], 'job', 'kind', 'payload', 'class')
+return {token, attempt, t[1] or '', t[2] or '', t[3] or '', t[4] or ''})lua";
+
+// The lease's result accepted; 0 when the token is not the task's current lease.
+// KEYS: task, jobs, failed_by, stream, queued set. ARGV: token, result, retention ms, task id.
+constexpr char kComplete[] = R"lua(
+local f = redis.call('HMGET', KEYS[1], 'state', 'token', 'entry')
+if f[1] ~= 'leased' or f[2] ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'state', 'done', 'result', ARGV[2])
+for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[3]) end
+redis.call('XACK', KEYS[4], 'workers', f[3])
+redis.call('SREM', KEYS[5], ARGV[4])
+return 1)lua";
+
+// A failed attempt: dead-lettered, backed off, or queued again at once (ARGV[2] says which);
+// 0 when the token is not the task's current lease. An attempt that left nothing (a crash)
+// keeps what an earlier attempt left. Leased tasks are not in the queued set, but an older
+// coordinator that died inside a lease may have left one there.
+// KEYS: task, jobs, failed_by, stream, queued set, dead list, retry set.
+// ARGV: token, next state, error, failure class, now ms, partial result, retention ms, due ms,
+//       task id, dead-letter length.
+constexpr char kFail[] = R"lua(
+local f = redis.call('HMGET', KEYS[1], 'state', 'token', 'entry', 'worker')
+if f[1] ~= 'leased' or f[2] ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'state', ARGV[2], 'error', ARGV[3], 'failure_class', ARGV[4],
+           'failed_ms', ARGV[5])
+if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'result', ARGV[6]) end
+if f[4] and f[4] ~= '' then redis.call('SADD', KEYS[3], f[4]) end
+redis.call('XACK', KEYS[4], 'workers', f[3])
+redis.call('SREM', KEYS[5], ARGV[9])
+if ARGV[2] == 'dead' then
+  redis.call('RPUSH', KEYS[6], ARGV[9])
+  redis.call('LTRIM', KEYS[6], -tonumber(ARGV[10]), -1)
+  for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[7]) end
+elseif ARGV[2] == 'retrying' then
+  redis.call('ZADD', KEYS[7], ARGV[8], ARGV[9])
+else
+  local e = redis.call('XADD', KEYS[4], '*', 'task', ARGV[9])
+  redis.call('HSET', KEYS[1], 'entry', e)
+  redis.call('SADD', KEYS[5], ARGV[9])
+end
+return 1)lua";
+
 }  // namespace
 
 absl::StatusOr<std::string> TaskQueue::Enqueue(const TaskSpec& t) {
@@ -154,23 +225,21 @@ absl::StatusOr<std::vector<std::string>> TaskQueue::Subscribers(const std::strin
 }
 
 absl::StatusOr<int> TaskQueue::PromoteDueRetries() {
-  auto due = redis_->Command({"ZRANGEBYSCORE", "cubridge:retry", "0", absl::StrCat(UnixMillis())});
+  auto due = redis_->Command({"ZRANGEBYSCORE", kRetry, "0", absl::StrCat(UnixMillis())});
   if (!due.ok()) return due.status();
   int moved = 0;
   for (const RedisReply& id : due->elements) {
-    // ZREM decides which of several racing coordinators re-queues it.
-    auto won = redis_->Command({"ZREM", "cubridge:retry", id.str});
-    if (!won.ok()) return won.status();
-    if (won->integer != 1) continue;
     auto st = Get(id.str);
+    if (absl::IsNotFound(st.status())) {  // expired while it waited: nothing left to run
+      auto gone = redis_->Command({"ZREM", kRetry, id.str});
+      if (!gone.ok()) return gone.status();
+      continue;
+    }
     if (!st.ok()) return st.status();
-    auto add = redis_->Command({"XADD", StreamKey(st->worker_class), "*", "task", id.str});
-    if (!add.ok()) return add.status();
-    auto set = redis_->Command({"HSET", TaskKey(id.str), "state", "queued", "entry", add->str});
-    if (!set.ok()) return set.status();
-    auto queued = redis_->Command({"SADD", QueuedKey(st->worker_class), id.str});
-    if (!queued.ok()) return queued.status();
-    ++moved;
+    auto won = redis_->Command({"EVAL", kPromote, "4", kRetry, TaskKey(id.str),
+                                StreamKey(st->worker_class), QueuedKey(st->worker_class), id.str});
+    if (!won.ok()) return won.status();
+    moved += won->integer == 1 ? 1 : 0;
   }
   return moved;
 }
@@ -182,34 +251,16 @@ absl::StatusOr<int64_t> TaskQueue::Depth(const std::string& cls) {
 }
 
 absl::StatusOr<Lease> TaskQueue::Take(const std::string& task_id, const std::string& entry,
-                                      const std::string& worker_id) {
-  // A delivery can outlive its purpose (the task was finished under another entry, revived or
-  // withdrawn): acknowledge it and hand out nothing.
-  auto state = redis_->Command({"HMGET", TaskKey(task_id), "state", "entry", "class"});
-  if (!state.ok()) return state.status();
-  const std::string st = state->elements.size() == 3 ? state->elements[0].str : "";
-  if ((st != "queued" && st != "leased") || state->elements[1].str != entry) {
-    const std::string cls = state->elements.size() == 3 ? state->elements[2].str : "";
-    if (!cls.empty()) redis_->Command({"XACK", StreamKey(cls), kGroup, entry});
-    return absl::NotFoundError("stale delivery");
-  }
-  auto token = redis_->Command({"INCR", "cubridge:fence"});
-  if (!token.ok()) return token.status();
-  auto attempt = redis_->Command({"HINCRBY", TaskKey(task_id), "attempt", "1"});
-  if (!attempt.ok()) return attempt.status();
-  auto set = redis_->Command({"HSET", TaskKey(task_id), "token", absl::StrCat(token->integer),
-                              "entry", entry, "worker", worker_id, "state", "leased"});
-  if (!set.ok()) return set.status();
-  auto fields = redis_->Command({"HGETALL", TaskKey(task_id)});
-  if (!fields.ok()) return fields.status();
-  auto m = AsMap(*fields);
-  auto unqueued = redis_->Command({"SREM", QueuedKey(m["class"]), task_id});
-  if (!unqueued.ok()) return unqueued.status();
+                                      const std::string& worker_class, const std::string& worker_id) {
+  auto r = redis_->Command({"EVAL", kTake, "4", TaskKey(task_id), StreamKey(worker_class),
+                            QueuedKey(worker_class), kFence, entry, worker_id, task_id});
+  if (!r.ok()) return r.status();
+  if (r->elements.size() != 6) return absl::NotFoundError("stale delivery");
   Lease l;
   l.task_id = task_id;
-  l.task = {m["job"], m["kind"], m["payload"], m["class"]};
-  l.attempt = static_cast<int>(attempt->integer);
-  l.fencing_token = token->integer;
+  l.fencing_token = r->elements[0].integer;
+  l.attempt = static_cast<int>(r->elements[1].integer);
+  l.task = {r->elements[2].str, r->elements[3].str, r->elements[4].str, r->elements[5].str};
   return l;
 }
 
@@ -260,7 +311,7 @@ absl::StatusOr<std::optional<Lease>> TaskQueue::LeaseNext(const std::string& cls
       return std::optional<Lease>();
     }
   }
-  auto lease = Take(task->second, entry_id, worker_id);
+  auto lease = Take(task->second, entry_id, cls, worker_id);
   if (absl::IsNotFound(lease.status())) return std::optional<Lease>();
   if (!lease.ok()) return lease.status();
   lease->reclaimed = reclaimed;
@@ -300,60 +351,37 @@ absl::Status TaskQueue::Complete(const std::string& task_id, int64_t token,
                                  const std::string& result) {
   auto st = CheckToken(task_id, token);
   if (!st.ok()) return st.status();
-  auto set = redis_->Command({"HSET", TaskKey(task_id), "state", "done", "result", result});
-  if (!set.ok()) return set.status();
-  for (const std::string& key : {TaskKey(task_id), JobsKey(task_id), FailedByKey(task_id)}) {
-    auto ttl = redis_->Command({"PEXPIRE", key, absl::StrCat(retention_.count())});
-    if (!ttl.ok()) return ttl.status();
-  }
-  auto ack = redis_->Command({"XACK", StreamKey(st->worker_class), kGroup, st->entry});
-  if (!ack.ok()) return ack.status();
-  auto unqueued = redis_->Command({"SREM", QueuedKey(st->worker_class), task_id});
-  return unqueued.ok() ? absl::OkStatus() : unqueued.status();
+  auto r = redis_->Command({"EVAL", kComplete, "5", TaskKey(task_id), JobsKey(task_id),
+                            FailedByKey(task_id), StreamKey(st->worker_class),
+                            QueuedKey(st->worker_class), absl::StrCat(token), result,
+                            absl::StrCat(retention_.count()), task_id});
+  if (!r.ok()) return r.status();
+  // Superseded between the check and the script: the check says by what.
+  if (r->integer != 1) return CheckToken(task_id, token).status();
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> TaskQueue::Fail(const std::string& task_id, int64_t token,
                                             const Failure& f) {
   auto st = CheckToken(task_id, token);
   if (!st.ok()) return st.status();
+  // The attempt count only changes with the token, which the script checks again.
   const bool dead = !f.retryable || st->attempt >= max_attempts_;
   const bool later = !dead && backoff_.count() > 0;
   const std::string state = dead ? "dead" : later ? "retrying" : "queued";
-  std::vector<std::string> set_args = {"HSET", TaskKey(task_id), "state", state, "error", f.error,
-                                       "failure_class", f.failure_class, "failed_ms",
-                                       absl::StrCat(UnixMillis())};
-  // An attempt that left nothing (a crash) keeps what an earlier attempt left.
-  if (!f.partial_result.empty()) set_args.insert(set_args.end(), {"result", f.partial_result});
-  auto set = redis_->Command(set_args);
-  if (!set.ok()) return set.status();
-  if (!st->worker.empty()) {
-    auto who = redis_->Command({"SADD", FailedByKey(task_id), st->worker});
-    if (!who.ok()) return who.status();
+  const int64_t due = UnixMillis() + backoff_.count() * (int64_t{1} << std::clamp(st->attempt - 1, 0, 10));
+  auto r = redis_->Command({"EVAL", kFail, "7", TaskKey(task_id), JobsKey(task_id),
+                            FailedByKey(task_id), StreamKey(st->worker_class),
+                            QueuedKey(st->worker_class), kDead, kRetry, absl::StrCat(token), state,
+                            f.error, f.failure_class, absl::StrCat(UnixMillis()), f.partial_result,
+                            absl::StrCat(retention_.count()), absl::StrCat(due), task_id,
+                            absl::StrCat(kDeadKept)});
+  if (!r.ok()) return r.status();
+  if (r->integer != 1) {
+    auto again = CheckToken(task_id, token);
+    return again.ok() ? absl::AbortedError("task " + task_id + " changed during its failure")
+                      : again.status();
   }
-  auto ack = redis_->Command({"XACK", StreamKey(st->worker_class), kGroup, st->entry});
-  if (!ack.ok()) return ack.status();
-  // Leased tasks are not in the queued set; a coordinator that died inside Take may have left one.
-  auto unqueued = redis_->Command({"SREM", QueuedKey(st->worker_class), task_id});
-  if (!unqueued.ok()) return unqueued.status();
-  absl::StatusOr<RedisReply> next;
-  if (dead) {
-    next = redis_->Command({"RPUSH", kDead, task_id});
-    if (next.ok()) next = redis_->Command({"LTRIM", kDead, absl::StrCat(-kDeadKept), "-1"});
-    for (const std::string& key : {TaskKey(task_id), JobsKey(task_id), FailedByKey(task_id)}) {
-      if (next.ok()) next = redis_->Command({"PEXPIRE", key, absl::StrCat(retention_.count())});
-    }
-  } else if (later) {
-    const int64_t due = UnixMillis() + backoff_.count() * (int64_t{1} << std::min(st->attempt - 1, 10));
-    next = redis_->Command({"ZADD", "cubridge:retry", absl::StrCat(due), task_id});
-  } else {
-    next = redis_->Command({"XADD", StreamKey(st->worker_class), "*", "task", task_id});
-    if (next.ok()) {
-      const std::string entry = next->str;
-      next = redis_->Command({"HSET", TaskKey(task_id), "entry", entry});
-      if (next.ok()) next = redis_->Command({"SADD", QueuedKey(st->worker_class), task_id});
-    }
-  }
-  if (!next.ok()) return next.status();
   return state;
 }
 

@@ -114,7 +114,7 @@ class TaskQueue {
  private:
   absl::StatusOr<TaskState> CheckToken(const std::string& task_id, int64_t token);
   absl::StatusOr<Lease> Take(const std::string& task_id, const std::string& entry,
-                             const std::string& worker_id);
+                             const std::string& worker_class, const std::string& worker_id);
 
   RedisClient* redis_;
   std::chrono::milliseconds lease_;

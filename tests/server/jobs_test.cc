@@ -34,6 +34,34 @@ TEST_F(Jobs, TheSameIdempotencyKeyGivesTheSameJob) {
   EXPECT_EQ(listed->size(), 2u);  // the retried submit left no record behind
 }
 
+TEST_F(Jobs, ARetryIndexesTheJobOfASubmitThatDiedAfterClaimingItsKey) {
+  // What a coordinator killed between claiming the key and indexing the job leaves behind: the
+  // record, still provisional, and the key pointing at it.
+  ASSERT_TRUE(client_->Command({"HSET", "cubridge:job:j-half", "state", "queued", "spec_hash", "h",
+                                "request", "r", "fingerprint", "p", "error", "", "created_ms", "5",
+                                "finished_ms", "0"})
+                  .ok());
+  ASSERT_TRUE(client_->Command({"PEXPIRE", "cubridge:job:j-half", "600000"}).ok());
+  ASSERT_TRUE(client_->Command({"SET", "cubridge:idem:k-half", "j-half"}).ok());
+  JobStore jobs(client_.get());
+  auto active = jobs.Active();
+  ASSERT_TRUE(active.ok());
+  EXPECT_THAT(*active, ::testing::Not(::testing::Contains("j-half")));  // the sweep cannot see it
+
+  auto retry = jobs.Create("k-half", "h", "r (retried)", "p");
+  ASSERT_TRUE(retry.ok()) << retry.status();
+  EXPECT_EQ(retry->outcome, CreatedJob::Outcome::kExisting);
+  EXPECT_EQ(retry->job.id, "j-half");
+  active = jobs.Active();
+  ASSERT_TRUE(active.ok());
+  EXPECT_THAT(*active, ::testing::Contains("j-half"));
+  EXPECT_EQ(client_->Command({"PTTL", "cubridge:job:j-half"})->integer, -1);  // no longer expires
+  auto listed = jobs.List(10);
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].id, "j-half");
+}
+
 TEST_F(Jobs, ConcurrentSubmitsWithOneKeyCreateOneJob) {
   std::vector<std::string> ids(16);
   std::vector<int> created(16, 0);
