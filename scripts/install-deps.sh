@@ -3,7 +3,8 @@
 # Idempotent; run as root on a fresh Debian 12 machine (CI and the container files reuse it).
 # libopenblas0-pthread takes over libblas.so.3 (Debian alternatives): LibTorch CPU matmuls in the
 # interpreter and the oracle run ~10x faster than on the reference BLAS. clang and its runtimes
-# (libFuzzer, the sanitizers) build the fuzz targets (scripts/fuzz.sh).
+# (libFuzzer, the sanitizers) build the fuzz targets (scripts/fuzz.sh). python3-torch runs the
+# Python package's CPU tests (tests/python, ctest -L python).
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 pkgs=(
@@ -15,6 +16,7 @@ pkgs=(
   libgtest-dev libgmock-dev libcurl4-openssl-dev libcpp-httplib-dev libssl-dev openssl
   libopenblas0-pthread
   clang libclang-rt-14-dev
+  python3-torch
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -49,6 +49,7 @@ absl::StatusOr<Driver> Load() {
   CUBRIDGE_LOAD(MemcpyDtoH, cuMemcpyDtoH)
   CUBRIDGE_LOAD(MemcpyHtoD, cuMemcpyHtoD)
   CUBRIDGE_LOAD(TensorMapEncodeTiled, cuTensorMapEncodeTiled)
+  CUBRIDGE_LOAD(StreamIsCapturing, cuStreamIsCapturing)
 #undef CUBRIDGE_LOAD
   if (!missing.empty()) {
     return absl::FailedPreconditionError(

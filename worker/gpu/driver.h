@@ -39,6 +39,8 @@ struct Driver {
   decltype(&::cuMemcpyHtoD) MemcpyHtoD;
   // TMA tensor maps a plan-version-2 kernel asks for (module.h, EncodeTmaMaps).
   decltype(&::cuTensorMapEncodeTiled) TensorMapEncodeTiled;
+  // The PyTorch op refuses to run a launch plan inside a CUDA graph capture (client/torch).
+  decltype(&::cuStreamIsCapturing) StreamIsCapturing;
 
   // The loaded driver after cuInit(0), or FAILED_PRECONDITION ("no CUDA driver: ...").
   static absl::StatusOr<const Driver*> Get();
