@@ -171,13 +171,13 @@ void Ok(const absl::Status& s, const std::string& what) {
 
 int ArchNumber(const std::string& arch) { return std::atoi(arch.c_str() + 3); }  // "sm_90"
 
-// The compiled module kept beside the kernel (module.<arch>.{cubin,ptx} and its symbols), so a
-// new process skips NVRTC; a folder that is not writable only costs the compile each time.
+// The compiled module kept beside the kernel (gpu::ModuleFileName: adapt's GPU stage writes it
+// too), so a new process skips NVRTC; a folder that is not writable only costs the compile.
 absl::StatusOr<gpu::CompiledModule> CompiledFor(const KernelInfo& kn, int device_cc) {
   namespace fs = std::filesystem;
   // A kernel for an older arch than the GPU's runs through PTX and the driver's JIT.
   const bool ptx = device_cc / 10 != ArchNumber(kn.arch) / 10;
-  const std::string stem = absl::StrCat(kn.dir, "/module.sm_", device_cc, ptx ? ".ptx" : ".cubin");
+  const std::string stem = kn.dir + "/" + gpu::ModuleFileName(device_cc, ptx);
   {
     std::ifstream image(stem, std::ios::binary), symbols(stem + ".json");
     if (image && symbols) {

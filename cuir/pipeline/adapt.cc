@@ -174,6 +174,7 @@ absl::StatusOr<AdaptResult> Adapt(const AdaptOptions& o) {
   if (!lowered.ok()) return lowered.status();
 
   nlohmann::json gpu_report = {{"skipped", gpu_absent}};
+  std::map<std::string, std::string> gpu_files;
   if (gpu_here) {
     auto gpu = stage.Run("gpu", [&](std::string* detail) -> absl::StatusOr<GpuStageOutput> {
       GpuStageInput in{program, *base, o.spec_path, o.param_overrides, o.buffers,
@@ -189,6 +190,7 @@ absl::StatusOr<AdaptResult> Adapt(const AdaptOptions& o) {
     if (!gpu.ok()) return gpu.status();
     *lowered = gpu->kernel;
     gpu_report = gpu->report;
+    gpu_files = gpu->files;
   }
 
   nlohmann::json report = {
@@ -215,6 +217,7 @@ absl::StatusOr<AdaptResult> Adapt(const AdaptOptions& o) {
       {"report.json", report.dump(2) + "\n"},
   };
   if (!proposal.transcript.empty()) files["transcript.json"] = proposal.transcript.dump(2) + "\n";
+  files.insert(gpu_files.begin(), gpu_files.end());
 
   auto written = stage.Run("write", [&](std::string* detail) -> absl::StatusOr<bool> {
     if (auto s = cubridge::files::PublishFiles(o.out_dir, files); !s.ok()) return s;

@@ -47,6 +47,9 @@ struct GpuStageOutput {
   lower::LoweredKernel kernel;  // the fastest verified candidate
   nlohmann::json report;        // device, lift check, every candidate, the choice
   std::string summary;          // one line
+  // More files for the kernel folder: the chosen candidate's compiled module for this GPU
+  // (worker/gpu's ModuleFileName), so that its users load it without compiling.
+  std::map<std::string, std::string> files;
 };
 
 class GpuStage {

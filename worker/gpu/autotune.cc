@@ -220,6 +220,7 @@ absl::StatusOr<nlohmann::json> GpuAutotuner::CheckCandidate(
     return cand;
   }
   cand["compile_seconds"] = compiled->seconds;
+  compiled_[name] = *compiled;
   auto dir = WorkDir(name);
   if (!dir.ok()) return dir.status();
   const std::string image = (fs::path(*dir) / (ptx ? "module.ptx" : "module.cubin")).string();
@@ -324,6 +325,7 @@ absl::StatusOr<pipeline::GpuStageOutput> GpuAutotuner::Run(const pipeline::GpuSt
       options_.tiles.empty() ? CandidateTiles(in.config, in.arch) : options_.tiles;
   nlohmann::json candidates = nlohmann::json::array();
   std::vector<lower::LoweredKernel> kernels;
+  compiled_.clear();
   int best = -1;
   for (const TileConfig& t : tiles) {
     lower::LoweredKernel kernel;
@@ -354,6 +356,12 @@ absl::StatusOr<pipeline::GpuStageOutput> GpuAutotuner::Run(const pipeline::GpuSt
   pipeline::GpuStageOutput out;
   out.kernel = kernels[best];
   out.report = report;
+  if (auto m = compiled_.find(candidates[best]["name"].get<std::string>()); m != compiled_.end()) {
+    const std::string file = ModuleFileName(device_cc_, m->second.ptx);
+    out.files[file] = m->second.image;
+    out.files[file + ".json"] = nlohmann::json(m->second.symbols).dump();
+  }
+  compiled_.clear();
   out.summary =
       candidates[best].contains("profile")
           ? absl::StrFormat("%s: %s fastest of %d candidates, %.1f TFLOP/s on kept elements at %s",

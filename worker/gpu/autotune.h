@@ -11,6 +11,7 @@
 
 #include "cuir/pipeline/adapt.h"
 #include "worker/gpu/isolate.h"
+#include "worker/gpu/nvrtc.h"
 #include "worker/gpu/run_request.h"
 
 namespace cubridge::gpu {
@@ -89,6 +90,8 @@ class GpuAutotuner : public pipeline::GpuStage {
   std::optional<absl::StatusOr<std::string>> probe_;
   nlohmann::json device_;
   int device_cc_ = 0;  // 80, 90, ...
+  // Each candidate's compiled module, by name, this Run: the chosen one's goes to the folder.
+  std::map<std::string, CompiledModule> compiled_;
 };
 
 }  // namespace cubridge::gpu

@@ -344,6 +344,10 @@ KernelModule::~KernelModule() {
   if (module_ != nullptr) cu_->ModuleUnload(module_);
 }
 
+std::string ModuleFileName(int device_cc, bool ptx) {
+  return absl::StrCat("module.sm_", device_cc, ptx ? ".ptx" : ".cubin");
+}
+
 absl::StatusOr<LaunchPlan> KernelModule::Plan(const AttnParams& p, CUdeviceptr scratch) const {
   if (p.head_dim != head_dim_ || p.dtype != dtype_) {
     return absl::InvalidArgumentError(absl::StrCat(

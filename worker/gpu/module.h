@@ -55,6 +55,13 @@ struct TmaGeometry {
 // stride, a buffer box not a multiple of 16 bytes (what TMA cannot describe). Needs no GPU.
 absl::StatusOr<TmaGeometry> TmaGeometryFor(const AttnParams& p, const TmaRequest& request);
 
+// The file a kernel folder keeps its compiled module in, beside kernel.cu, for GPUs of compute
+// capability `device_cc` (90 for sm_90): "module.sm_90.cubin", or ".ptx" for a kernel of an
+// older arch family that the driver's JIT loads. Its symbols (name expression -> lowered name)
+// go in the same name + ".json". adapt writes it after its GPU stage; the PyTorch op reads it,
+// or compiles and writes it, so that no process compiles a kernel twice.
+std::string ModuleFileName(int device_cc, bool ptx);
+
 class KernelModule {
  public:
   // `module` was compiled with the expressions of EntryExpressions(entries, dtype, head_dim).
