@@ -116,7 +116,7 @@ TEST_F(Chaos, KillsAndRestartsLoseNoJobAndDuplicateNoWork) {
   for (const auto& [key, id] : job_of_key) {
     const v1::Job done = WaitEnded(id, 600s);
     ASSERT_TRUE(Ended(done)) << "job " << id << " (" << key << ") never ended: " << Describe(done)
-                             << Logs();
+                             << "its tasks in Redis:\n" << StoredTasks(id) << Logs();
     if (done.state() == v1::JOB_STATE_SUCCEEDED) {
       ++succeeded;
     } else {
@@ -125,6 +125,9 @@ TEST_F(Chaos, KillsAndRestartsLoseNoJobAndDuplicateNoWork) {
     }
   }
   const double settle = std::chrono::duration<double>(Clock::now() - calm).count();
+  // What a failure message would say of a job's tasks, here of one that ended.
+  EXPECT_THAT(StoredTasks(job_of_key.begin()->second),
+              ::testing::ContainsRegex("task transfer-[0-9a-f]+: state=done attempt=[1-9]"));
   EXPECT_TRUE(submit_errors.empty()) << ::testing::PrintToString(submit_errors);
 
   // One job per key: submitting again under each key answers with the job it already names.

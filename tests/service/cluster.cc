@@ -12,6 +12,7 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include <cstdlib>
 
@@ -150,6 +151,34 @@ std::unique_ptr<store::RedisClient> Cluster::Redis() {
   auto c = store::RedisClient::Connect(o);
   EXPECT_TRUE(c.ok()) << c.status();
   return c.ok() ? *std::move(c) : nullptr;
+}
+
+std::string Cluster::StoredTasks(const std::string& job_id) {
+  auto redis = Redis();
+  if (redis == nullptr) return "(Redis unreachable)\n";
+  auto job = redis->Command({"HKEYS", "cubridge:job:" + job_id});
+  if (!job.ok()) return absl::StrCat("(job record: ", job.status().ToString(), ")\n");
+  std::string out;
+  for (const auto& field : job->elements) {
+    if (!absl::StartsWith(field.str, "planned:")) continue;
+    const std::string task = field.str.substr(8);
+    auto f = redis->Command({"HMGET", "cubridge:task:" + task, "state", "attempt", "token", "worker",
+                             "class", "entry", "error"});
+    if (!f.ok() || f->elements.size() != 7) {
+      absl::StrAppend(&out, "  task ", task, ": unreadable\n");
+      continue;
+    }
+    const auto& v = f->elements;
+    const std::string stream = "cubridge:tasks:" + v[4].str;
+    auto entry = redis->Command({"XRANGE", stream, v[5].str, v[5].str});
+    auto pending = redis->Command({"XPENDING", stream, "workers", v[5].str, v[5].str, "1"});
+    absl::StrAppend(&out, "  task ", task, ": state=", v[0].str, " attempt=", v[1].str, " token=",
+                    v[2].str, " worker=", v[3].str, " entry=", v[5].str,
+                    entry.ok() && !entry->elements.empty() ? " (in stream" : " (not in stream",
+                    pending.ok() && !pending->elements.empty() ? ", delivered)" : ", not delivered)",
+                    v[6].str.empty() ? "" : " error=" + v[6].str, "\n");
+  }
+  return out.empty() ? "  (no planned tasks)\n" : out;
 }
 
 std::unique_ptr<v1::CuBridge::Stub> Cluster::ClientStub() {

@@ -76,6 +76,10 @@ class Cluster : public ::testing::Test {
   v1::Job WaitEnded(const std::string& job_id, std::chrono::milliseconds timeout);
   // A client of the cluster's Redis, to look at (or tamper with) what the service stored.
   std::unique_ptr<store::RedisClient> Redis();
+  // The tasks a job planned, as Redis holds them: one line each with its state, attempt, worker,
+  // and whether its stream entry exists and is delivered (pending). For the failure message of
+  // a job that never ends, before the logs (which CI's output may cut).
+  std::string StoredTasks(const std::string& job_id);
   // Every log of the cluster, for failure messages (the last 60 kB).
   std::string Logs() const;
   // Every coordinator's log, whole, in the order they ran.
