@@ -1,5 +1,6 @@
 #include "client/cli/service_commands.h"
 
+#include <map>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -438,11 +439,20 @@ int RunGet(Session& s, const GetFlags& f) {
   }
   auto kernel = s.client().GetKernel(spec_hash, arch);
   if (!kernel.ok()) return s.Fail(kernel.status());
-  const absl::Status written = files::PublishFiles(
-      f.out, {{"kernel.cuir", kernel->cuir()},
-              {"kernel.cu", kernel->cuda_source()},
-              {"kernel.h", kernel->launcher_header()},
-              {"report.json", kernel->report_json()}});
+  std::map<std::string, std::string> out = {{"kernel.cuir", kernel->cuir()},
+                                            {"kernel.cu", kernel->cuda_source()},
+                                            {"kernel.h", kernel->launcher_header()},
+                                            {"report.json", kernel->report_json()}};
+  // The compiled module, where the service kept one: a plain file name, never a path.
+  const std::string& module = kernel->module_file();
+  if (!module.empty() && module.find('/') == std::string::npos && module[0] != '.') {
+    out[module] = kernel->module_image();
+    out[module + ".json"] = nlohmann::json(std::map<std::string, std::string>(
+                                               kernel->module_symbols().begin(),
+                                               kernel->module_symbols().end()))
+                                .dump();
+  }
+  const absl::Status written = files::PublishFiles(f.out, out);
   if (!written.ok()) return s.Fail(written);
   if (s.json()) {
     // The files are in the directory; the line carries what identifies them.
@@ -451,6 +461,8 @@ int RunGet(Session& s, const GetFlags& f) {
     summary.clear_cuda_source();
     summary.clear_launcher_header();
     summary.clear_report_json();
+    summary.clear_module_image();
+    summary.clear_module_symbols();
     PrintJson(summary);
   } else {
     std::printf("kernel for spec %s on %s (ruleset %s), %s: kernel.cuir, kernel.cu, kernel.h, "

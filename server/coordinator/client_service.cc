@@ -2,6 +2,7 @@
 #include <set>
 #include <thread>
 
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
@@ -112,6 +113,16 @@ class ClientService final : public v1::CuBridge::Service {
       out->set_cuda_source(kernel.cuda_source);
       out->set_launcher_header(kernel.launcher_header);
       out->set_report_json(kernel.report_json);
+      if (!kernel.module_file.empty()) {
+        const auto symbols = nlohmann::json::parse(kernel.module_symbols_json, nullptr, false);
+        if (symbols.is_object()) {
+          out->set_module_file(kernel.module_file);
+          out->set_module_image(kernel.module_image);
+          for (const auto& [expr, name] : symbols.items()) {
+            if (name.is_string()) (*out->mutable_module_symbols())[expr] = name.get<std::string>();
+          }
+        }
+      }
       return absl::OkStatus();
     });
   }

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -473,6 +474,16 @@ absl::StatusOr<bool> JobFlow::Select(const Job& job, const std::string& arch,
                         best_result.value("kernel_cu", ""),
                         best_result.value("kernel_h", ""),
                         report.dump(2) + "\n"};
+  // The candidate's compiled module, when its worker sent one (IR-level candidates do).
+  if (const json module = best_result.value("module", json::object()); module.is_object()) {
+    std::string image;
+    if (absl::Base64Unescape(module.value("image_base64", ""), &image) && !image.empty() &&
+        module.contains("symbols") && module["symbols"].is_object()) {
+      k.module_file = module.value("file", "");
+      k.module_image = std::move(image);
+      k.module_symbols_json = module["symbols"].dump();
+    }
+  }
   if (auto s = kernels_.Put(k); !s.ok()) return s;
   const std::string detail =
       job.level == kLevelGpu

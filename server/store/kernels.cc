@@ -34,7 +34,9 @@ absl::Status KernelCache::Put(const CachedKernel& k) {
   // One HSET: readers see the whole entry or none of it.
   auto r = redis_->Command({"HSET", Key(k.spec_hash, k.arch, k.ruleset), "verification",
                             k.verification, "cuir", k.cuir, "cuda_source", k.cuda_source,
-                            "launcher_header", k.launcher_header, "report_json", k.report_json});
+                            "launcher_header", k.launcher_header, "report_json", k.report_json,
+                            "module_file", k.module_file, "module_image", k.module_image,
+                            "module_symbols", k.module_symbols_json});
   return r.ok() ? absl::OkStatus() : r.status();
 }
 
@@ -48,9 +50,10 @@ absl::StatusOr<std::optional<CachedKernel>> KernelCache::Get(const std::string& 
   std::map<std::string, std::string> m;
   for (size_t i = 0; i + 1 < r->elements.size(); i += 2) m[r->elements[i].str] = r->elements[i + 1].str;
   if (min_verification == "gpu" && m["verification"] != "gpu") return std::optional<CachedKernel>();
-  return std::optional<CachedKernel>(CachedKernel{spec_hash, arch, ruleset, m["verification"],
-                                                  m["cuir"], m["cuda_source"],
-                                                  m["launcher_header"], m["report_json"]});
+  return std::optional<CachedKernel>(CachedKernel{
+      spec_hash, arch, ruleset, m["verification"], m["cuir"], m["cuda_source"],
+      m["launcher_header"], m["report_json"], m["module_file"], m["module_image"],
+      m["module_symbols"]});
 }
 
 }  // namespace cubridge::store

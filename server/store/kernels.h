@@ -17,6 +17,10 @@ struct CachedKernel {
   std::string spec_hash, arch, ruleset;
   std::string verification;  // "gpu" or "ir"
   std::string cuir, cuda_source, launcher_header, report_json;
+  // The module compiled for the arch (a cubin for GPUs of its compute capability), so that a
+  // machine that fetches the kernel loads it without compiling: its file name in a kernel folder
+  // (gpu::ModuleFileName), the image and its symbols (a JSON object). Empty when there is none.
+  std::string module_file, module_image, module_symbols_json;
 };
 
 class KernelCache {

@@ -225,8 +225,9 @@ class ServicePath(unittest.TestCase):
                 "q = torch.zeros(1, 4, 24, 64, dtype=torch.bfloat16)\n"
                 "t = time.monotonic()\n"
                 "kn, _, _ = cubridge.compile(mask_mod=variants.padding).kernel(q, q, q, arch='sm_80')\n"
+                "import os; modules = sorted(f for f in os.listdir(kn.folder) if f.startswith('module.'))\n"
                 "print(kn.spec_hash, kn.report['arch'], cubridge.stats['pipeline_runs'], "
-                "round(time.monotonic() - t, 3))" % HERE)
+                "round(time.monotonic() - t, 3), ','.join(modules) or '-')" % HERE)
         env = dict(os.environ, CUBRIDGE_TORCH_CACHE=cache, **self.service_env)
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                            timeout=600)
@@ -240,6 +241,8 @@ class ServicePath(unittest.TestCase):
         second = self.resolve_in_a_new_process(os.path.join(os.environ["CUBRIDGE_TORCH_CACHE"], "b"))
         self.assertEqual(second[0], first[0])
         self.assertEqual(second[2], "2")
+        # The worker's cubin came with the kernel: an A100 (sm_80) would load it, not compile it.
+        self.assertEqual(second[4], "module.sm_80.cubin,module.sm_80.cubin.json")
         print(f"[ figure ] service path: first call {first[3]} s (adapted), "
               f"on another machine {second[3]} s (service cache hit)")
 

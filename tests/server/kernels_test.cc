@@ -33,6 +33,23 @@ TEST_F(Kernels, AnEntryComesBackWholeUnderItsKeyOnly) {
   }
 }
 
+TEST_F(Kernels, TheCompiledModuleComesBackWithItsSymbols) {
+  KernelCache cache(client_.get());
+  CachedKernel k = Entry("ir");
+  k.module_file = "module.sm_90.cubin";
+  k.module_image = std::string("\x7f" "ELF\0\x01\xff", 7);
+  k.module_symbols_json = R"({"k<bf16, 128>": "_Z1kI...E"})";
+  ASSERT_TRUE(cache.Put(k).ok());
+  auto hit = cache.Get("abc123", "sm_90", "rules-1");
+  ASSERT_TRUE(hit.ok() && hit->has_value());
+  EXPECT_EQ((*hit)->module_file, k.module_file);
+  EXPECT_EQ((*hit)->module_image, k.module_image);  // binary safe
+  EXPECT_EQ((*hit)->module_symbols_json, k.module_symbols_json);
+  // An entry without one (older kernels) reads back with none.
+  ASSERT_TRUE(cache.Put(Entry("ir")).ok());
+  EXPECT_EQ((*cache.Get("abc123", "sm_90", "rules-1"))->module_file, "");
+}
+
 TEST_F(Kernels, IrVerifiedKernelsAreNotServedAsGpuVerified) {
   KernelCache cache(client_.get());
   ASSERT_TRUE(cache.Put(Entry("ir")).ok());

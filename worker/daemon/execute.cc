@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cuir/ir/program.h"
@@ -222,9 +223,16 @@ absl::StatusOr<json> RunLiftLlm(const json& payload, const ExecuteOptions& o,
   return result;
 }
 
+// A candidate's compiled module as its result carries it to the kernel cache (server/core/flow.cc).
+json ModuleJson(const std::string& file, const gpu::CompiledModule& m) {
+  return {{"file", file}, {"image_base64", absl::Base64Escape(m.image)}, {"symbols", m.symbols}};
+}
+
 // The `ir` level: lowered and compiled for the arch with NVRTC (the GPU path's compiler), not run.
+// The cubin goes with the result (base64, `module`), for the kernel cache: a GPU of the arch then
+// loads the kernel without compiling it.
 json CompileCheck(const lower::LoweredKernel& k, const cuir::AttentionConfig& config,
-                  lower::Arch arch, const std::string& name) {
+                  lower::Arch arch, const std::string& name, json* module) {
   gpu::CompileOptions copt;
   copt.arch = arch;
   const int dtype = config.dtype == cuir::DType::kBF16 ? 0 : 1;
@@ -236,6 +244,8 @@ json CompileCheck(const lower::LoweredKernel& k, const cuir::AttentionConfig& co
   if (!compiled.ok()) {
     return {{"passed", false}, {"error", absl::StrCat("compile: ", compiled.status().message())}};
   }
+  *module = ModuleJson(gpu::ModuleFileName(arch == lower::Arch::kSm90 ? 90 : 80, compiled->ptx),
+                       *compiled);
   return {{"passed", true},
           {"compiler", absl::StrCat("NVRTC ", gpu::NvrtcVersion())},
           {"compile_seconds", compiled->seconds},
@@ -286,6 +296,7 @@ absl::StatusOr<json> RunCandidate(const json& payload, const ExecuteOptions& o,
     if (!checked.ok()) return In("candidate", checked.status());
     check = *checked;
     check["device"] = *device;
+    if (auto m = tuner.ModuleOf(tile->Name())) result["module"] = ModuleJson(m->first, m->second);
     const double score = gpu::Score(check);
     result["detail"] =
         score > 0 ? absl::StrFormat("%s on %s: verified, %.1f TFLOP/s on kept elements", tile->Name(),
@@ -298,7 +309,9 @@ absl::StatusOr<json> RunCandidate(const json& payload, const ExecuteOptions& o,
     auto lowered = pipeline::LowerStage(*tiled, g->input.config, g->arch, &detail);
     if (!lowered.ok()) return In("lower", lowered.status());
     kernel = *lowered;
-    check = CompileCheck(kernel, g->input.config, g->arch, tile->Name());
+    json module;
+    check = CompileCheck(kernel, g->input.config, g->arch, tile->Name(), &module);
+    if (!module.empty()) result["module"] = module;
     result["detail"] =
         check.value("passed", false)
             ? absl::StrFormat("%s lowered and compiled for %s with %s (%d-byte cubin); not run: "

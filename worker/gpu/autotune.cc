@@ -295,6 +295,13 @@ absl::StatusOr<nlohmann::json> GpuAutotuner::CheckTile(const pipeline::GpuStageI
   return cand;
 }
 
+std::optional<std::pair<std::string, CompiledModule>> GpuAutotuner::ModuleOf(
+    const std::string& name) const {
+  auto m = compiled_.find(name);
+  if (m == compiled_.end()) return std::nullopt;
+  return std::pair{ModuleFileName(device_cc_, m->second.ptx), m->second};
+}
+
 absl::StatusOr<pipeline::GpuStageOutput> GpuAutotuner::Run(const pipeline::GpuStageInput& in) {
   auto probe = Probe(in.arch);
   if (!probe.ok()) return probe.status();
@@ -356,10 +363,9 @@ absl::StatusOr<pipeline::GpuStageOutput> GpuAutotuner::Run(const pipeline::GpuSt
   pipeline::GpuStageOutput out;
   out.kernel = kernels[best];
   out.report = report;
-  if (auto m = compiled_.find(candidates[best]["name"].get<std::string>()); m != compiled_.end()) {
-    const std::string file = ModuleFileName(device_cc_, m->second.ptx);
-    out.files[file] = m->second.image;
-    out.files[file + ".json"] = nlohmann::json(m->second.symbols).dump();
+  if (auto m = ModuleOf(candidates[best]["name"].get<std::string>())) {
+    out.files[m->first] = m->second.image;
+    out.files[m->first + ".json"] = nlohmann::json(m->second.symbols).dump();
   }
   compiled_.clear();
   out.summary =

@@ -62,6 +62,9 @@ class GpuAutotuner : public pipeline::GpuStage {
 
   // The device document the runner reported (after a successful Probe).
   const nlohmann::json& device() const { return device_; }
+  // The compiled module of a candidate this tuner checked (by its name: the tile's), with the
+  // file name a kernel folder keeps it under for this GPU; nullopt when it did not compile.
+  std::optional<std::pair<std::string, CompiledModule>> ModuleOf(const std::string& name) const;
 
   // The lift check: the expert compiled from its base program against the interpreter running
   // that program, on the job's shape with MHA heads. The check's report ("passed", ...).
