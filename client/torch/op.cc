@@ -336,7 +336,10 @@ std::tuple<at::Tensor, at::Tensor> AttentionCuda(const at::Tensor& q, const at::
       TORCH_CHECK(capturing == CU_STREAM_CAPTURE_STATUS_NONE, kOp,
                   ": this call geometry is new inside a CUDA graph capture; call the model once "
                   "with the same shapes before capturing (its launch plan is computed then)");
+      // The plan kernel runs on the legacy stream: everything on torch's streams (the scratch's
+      // zero fill, earlier users of its memory) finishes first. Once per geometry.
       at::Tensor scratch = at::zeros({256}, q.options().dtype(at::kByte));
+      Ok((*cu)->Check((*cu)->CtxSynchronize(), "cuCtxSynchronize"), "plan");
       auto planned = loaded.module->Plan(p, reinterpret_cast<CUdeviceptr>(scratch.data_ptr()));
       TORCH_CHECK_VALUE(planned.ok(), kOp, ": the kernel refuses this call: ",
                         planned.status().message());
