@@ -27,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/torch/kernel.h"
+#include "cuir/ir/dtype.h"
 #include "worker/gpu/module.h"
 
 #ifdef CUBRIDGE_TORCH_CUDA
@@ -64,11 +65,6 @@ int BufferCode(at::ScalarType t) {
     case at::kHalf: return CUBRIDGE_DTYPE_FLOAT16;
     default: return -1;
   }
-}
-
-const char* BufferCodeName(int code) {
-  static const char* names[] = {"int32", "int64", "bool", "float32", "bfloat16", "float16"};
-  return code >= 0 && code < 6 ? names[code] : "?";
 }
 
 std::string Sizes(const at::Tensor& t) {
@@ -119,7 +115,8 @@ CallShape CheckCall(const KernelInfo& kn, const at::Tensor& q, const at::Tensor&
     const at::Tensor& b = buffers[i];
     TORCH_CHECK_TYPE(BufferCode(b.scalar_type()) == want.dtype, kOp, ": captured tensor '",
                      want.name, "' is ", b.scalar_type(), "; the kernel was built for ",
-                     BufferCodeName(want.dtype), " (a different dtype is a different kernel)");
+                     cuir::TensorDTypeName(static_cast<cuir::TensorDType>(want.dtype)),
+                     " (a different dtype is a different kernel)");
     TORCH_CHECK_VALUE(b.dim() == want.rank(), kOp, ": captured tensor '", want.name,
                       "' has shape ", Sizes(b), "; the kernel indexes it with ", want.rank(),
                       " indices");
