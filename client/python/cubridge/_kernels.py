@@ -86,13 +86,13 @@ def _explain(spec, text):
     return _LOCATION.sub(repl, text.strip())
 
 
-def _run(args, spec, what):
+def _run(args, spec, what, spec_path):
     stats["pipeline_runs"] += 1
     r = subprocess.run(args, capture_output=True, text=True)
     if r.returncode != 0:
         detail = _explain(spec, (r.stderr or "") + ("\n" + r.stdout if r.stdout else ""))
         raise CubridgeError(f"{what} failed (exit {r.returncode}):\n{detail}\n"
-                            f"The spec CuBridge built from your functions is in {args[2]}")
+                            f"The spec CuBridge built from your functions is in {spec_path}")
     return r.stdout
 
 
@@ -129,7 +129,8 @@ def _produce(spec, config, arch, folder):
             level = os.environ.get("CUBRIDGE_VERIFICATION")
             submitted = _run([cli(), "submit", spec_path, "--address", address, "--json", "--watch"]
                              + (["--verification", level] if level else [])
-                             + _config_args(config, arch) + buffer_args, spec, "cubridge-cli submit")
+                             + _config_args(config, arch) + buffer_args, spec, "cubridge-cli submit",
+                             spec_path)
             job = None
             for line in submitted.splitlines():
                 try:
@@ -139,11 +140,11 @@ def _produce(spec, config, arch, folder):
             if job is None:
                 raise CubridgeError(f"cubridge-cli submit named no job:\n{submitted}")
             _run([cli(), "get", job, "--address", address, "--arch", arch, "--out", out], spec,
-                 "cubridge-cli get")
+                 "cubridge-cli get", spec_path)
         else:
             _run([cli(), "adapt", spec_path, "--local", "--out", out, "--json"]
                  + _config_args(config, arch) + buffer_args + adapt_args(), spec,
-                 "cubridge-cli adapt")
+                 "cubridge-cli adapt", spec_path)
         os.makedirs(os.path.dirname(folder), exist_ok=True)
         try:
             os.rename(out, folder)
