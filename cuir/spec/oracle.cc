@@ -38,12 +38,18 @@ absl::Status CheckInputs(const cuir::AttentionConfig& c, const AttentionInputs& 
   return absl::OkStatus();
 }
 
-// The captured tensors on `device`, in their own dtypes: the spec computes with them as the
-// user's FlexAttention call would.
-std::map<std::string, torch::Tensor> BuffersOn(const AttentionInputs& in,
-                                               torch::Device device = torch::kCPU) {
+// The captured tensors on `device`. Integer and bool tensors keep their dtypes (the spec's
+// integer arithmetic is exact in them); floating ones are read at the oracle's precision, since
+// the kernels widen a bf16/fp16/fp32 value when they load it and compute with it in fp32, as
+// torch.compile'd FlexAttention does. Eager PyTorch would instead round every product of a
+// bf16 tensor to bf16 (`slopes[h] * (kv_idx - q_idx)` off by up to 2^-9 relative), which no
+// kernel of the variant's users computes.
+std::map<std::string, torch::Tensor> BuffersOn(const AttentionInputs& in, torch::Device device,
+                                               torch::ScalarType floating) {
   std::map<std::string, torch::Tensor> out;
-  for (const auto& [name, t] : in.buffers) out[name] = t.to(device);
+  for (const auto& [name, t] : in.buffers) {
+    out[name] = t.is_floating_point() ? t.to(device, floating) : t.to(device);
+  }
   return out;
 }
 
@@ -145,7 +151,7 @@ absl::StatusOr<AttentionOutputs> RunOracle(const Spec& spec, const cuir::Attenti
   if (auto s = CheckInputs(config, inputs); !s.ok()) return s;
   torch::NoGradGuard no_grad;
   if (spec.has_reference) return RunReference(spec, config, inputs, options);
-  const auto buffers = BuffersOn(inputs, options.device);
+  const auto buffers = BuffersOn(inputs, options.device, options.dtype);
   const auto opt = torch::TensorOptions().dtype(options.dtype).device(options.device);
   AttentionOutputs out;
   out.o = torch::zeros({config.batch, config.heads_q, config.seqlen_q, config.head_dim}, opt);
@@ -162,7 +168,7 @@ absl::StatusOr<torch::Tensor> DenseMask(const Spec& spec, const cuir::AttentionC
                                         const AttentionInputs& inputs, torch::Device device) {
   if (auto s = cuir::ValidateConfig(config); !s.ok()) return s;
   torch::NoGradGuard no_grad;
-  auto m = ChunkMask(spec, config, BuffersOn(inputs, device),
+  auto m = ChunkMask(spec, config, BuffersOn(inputs, device, torch::kFloat64),
                      {0, config.batch, 0, config.heads_q}, device);
   if (!m.ok()) return m.status();
   return m->contiguous();

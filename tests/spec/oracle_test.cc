@@ -133,6 +133,27 @@ TEST(Oracle, MaskAndScoreModTogetherWithOverriddenParams) {
       });
 }
 
+TEST(Oracle, FloatCapturedTensorsAreReadAtFullPrecision) {
+  // bf16 slopes times a distance: eager PyTorch would round the product to bf16 (off by ~1 at
+  // distances of a few hundred); the kernels widen the slope and multiply in fp32, and so does
+  // the oracle (in float64).
+  const std::map<std::string, BufferSource> sources = {{"slopes", {"random:bfloat16[2]"}}};
+  auto dtypes = BufferDTypesOf(sources);
+  ASSERT_TRUE(dtypes.ok()) << dtypes.status();
+  auto loaded = LoadSpecSource("def score_mod(score, b, h, q_idx, kv_idx, slopes):\n"
+                               "    return score + slopes[h] * (kv_idx - q_idx)\n",
+                               "oracle.py", *dtypes);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const Spec& spec = *loaded;
+  const auto c = Config(2, 2, 300, 300);
+  const AttentionInputs in = Inputs(spec, c, 7, sources);
+  const auto slopes = in.buffers.at("slopes");
+  ASSERT_EQ(slopes.scalar_type(), torch::kBFloat16);
+  ExpectMatches(spec, c, in, nullptr, [&](const torch::Tensor& s, const Idx& i) {
+    return s + slopes[i.h].to(torch::kFloat64) * (i.kv - i.q).to(torch::kFloat64);
+  });
+}
+
 TEST(Oracle, MaskThatIgnoresQueriesAndHeadsStillBroadcasts) {
   const Spec spec = Load("def mask_mod(b, h, q_idx, kv_idx):\n    return kv_idx < 5 + b\n");
   const auto c = Config(2, 2, 9, 12);
