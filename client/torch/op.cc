@@ -27,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/torch/kernel.h"
+#include "client/torch/launch.h"
 #include "cuir/ir/dtype.h"
 #include "worker/gpu/module.h"
 
@@ -279,36 +280,11 @@ std::tuple<at::Tensor, at::Tensor> AttentionCuda(const at::Tensor& q, const at::
   // The launcher ABI's captured tensors: unit stride innermost unless that size is 1 (a
   // broadcast stride 0 elsewhere is fine); others are copied into that layout.
   std::vector<at::Tensor> held;
-  gpu::AttnParams p{};
-  for (size_t i = 0; i < buffers.size(); ++i) {
-    at::Tensor b = buffers[i];
+  for (at::Tensor b : buffers) {
     if (b.dim() > 0 && b.size(-1) > 1 && b.stride(-1) != 1) b = b.contiguous();
     held.push_back(b);
-    FillBuffer(b, &p.buffers[i]);
   }
-  p.q = q.data_ptr();
-  p.k = k.data_ptr();
-  p.v = v.data_ptr();
-  p.o = o.data_ptr();
-  p.lse = lse.data_ptr<float>();
-  std::tie(p.q_batch_stride, p.q_head_stride, p.q_row_stride) =
-      std::tuple{q.stride(0), q.stride(1), q.stride(2)};
-  std::tie(p.k_batch_stride, p.k_head_stride, p.k_row_stride) =
-      std::tuple{k.stride(0), k.stride(1), k.stride(2)};
-  std::tie(p.v_batch_stride, p.v_head_stride, p.v_row_stride) =
-      std::tuple{v.stride(0), v.stride(1), v.stride(2)};
-  std::tie(p.o_batch_stride, p.o_head_stride, p.o_row_stride) =
-      std::tuple{o.stride(0), o.stride(1), o.stride(2)};
-  p.lse_batch_stride = lse.stride(0);
-  p.lse_head_stride = lse.stride(1);
-  p.batch = static_cast<int32_t>(q.size(0));
-  p.heads_q = static_cast<int32_t>(q.size(1));
-  p.heads_kv = static_cast<int32_t>(k.size(1));
-  p.head_dim = static_cast<int32_t>(q.size(3));
-  p.seqlen_q = static_cast<int32_t>(q.size(2));
-  p.seqlen_kv = static_cast<int32_t>(k.size(2));
-  p.dtype = kn.dtype;
-  p.softmax_scale = static_cast<float>(scale);
+  gpu::AttnParams p = CallParams(kn, q, k, v, o, lse, held, scale);
 
   const int device = q.device().index();
   auto cu = gpu::Driver::Get();
@@ -390,6 +366,39 @@ std::tuple<at::Tensor, at::Tensor> AttentionAutograd(const at::Tensor& q, const 
 }
 
 }  // namespace
+
+#ifdef CUBRIDGE_TORCH_CUDA
+gpu::AttnParams CallParams(const KernelInfo& kn, const at::Tensor& q, const at::Tensor& k,
+                           const at::Tensor& v, const at::Tensor& o, const at::Tensor& lse,
+                           const std::vector<at::Tensor>& buffers, double scale) {
+  gpu::AttnParams p{};
+  for (size_t i = 0; i < buffers.size(); ++i) FillBuffer(buffers[i], &p.buffers[i]);
+  p.q = q.data_ptr();
+  p.k = k.data_ptr();
+  p.v = v.data_ptr();
+  p.o = o.data_ptr();
+  p.lse = lse.data_ptr<float>();
+  std::tie(p.q_batch_stride, p.q_head_stride, p.q_row_stride) =
+      std::tuple{q.stride(0), q.stride(1), q.stride(2)};
+  std::tie(p.k_batch_stride, p.k_head_stride, p.k_row_stride) =
+      std::tuple{k.stride(0), k.stride(1), k.stride(2)};
+  std::tie(p.v_batch_stride, p.v_head_stride, p.v_row_stride) =
+      std::tuple{v.stride(0), v.stride(1), v.stride(2)};
+  std::tie(p.o_batch_stride, p.o_head_stride, p.o_row_stride) =
+      std::tuple{o.stride(0), o.stride(1), o.stride(2)};
+  p.lse_batch_stride = lse.stride(0);
+  p.lse_head_stride = lse.stride(1);
+  p.batch = static_cast<int32_t>(q.size(0));
+  p.heads_q = static_cast<int32_t>(q.size(1));
+  p.heads_kv = static_cast<int32_t>(k.size(1));
+  p.head_dim = static_cast<int32_t>(q.size(3));
+  p.seqlen_q = static_cast<int32_t>(q.size(2));
+  p.seqlen_kv = static_cast<int32_t>(k.size(2));
+  p.dtype = kn.dtype;
+  p.softmax_scale = static_cast<float>(scale);
+  return p;
+}
+#endif  // CUBRIDGE_TORCH_CUDA
 
 TORCH_LIBRARY(cubridge, m) {
   m.def("attention(Tensor q, Tensor k, Tensor v, Tensor[] buffers, float scale, str kernel) "

@@ -117,6 +117,16 @@ class SpecFromFunctions(unittest.TestCase):
                       "    return fn(score, b, h, q_idx, kv_idx, x0)", spec.text)
         self.assertIs(spec.buffers["x0"], table)
 
+    def test_a_tensor_annotation_is_dropped_not_captured(self):
+        # causal_document.py annotates `doc: Tensor` (from torch import Tensor): an annotation,
+        # not a value the function reads; unannotated, the frontend takes it as a tensor.
+        docs = load_example("causal_document")
+        ids = torch.tensor([0, 0, 1, 1, 1], dtype=torch.int32)
+        spec = cubridge.build_spec(mask_mod=variants.bind_mask(docs.mask_mod, ids))
+        self.assertIn("def fn(b, h, q_idx, kv_idx, doc):", spec.text)
+        self.assertNotIn("Tensor", spec.text)
+        self.assertEqual(list(spec.buffers), ["x0"])
+
     def test_spec_positions_map_to_the_users_file(self):
         spec = cubridge.build_spec(score_mod=variants.learned_alibi)
         line = next(i for i, l in enumerate(spec.text.splitlines(), 1) if "return" in l)
@@ -167,6 +177,15 @@ class LocalPipeline(unittest.TestCase):
         self.assertEqual(kernel.buffer_names, ["x0"])
         self.assertIs(buffers[0], table)
         self.assertIn("staged_tables", kernel.report["lowering"]["generated_regions"])
+
+    def test_a_tensor_annotated_spec_function_adapts(self):
+        docs = load_example("causal_document")
+        q, k, v = qkv(s=70)
+        ids = (torch.arange(70) // 20).to(torch.int32)
+        kernel, buffers, _ = cubridge.compile(mask_mod=variants.bind_mask(docs.mask_mod, ids)) \
+            .kernel(q, k, v, arch="sm_80")
+        self.assertEqual(kernel.buffer_names, ["x0"])
+        self.assertIs(buffers[0], ids)
 
     def test_a_new_scalar_value_is_a_new_kernel(self):
         q, k, v = qkv()

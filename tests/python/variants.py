@@ -61,3 +61,10 @@ def bind_score(fn, x0):
     def score_mod(score, b, h, q_idx, kv_idx):
         return fn(score, b, h, q_idx, kv_idx, x0)
     return score_mod
+
+
+def bind_mask(fn, x0):
+    # A spec file's mask_mod with its captured tensor bound.
+    def mask_mod(b, h, q_idx, kv_idx):
+        return fn(b, h, q_idx, kv_idx, x0)
+    return mask_mod

@@ -132,6 +132,22 @@ def _value_of(fn, name):
     return False, None
 
 
+def _names_tensor(fn, expr):
+    """Whether an annotation (`Tensor`, `torch.Tensor`) names torch.Tensor where fn sees it."""
+    chain = []
+    while isinstance(expr, ast.Attribute):
+        chain.append(expr.attr)
+        expr = expr.value
+    if not isinstance(expr, ast.Name):
+        return False
+    ok, value = _value_of(fn, expr.id)
+    for attr in reversed(chain):
+        if not ok:
+            break
+        ok, value = hasattr(value, attr), getattr(value, attr, None)
+    return ok and value is torch.Tensor
+
+
 def _is_scalar(v):
     return isinstance(v, (bool, int, float)) and not isinstance(v, torch.Tensor)
 
@@ -170,6 +186,18 @@ class _Builder:
         builder = self
 
         class Rewrite(ast.NodeTransformer):
+            # A `Tensor` annotation is dropped, not captured: an unannotated argument is a
+            # tensor to the frontend (TorchScript), and `Tensor` may be imported under any name.
+            def visit_arg(self, a):
+                if a.annotation is not None and _names_tensor(fn, a.annotation):
+                    a.annotation = None
+                return self.generic_visit(a)
+
+            def visit_FunctionDef(self, f):
+                if f.returns is not None and _names_tensor(fn, f.returns):
+                    f.returns = None
+                return self.generic_visit(f)
+
             def visit_Attribute(self, a):
                 # self.slopes, model.table: an attribute chain on a captured object.
                 chain, root = [], a
