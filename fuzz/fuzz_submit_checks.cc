@@ -13,7 +13,7 @@
 
 #include "cuir/spec/guard.h"
 #include "google/protobuf/stubs/logging.h"
-#include "server/core/ids.h"
+#include "service/contract/ids.h"
 #include "server/core/request.h"
 
 // protobuf logs each string field that is not UTF-8; at thousands of inputs a second that is
@@ -37,8 +37,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     request.mutable_config()->set_head_dim(64);
     request.set_idempotency_key(rest.substr(0, 300));
   }
-  for (auto check : {core::CheckJobId, core::CheckSpecHash, core::CheckWorkerId, core::CheckTaskId,
-                     core::CheckIdempotencyKey}) {
+  for (auto check : {contract::CheckJobId, contract::CheckSpecHash, contract::CheckWorkerId, contract::CheckTaskId,
+                     contract::CheckIdempotencyKey}) {
     (void)check(rest);
   }
   auto checked = core::CheckRequest(request, core::Limits{});
@@ -51,7 +51,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (checked.ok() && !checked->lift) {
     const std::string& source = request.spec().source();
-    if (core::FirstInvalidUtf8(source).has_value()) std::abort();
+    if (contract::FirstInvalidUtf8(source).has_value()) std::abort();
     if (!spec::GuardSpecSource(source, "fuzz.py").ok()) std::abort();
   }
   return 0;

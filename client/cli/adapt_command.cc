@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/cli/config_flags.h"
+#include "cuir/experts/expert.h"
 #include "cuir/pipeline/adapt.h"
 #include "cuir/propose/llm_flags.h"
 #include "worker/gpu/autotune.h"
@@ -93,19 +94,19 @@ std::string ApplyFlags(AdaptFlags& f, cubridge::gpu::AutotuneOptions& tune) {
   }
   tune.isolate.timeout_seconds = f.gpu_timeout;
   for (const auto& t : f.tiles) {
-    auto tile = cubridge::gpu::ParseTile(t);
+    auto tile = cubridge::experts::ParseTile(t);
     if (!tile.ok()) return absl::StrCat("--tiles: ", tile.status().message());
     tune.tiles.push_back(*tile);
   }
   if (!f.tile.empty()) {
     if (!f.tiles.empty()) return "--tile pins one tile and --tiles lists candidates: pass one of them";
-    auto tile = cubridge::gpu::ParseTile(f.tile);
+    auto tile = cubridge::experts::ParseTile(f.tile);
     if (!tile.ok()) return absl::StrCat("--tile: ", tile.status().message());
-    if (auto fits = cubridge::gpu::TileFits(*tile, o.config, o.arch); !fits.ok()) {
+    if (auto fits = cubridge::experts::TileFits(*tile, o.config, o.arch); !fits.ok()) {
       return absl::StrCat("--tile: ", fits.message());
     }
     tune.tiles = {*tile};
-    o.kernel_params = cubridge::gpu::TileParams(*tile);
+    o.kernel_params = cubridge::experts::TileParams(*tile);
   }
   return "";
 }

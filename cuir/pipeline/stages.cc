@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "cuir/experts/expert.h"
 #include "cuir/lower/lift.h"
 
 namespace cubridge::pipeline {
@@ -37,10 +38,7 @@ transfer::VariantSpec ToVariantSpec(const spec::Spec& s) {
 
 }  // namespace
 
-// sm_90 gets the Hopper expert (wgmma, TMA, warp specialisation); sm_80 the mma.sync one.
-std::string ExpertFor(lower::Arch arch) {
-  return arch == lower::Arch::kSm90 ? "fa3_sm90" : "fa2_sm80";
-}
+std::string ExpertFor(lower::Arch arch) { return experts::ExpertFor(arch).name; }
 
 absl::StatusOr<spec::Spec> SpecStage(absl::StatusOr<spec::Spec> s,
                                      const std::vector<std::string>& overrides,

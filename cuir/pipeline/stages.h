@@ -19,8 +19,8 @@
 
 namespace cubridge::pipeline {
 
-// The expert kernel an arch is adapted from (the sm_80 one also serves sm_90 until the Hopper
-// expert exists).
+// The name of the expert kernel an arch is adapted from (cuir/experts/registry.cc): sm_90 the
+// Hopper one (wgmma, TMA, warp specialisation), sm_80 the mma.sync one.
 std::string ExpertFor(lower::Arch arch);
 
 // Parameter overrides applied; detail "file: mask_mod + score_mod, N params, M buffers".

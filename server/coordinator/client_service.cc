@@ -10,8 +10,8 @@
 #include "cubridge/v1/client.grpc.pb.h"
 #include "cubridge/status_details.h"
 #include "server/coordinator/coordinator.h"
-#include "server/core/ids.h"
-#include "server/core/task_contract.h"
+#include "service/contract/ids.h"
+#include "service/contract/task_contract.h"
 
 namespace cubridge::coordinator {
 namespace {
@@ -59,14 +59,14 @@ class ClientService final : public v1::CuBridge::Service {
 
   grpc::Status GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req, v1::Job* out) override {
     return Call(ctx, [&](core::JobFlow& flow) -> absl::Status {
-      if (auto s = core::CheckJobId(req->job_id()); !s.ok()) return s;
+      if (auto s = contract::CheckJobId(req->job_id()); !s.ok()) return s;
       return Assign(flow.Describe(req->job_id(), req->with_transcript()), out);
     });
   }
 
   grpc::Status CancelJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req, v1::Job* out) override {
     return Call(ctx, [&](core::JobFlow& flow) -> absl::Status {
-      if (auto s = core::CheckJobId(req->job_id()); !s.ok()) return s;
+      if (auto s = contract::CheckJobId(req->job_id()); !s.ok()) return s;
       return Assign(flow.Cancel(req->job_id()), out);
     });
   }
@@ -93,11 +93,11 @@ class ClientService final : public v1::CuBridge::Service {
   grpc::Status GetKernel(grpc::ServerContext* ctx, const v1::GetKernelRequest* req,
                          v1::Kernel* out) override {
     return Call(ctx, [&](core::JobFlow& flow) -> absl::Status {
-      if (auto s = core::CheckSpecHash(req->spec_hash()); !s.ok()) return s;
+      if (auto s = contract::CheckSpecHash(req->spec_hash()); !s.ok()) return s;
       auto arch = core::NormalizeArch(req->arch());
       if (!arch.ok()) return arch.status();
       const std::string& ruleset = c_->options().flow.ruleset;
-      auto k = flow.kernels().Get(req->spec_hash(), *arch, ruleset, core::kLevelIr);
+      auto k = flow.kernels().Get(req->spec_hash(), *arch, ruleset, contract::kLevelIr);
       if (!k.ok()) return k.status();
       if (!k->has_value()) {
         return absl::NotFoundError(absl::StrCat("no verified kernel for spec ", req->spec_hash(),
@@ -107,7 +107,7 @@ class ClientService final : public v1::CuBridge::Service {
       out->set_spec_hash(kernel.spec_hash);
       out->set_arch(kernel.arch);
       out->set_ruleset(kernel.ruleset);
-      out->set_verification(kernel.verification == core::kLevelGpu ? v1::VERIFICATION_LEVEL_GPU
+      out->set_verification(kernel.verification == contract::kLevelGpu ? v1::VERIFICATION_LEVEL_GPU
                                                                    : v1::VERIFICATION_LEVEL_IR);
       out->set_cuir(kernel.cuir);
       out->set_cuda_source(kernel.cuda_source);
@@ -156,7 +156,7 @@ class ClientService final : public v1::CuBridge::Service {
   grpc::Status WatchJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req,
                         grpc::ServerWriter<v1::StageEvent>* writer) override {
     if (auto s = c_->options().client_tokens.Check(ctx, "client"); !s.ok()) return s;
-    if (auto s = core::CheckJobId(req->job_id()); !s.ok()) return ToGrpc(s);
+    if (auto s = contract::CheckJobId(req->job_id()); !s.ok()) return ToGrpc(s);
     int64_t sent = std::max(0, req->from_event());
     while (!ctx->IsCancelled()) {
       if (c_->draining()) return ToGrpc(Draining());

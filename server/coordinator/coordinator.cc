@@ -12,7 +12,7 @@
 #include "cubridge/status_details.h"
 #include "cuir/files/files.h"
 #include "cuir/transfer/transfer.h"
-#include "server/core/task_contract.h"
+#include "service/contract/task_contract.h"
 
 namespace cubridge::coordinator {
 

@@ -17,7 +17,7 @@
 #include "absl/status/statusor.h"
 #include "server/coordinator/auth.h"
 #include "server/core/flow.h"
-#include "server/core/metrics.h"
+#include "service/runtime/metrics.h"
 #include "server/core/request.h"
 #include "server/core/spec_checker.h"
 #include "server/store/redis.h"
@@ -55,7 +55,7 @@ class Coordinator {
   // This thread's flow (its own Redis connection); UNAVAILABLE when Redis cannot be reached.
   absl::StatusOr<core::JobFlow*> Flow();
   const CoordinatorOptions& options() const { return options_; }
-  core::Metrics& metrics() { return metrics_; }
+  service::Metrics& metrics() { return metrics_; }
   core::SpecChecker& spec_checker() { return *spec_checker_; }
   bool draining() const { return draining_.load(); }
   // Advances every job waiting on a task that just ended (or was just handed out).
@@ -65,7 +65,7 @@ class Coordinator {
   void SweepLoop();
 
   CoordinatorOptions options_;
-  core::Metrics metrics_{core::Metrics::Role::kCoordinator};
+  service::Metrics metrics_{service::Metrics::Role::kCoordinator};
   std::unique_ptr<core::SpecChecker> spec_checker_;
   std::unique_ptr<grpc::Service> client_service_, worker_service_;
   std::unique_ptr<grpc::Server> server_;

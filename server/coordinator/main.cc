@@ -8,7 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
-#include "server/core/signals.h"
+#include "service/runtime/signals.h"
 #include "server/core/spec_check.h"
 
 #include "absl/strings/numbers.h"
@@ -129,7 +129,7 @@ int main(int argc, char** argv) {
   // Scripts and tests read the chosen ports from this line.
   std::cout << "listening on port " << coordinator.port() << " metrics port "
             << coordinator.metrics_port() << std::endl;
-  cubridge::core::OnTerminationSignal([&](int sig) {
+  cubridge::service::OnTerminationSignal([&](int sig) {
     spdlog::info("signal {}: draining", sig);
     coordinator.Drain();
   });

@@ -10,8 +10,8 @@
 #include "absl/strings/str_join.h"
 #include "cubridge/v1/worker.grpc.pb.h"
 #include "server/coordinator/coordinator.h"
-#include "server/core/ids.h"
-#include "server/core/task_contract.h"
+#include "service/contract/ids.h"
+#include "service/contract/task_contract.h"
 
 namespace cubridge::coordinator {
 namespace {
@@ -48,7 +48,7 @@ class WorkerService final : public v1::Workers::Service {
   grpc::Status LeaseTask(grpc::ServerContext* ctx, const v1::LeaseTaskRequest* req,
                          v1::LeaseTaskResponse* out) override {
     return Call(ctx, [&](core::JobFlow& flow) -> absl::Status {
-      if (auto s = core::CheckWorkerId(req->worker_id()); !s.ok()) return s;
+      if (auto s = contract::CheckWorkerId(req->worker_id()); !s.ok()) return s;
       auto worker = flow.workers().Get(req->worker_id());
       if (!worker.ok()) {
         return absl::NotFoundError(absl::StrCat("worker ", req->worker_id(),
@@ -59,10 +59,10 @@ class WorkerService final : public v1::Workers::Service {
       // so it comes last; lifts of user kernels also need this machine's GPU.
       std::vector<std::string> classes = {worker->arch};
       if (worker->arch != "cpu") classes.push_back("cpu");
-      if (std::find(worker->capabilities.begin(), worker->capabilities.end(), core::kLlmClass) !=
+      if (std::find(worker->capabilities.begin(), worker->capabilities.end(), contract::kLlmClass) !=
           worker->capabilities.end()) {
-        if (worker->arch != "cpu") classes.push_back(core::LlmGpuClass(worker->arch));
-        classes.push_back(core::kLlmClass);
+        if (worker->arch != "cpu") classes.push_back(contract::LlmGpuClass(worker->arch));
+        classes.push_back(contract::kLlmClass);
       }
       const auto deadline = std::chrono::steady_clock::now() +
                             std::chrono::milliseconds(std::clamp<int64_t>(req->wait_millis(), 0, 30000));
@@ -86,7 +86,7 @@ class WorkerService final : public v1::Workers::Service {
           // The values its spec names by digest travel with it; one the store lost is left out,
           // and the worker fails the task saying so.
           for (const std::string& digest :
-               core::TensorDigests(nlohmann::json::parse(l.task.payload, nullptr, false))) {
+               contract::TensorDigests(nlohmann::json::parse(l.task.payload, nullptr, false))) {
             auto bytes = flow.tensors().Get(digest);
             if (!bytes.ok()) return bytes.status();
             if (bytes->has_value()) (*t->mutable_tensor_data())[digest] = std::move(**bytes);
@@ -118,7 +118,7 @@ class WorkerService final : public v1::Workers::Service {
   grpc::Status ReportProgress(grpc::ServerContext* ctx, const v1::ReportProgressRequest* req,
                               v1::ReportProgressResponse*) override {
     return Call(ctx, [&](core::JobFlow& flow) -> absl::Status {
-      if (auto s = core::CheckTaskId(req->task_id()); !s.ok()) return s;
+      if (auto s = contract::CheckTaskId(req->task_id()); !s.ok()) return s;
       auto st = flow.tasks().Get(req->task_id());
       if (!st.ok()) return st.status();
       if (st->state != "leased" || st->fencing_token != req->fencing_token()) {
@@ -139,7 +139,7 @@ class WorkerService final : public v1::Workers::Service {
   grpc::Status CompleteTask(grpc::ServerContext* ctx, const v1::CompleteTaskRequest* req,
                             v1::CompleteTaskResponse*) override {
     return Call(ctx, [&](core::JobFlow& flow) -> absl::Status {
-      if (auto s = core::CheckTaskId(req->task_id()); !s.ok()) return s;
+      if (auto s = contract::CheckTaskId(req->task_id()); !s.ok()) return s;
       auto st = flow.tasks().Get(req->task_id());
       if (!st.ok()) return st.status();
       auto done = flow.tasks().Complete(req->task_id(), req->fencing_token(), req->result_json());
@@ -159,7 +159,7 @@ class WorkerService final : public v1::Workers::Service {
   grpc::Status FailTask(grpc::ServerContext* ctx, const v1::FailTaskRequest* req,
                         v1::FailTaskResponse*) override {
     return Call(ctx, [&](core::JobFlow& flow) -> absl::Status {
-      if (auto s = core::CheckTaskId(req->task_id()); !s.ok()) return s;
+      if (auto s = contract::CheckTaskId(req->task_id()); !s.ok()) return s;
       const std::string cls = ClassName(req->failure_class());
       // Only the machine's own failures are worth another attempt; the class, when the worker
       // gives one, decides (an older worker's `retryable` otherwise).
@@ -185,7 +185,7 @@ class WorkerService final : public v1::Workers::Service {
   grpc::Status ReportHealth(grpc::ServerContext* ctx, const v1::ReportHealthRequest* req,
                             v1::ReportHealthResponse*) override {
     return Call(ctx, [&](core::JobFlow& flow) -> absl::Status {
-      if (auto s = core::CheckWorkerId(req->worker_id()); !s.ok()) return s;
+      if (auto s = contract::CheckWorkerId(req->worker_id()); !s.ok()) return s;
       const std::string health = req->health() == v1::WORKER_HEALTH_NOT_SERVING ? "not_serving"
                                  : req->health() == v1::WORKER_HEALTH_DRAINING  ? "draining"
                                                                                 : "serving";
@@ -203,8 +203,8 @@ class WorkerService final : public v1::Workers::Service {
 
  private:
   static absl::Status CheckIds(const std::string& worker_id, const std::string& task_id) {
-    if (auto s = core::CheckWorkerId(worker_id); !s.ok()) return s;
-    return core::CheckTaskId(task_id);
+    if (auto s = contract::CheckWorkerId(worker_id); !s.ok()) return s;
+    return contract::CheckTaskId(task_id);
   }
 
   static std::string ClassName(v1::FailureClass c) {
@@ -218,11 +218,11 @@ class WorkerService final : public v1::Workers::Service {
 
   // Whether `w` can lease from the class (the order LeaseTask builds for a worker).
   static bool Serves(const store::WorkerRecord& w, const std::string& cls) {
-    const bool llm = std::find(w.capabilities.begin(), w.capabilities.end(), core::kLlmClass) !=
+    const bool llm = std::find(w.capabilities.begin(), w.capabilities.end(), contract::kLlmClass) !=
                      w.capabilities.end();
     if (cls == "cpu" || cls == w.arch) return true;
-    if (cls == core::kLlmClass) return llm;
-    return llm && cls == core::LlmGpuClass(w.arch);
+    if (cls == contract::kLlmClass) return llm;
+    return llm && cls == contract::LlmGpuClass(w.arch);
   }
 
   // A retry goes to a worker that has not failed the task when there is one: a worker that did
@@ -256,18 +256,18 @@ class WorkerService final : public v1::Workers::Service {
   }
 
   static v1::TaskKind KindEnum(const std::string& kind) {
-    if (kind == core::kLiftTask) return v1::TASK_KIND_LIFT;
-    if (kind == core::kTransferTask) return v1::TASK_KIND_TRANSFER;
-    if (kind == core::kCandidateTask) return v1::TASK_KIND_CANDIDATE;
-    if (kind == core::kLiftLlmTask) return v1::TASK_KIND_LIFT_LLM;
+    if (kind == contract::kLiftTask) return v1::TASK_KIND_LIFT;
+    if (kind == contract::kTransferTask) return v1::TASK_KIND_TRANSFER;
+    if (kind == contract::kCandidateTask) return v1::TASK_KIND_CANDIDATE;
+    if (kind == contract::kLiftLlmTask) return v1::TASK_KIND_LIFT_LLM;
     return v1::TASK_KIND_UNSPECIFIED;
   }
   // Task ids start with what they compute: lift-, transfer-, cand-, liftllm-.
   static std::string KindOf(const std::string& task_id) {
-    if (task_id.rfind("lift-", 0) == 0) return core::kLiftTask;
-    if (task_id.rfind("transfer-", 0) == 0) return core::kTransferTask;
-    if (task_id.rfind("liftllm-", 0) == 0) return core::kLiftLlmTask;
-    return core::kCandidateTask;
+    if (task_id.rfind("lift-", 0) == 0) return contract::kLiftTask;
+    if (task_id.rfind("transfer-", 0) == 0) return contract::kTransferTask;
+    if (task_id.rfind("liftllm-", 0) == 0) return contract::kLiftLlmTask;
+    return contract::kCandidateTask;
   }
 
   Coordinator* c_;

@@ -12,16 +12,20 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "cuir/experts/expert.h"
 #include "cuir/lower/lower.h"
+#include "cuir/pipeline/candidates.h"
 #include "cuir/pipeline/stages.h"
 #include "cuir/pipeline/verify.h"
 #include "cuir/spec/digest.h"
 #include "cubridge/status_details.h"
 #include "server/core/request.h"
-#include "server/core/task_contract.h"
-#include "worker/gpu/autotune.h"
+#include "service/contract/task_contract.h"
 
 namespace cubridge::core {
+
+// The task contract the coordinator shares with its workers.
+using namespace contract;  // NOLINT(build/namespaces)
 
 using nlohmann::json;
 
@@ -55,9 +59,9 @@ std::string ClassFor(const std::string& level, const std::string& arch) {
 }
 
 // At the `ir` level nothing is profiled, so one candidate is enough: the expert's own tile.
-std::vector<gpu::TileConfig> TilesFor(const std::string& level, const cuir::AttentionConfig& config,
-                                      lower::Arch arch) {
-  auto tiles = gpu::CandidateTiles(config, arch);
+std::vector<experts::TileConfig> TilesFor(const std::string& level,
+                                          const cuir::AttentionConfig& config, lower::Arch arch) {
+  auto tiles = experts::CandidateTiles(config, arch);
   if (level == kLevelIr && !tiles.empty()) tiles.resize(1);
   return tiles;
 }
@@ -109,7 +113,7 @@ std::string TransferTaskId(const std::string& spec_hash, const std::string& prop
                                       : absl::StrCat("transfer-", spec_hash, "-", proposer);
 }
 
-JobFlow::JobFlow(store::RedisClient* redis, const FlowOptions& options, Metrics* metrics)
+JobFlow::JobFlow(store::RedisClient* redis, const FlowOptions& options, service::Metrics* metrics)
     : options_(options),
       metrics_(metrics),
       jobs_(redis, options.retention),
@@ -375,7 +379,7 @@ absl::Status JobFlow::Advance(const std::string& job_id) {
     if (!a.ok()) return a.status();
     std::vector<std::pair<std::string, std::string>> ids;  // task id, tile
     bool all_ended = true;
-    for (const gpu::TileConfig& tile : TilesFor(job.level, job.input.config, *a)) {
+    for (const experts::TileConfig& tile : TilesFor(job.level, job.input.config, *a)) {
       // Another proposer's program is other work, even for the same spec and tile.
       const std::string id = absl::StrCat("cand-", hash, "-", arch, "-", job.level, "-", tile.Name(),
                                           by_rules ? "" : "-" + job.proposer);
@@ -421,8 +425,7 @@ absl::StatusOr<bool> JobFlow::Select(const Job& job, const std::string& arch,
                                      const std::vector<std::pair<std::string, std::string>>& ids,
                                      const json& transferred) {
   json candidates = json::array();
-  int best = -1;
-  json best_result;
+  std::vector<json> results;
   std::vector<std::string> errors;
   for (const auto& [id, tile] : ids) {
     auto st = tasks_.Get(id);
@@ -436,16 +439,15 @@ absl::StatusOr<bool> JobFlow::Select(const Job& job, const std::string& arch,
       errors.push_back(absl::StrCat(check["name"].get<std::string>(), ": ",
                                     check.value("error", check.value("failure", std::string("failed")))));
     }
-    if (gpu::Score(check) >= 0 && (best < 0 || gpu::Score(check) > gpu::Score(candidates[best]))) {
-      best = static_cast<int>(candidates.size());
-      best_result = result;
-    }
     candidates.push_back(check);
+    results.push_back(std::move(result));
   }
+  const int best = pipeline::BestCandidate(candidates);
   if (best < 0) {
     return absl::InternalError(absl::StrCat("no candidate verified for ", arch, " (", ids.size(),
                                             " tried): ", absl::StrJoin(errors, "; ")));
   }
+  const json& best_result = results[best];
   json report = {
       {"spec", job.input.file_name},
       {"spec_hash", job.record.spec_hash},
@@ -489,7 +491,7 @@ absl::StatusOr<bool> JobFlow::Select(const Job& job, const std::string& arch,
       job.level == kLevelGpu
           ? absl::StrCat("stored ", arch, " kernel ", candidates[best]["name"].get<std::string>(),
                          " (fastest verified of ", ids.size(), ", ",
-                         absl::StrFormat("%.1f", gpu::Score(candidates[best])),
+                         absl::StrFormat("%.1f", pipeline::CandidateScore(candidates[best])),
                          " TFLOP/s on kept elements)")
           : absl::StrCat("stored ", arch, " kernel ", candidates[best]["name"].get<std::string>(),
                          " (verified at the IR level; CUDA compiled, not run)");

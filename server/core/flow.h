@@ -22,7 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "cubridge/v1/client.pb.h"
-#include "server/core/metrics.h"
+#include "service/runtime/metrics.h"
 #include "server/store/jobs.h"
 #include "server/store/kernels.h"
 #include "server/store/tasks.h"
@@ -43,7 +43,7 @@ struct FlowOptions {
 // One coordinator thread's view of the stores (a Redis client is used by one thread at a time).
 class JobFlow {
  public:
-  JobFlow(store::RedisClient* redis, const FlowOptions& options, Metrics* metrics);
+  JobFlow(store::RedisClient* redis, const FlowOptions& options, service::Metrics* metrics);
 
   // Creates the job (or returns the one its idempotency key already made for the same request;
   // ALREADY_EXISTS naming that job for another request) for a request whose spec was already
@@ -89,7 +89,7 @@ class JobFlow {
                      const std::string& worker = "");
 
   FlowOptions options_;
-  Metrics* metrics_;
+  service::Metrics* metrics_;
   store::JobStore jobs_;
   store::TaskQueue tasks_;
   store::KernelCache kernels_;

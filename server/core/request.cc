@@ -11,9 +11,12 @@
 #include "cuir/pipeline/proposer_names.h"
 #include "cuir/spec/digest.h"
 #include "cuir/spec/guard.h"
-#include "server/core/ids.h"
+#include "service/contract/ids.h"
 
 namespace cubridge::core {
+
+// The task contract the coordinator shares with its workers.
+using namespace contract;  // NOLINT(build/namespaces)
 namespace {
 
 absl::Status Over(const std::string& what, int64_t got, int64_t limit) {

@@ -10,7 +10,7 @@
 
 #include "server/core/flow.h"
 #include "server/core/request.h"
-#include "server/core/task_contract.h"
+#include "service/contract/task_contract.h"
 #include "tests/server/redis_server.h"
 
 namespace cubridge::core {

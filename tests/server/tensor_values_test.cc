@@ -14,7 +14,7 @@
 #include "server/core/flow.h"
 #include "server/core/request.h"
 #include "server/core/spec_check.h"
-#include "server/core/task_contract.h"
+#include "service/contract/task_contract.h"
 #include "tests/server/redis_server.h"
 
 namespace cubridge::core {
@@ -216,7 +216,7 @@ TEST_F(TensorValueFlow, AJobKeepsItsValuesOnceByDigestAndALeaseGetsThemBack) {
   EXPECT_GT(client_->Command({"PTTL", "cubridge:tensor:" + digest})->integer, 0);
   const std::string payload = Field("cubridge:task:transfer-h1", "payload");
   EXPECT_LT(payload.size(), 4096u);
-  EXPECT_EQ(TensorDigests(json::parse(payload)), std::vector<std::string>{digest});
+  EXPECT_EQ(contract::TensorDigests(json::parse(payload)), std::vector<std::string>{digest});
 
   // Another coordinator (or this one restarted) advances the job and leases its task: the values
   // come from the store by digest, and rebuild the tensor the client sent.
@@ -228,8 +228,8 @@ TEST_F(TensorValueFlow, AJobKeepsItsValuesOnceByDigestAndALeaseGetsThemBack) {
   auto kept = again.tensors().Get(digest);
   ASSERT_TRUE(kept.ok() && kept->has_value());
   const std::string sent = **kept;
-  ASSERT_TRUE(ResolveTensors(leased, [&](const std::string& d) { return d == digest ? &sent : nullptr; }).ok());
-  auto rebuilt = SpecInput::FromJson(leased["spec"]);
+  ASSERT_TRUE(contract::ResolveTensors(leased, [&](const std::string& d) { return d == digest ? &sent : nullptr; }).ok());
+  auto rebuilt = contract::SpecInput::FromJson(leased["spec"]);
   ASSERT_TRUE(rebuilt.ok()) << rebuilt.status();
   auto sources = rebuilt->BufferSources();
   ASSERT_TRUE(sources.ok()) << sources.status();
@@ -239,13 +239,13 @@ TEST_F(TensorValueFlow, AJobKeepsItsValuesOnceByDigestAndALeaseGetsThemBack) {
 
   // Bytes that did not come, or came damaged, are not used.
   json missing = json::parse((*lease)->task.payload);
-  const absl::Status gone = ResolveTensors(missing, [](const std::string&) { return nullptr; });
+  const absl::Status gone = contract::ResolveTensors(missing, [](const std::string&) { return nullptr; });
   EXPECT_EQ(gone.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(gone.message()), AllOf(HasSubstr("buffer `slopes`"), HasSubstr("submit the job again")));
   const std::string damaged = bytes.substr(1);
-  EXPECT_EQ(ResolveTensors(missing, [&](const std::string&) { return &damaged; }).code(),
+  EXPECT_EQ(contract::ResolveTensors(missing, [&](const std::string&) { return &damaged; }).code(),
             absl::StatusCode::kDataLoss);
-  auto unresolved = SpecInput::FromJson(missing["spec"]);
+  auto unresolved = contract::SpecInput::FromJson(missing["spec"]);
   ASSERT_TRUE(unresolved.ok());
   EXPECT_THAT(std::string(unresolved->BufferSources().status().message()),
               HasSubstr("did not come with the task"));
@@ -275,7 +275,7 @@ TEST(TensorValueContract, InputsStoredBeforeValuesStillLoad) {
       R"({"file_name": "d.py", "source": "x", "params": [], "buffers": {"doc": "lengths:2,2"},
           "seed": 3})");
   stored["config"] = pipeline::ConfigJson(cuir::AttentionConfig{});
-  auto old = SpecInput::FromJson(stored);
+  auto old = contract::SpecInput::FromJson(stored);
   ASSERT_TRUE(old.ok()) << old.status();
   auto sources = old->BufferSources();
   ASSERT_TRUE(sources.ok());

@@ -18,7 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cuir/files/files.h"
-#include "server/core/task_contract.h"
+#include "service/contract/task_contract.h"
 #include "worker/daemon/execute.h"
 #include "worker/gpu/autotune.h"
 #include "worker/gpu/isolate.h"
@@ -102,7 +102,7 @@ propose::LlmFlags LlmFlagsFromJson(const json& j) {
 }
 
 // What a task's LLM conversation cost, from its (possibly partial) result; nothing without one.
-void CountLlmUsage(core::Metrics& metrics, const json& result) {
+void CountLlmUsage(service::Metrics& metrics, const json& result) {
   if (!result.is_object()) return;
   const json usage = result.value("llm_usage", json());
   if (!usage.is_object()) return;
@@ -180,7 +180,7 @@ absl::Status Daemon::Register() {
   req.set_memory_bytes(memory_bytes_);
   req.add_capabilities("nvrtc");
   if (arch_ != "cpu") req.add_capabilities("gpu-verify");
-  if (options_.llm) req.add_capabilities(core::kLlmClass);
+  if (options_.llm) req.add_capabilities(contract::kLlmClass);
   req.set_hostname(Hostname());
   auto backoff = std::chrono::milliseconds(200);
   while (!draining_) {
@@ -358,10 +358,10 @@ void Daemon::Fence(const std::string& reason) {
 }
 
 v1::FailureClass Daemon::RunTask(const v1::Task& task) {
-  const std::string kind = task.kind() == v1::TASK_KIND_LIFT       ? core::kLiftTask
-                           : task.kind() == v1::TASK_KIND_TRANSFER ? core::kTransferTask
-                           : task.kind() == v1::TASK_KIND_LIFT_LLM ? core::kLiftLlmTask
-                                                                   : core::kCandidateTask;
+  const std::string kind = task.kind() == v1::TASK_KIND_LIFT       ? contract::kLiftTask
+                           : task.kind() == v1::TASK_KIND_TRANSFER ? contract::kTransferTask
+                           : task.kind() == v1::TASK_KIND_LIFT_LLM ? contract::kLiftLlmTask
+                                                                   : contract::kCandidateTask;
   spdlog::info("task={} job={} attempt={} token={}: running", task.task_id(), task.job_id(),
                task.attempt(), task.fencing_token());
   // Every failure names this worker and says what happened, for the user who reads the job.
@@ -381,7 +381,7 @@ v1::FailureClass Daemon::RunTask(const v1::Task& task) {
   const std::string progress_path = (dir / "progress.txt").string();
   // The buffers the spec gives by value came with the lease, keyed by digest: into the payload.
   json payload = json::parse(task.payload_json(), nullptr, false);
-  const auto resolved = core::ResolveTensors(payload, [&](const std::string& digest) {
+  const auto resolved = contract::ResolveTensors(payload, [&](const std::string& digest) {
     auto it = task.tensor_data().find(digest);
     return it == task.tensor_data().end() ? nullptr : &it->second;
   });
@@ -398,7 +398,7 @@ v1::FailureClass Daemon::RunTask(const v1::Task& task) {
                   {"work_dir", dir.string()},
                   {"progress", progress_path}};
   // Only the tasks that talk to a model get the endpoint (the key stays in the environment).
-  if (options_.llm && (kind == core::kTransferTask || kind == core::kLiftLlmTask)) {
+  if (options_.llm && (kind == contract::kTransferTask || kind == contract::kLiftLlmTask)) {
     request["llm"] = LlmFlagsJson(*options_.llm);
   }
 

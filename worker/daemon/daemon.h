@@ -24,7 +24,7 @@
 #include "absl/status/status.h"
 #include "cubridge/v1/worker.grpc.pb.h"
 #include "cuir/propose/llm_flags.h"
-#include "server/core/metrics.h"
+#include "service/runtime/metrics.h"
 
 namespace cubridge::workerd {
 
@@ -84,7 +84,7 @@ class Daemon {
   DaemonOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Workers::Stub> stub_;
-  core::Metrics metrics_{core::Metrics::Role::kWorker};
+  service::Metrics metrics_{service::Metrics::Role::kWorker};
   std::unique_ptr<grpc::Server> health_server_;
   int infra_failures_ = 0;   // in a row
   // Since when the channel to the coordinator has been down, while it is.

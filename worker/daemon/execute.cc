@@ -7,13 +7,15 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "cuir/experts/expert.h"
 #include "cuir/ir/program.h"
 #include "cuir/lower/lift.h"
+#include "cuir/pipeline/candidates.h"
 #include "cuir/pipeline/proposer.h"
 #include "cuir/pipeline/stages.h"
 #include "cuir/propose/llm_lifter.h"
 #include "cuir/propose/llm_proposer.h"
-#include "server/core/task_contract.h"
+#include "service/contract/task_contract.h"
 #include "worker/gpu/autotune.h"
 #include "worker/gpu/module.h"
 #include "worker/gpu/nvrtc.h"
@@ -42,16 +44,16 @@ absl::Status In(const std::string& stage, const absl::Status& s) {
 
 // Everything a GPU check needs, rebuilt from the task's spec input.
 struct GpuJob {
-  core::SpecInput input;
+  contract::SpecInput input;
   std::string spec_path;  // the spec written to the work folder: the runner child reads it
   lower::Arch arch;
   std::map<std::string, spec::BufferSource> buffers;
 };
 
 absl::StatusOr<GpuJob> PrepareGpu(const json& payload, const ExecuteOptions& o) {
-  auto spec_json = core::Field(payload, "spec", "task payload");
+  auto spec_json = contract::Field(payload, "spec", "task payload");
   if (!spec_json.ok()) return spec_json.status();
-  auto input = core::SpecInput::FromJson(*spec_json);
+  auto input = contract::SpecInput::FromJson(*spec_json);
   if (!input.ok()) return input.status();
   auto arch = lower::ParseArch(payload.value("arch", ""));
   if (!arch.ok()) return arch.status();
@@ -99,11 +101,11 @@ absl::StatusOr<json> RunTransfer(const json& payload, const ExecuteOptions& o,
                                  const std::function<void(const std::string&)>& progress,
                                  json* partial) {
   Clock clock;
-  auto spec_json = core::Field(payload, "spec", "transfer payload");
+  auto spec_json = contract::Field(payload, "spec", "transfer payload");
   if (!spec_json.ok()) return spec_json.status();
-  auto input = core::SpecInput::FromJson(*spec_json);
+  auto input = contract::SpecInput::FromJson(*spec_json);
   if (!input.ok()) return input.status();
-  const std::string name = payload.value("proposer", std::string(core::kDefaultProposer));
+  const std::string name = payload.value("proposer", std::string(contract::kDefaultProposer));
   if (auto s = pipeline::CheckProposerName(name); !s.ok()) return In("transfer", s);
   std::string detail;
   auto buffers = input->BufferSources();
@@ -116,7 +118,7 @@ absl::StatusOr<json> RunTransfer(const json& payload, const ExecuteOptions& o,
   auto base = pipeline::LiftStage(lower::Arch::kSm80, &detail);
   if (!base.ok()) return In("lift", base.status());
   propose::LlmSettings settings;
-  if (name != core::kDefaultProposer) {
+  if (name != contract::kDefaultProposer) {
     auto resolved = LlmSettingsOf(o, absl::StrCat("transfer: the ", name, " proposer"));
     if (!resolved.ok()) return resolved.status();
     settings = *std::move(resolved);
@@ -161,7 +163,7 @@ absl::StatusOr<json> RunLift(const json& payload, const ExecuteOptions& o,
   auto base = pipeline::LiftStage(*arch, &detail);
   if (!base.ok()) return In("lift", base.status());
   json result = {{"expert", pipeline::ExpertFor(*arch)}};
-  if (payload.value("level", "") == core::kLevelGpu) {
+  if (payload.value("level", "") == contract::kLevelGpu) {
     auto g = PrepareGpu(payload, o);
     if (!g.ok()) return g.status();
     gpu::GpuAutotuner tuner(TunerOptions(o));
@@ -277,16 +279,16 @@ absl::StatusOr<json> RunCandidate(const json& payload, const ExecuteOptions& o,
   // The transfer is shared by every arch of a spec; each arch lowers from its own expert.
   auto program = OnExpertOf(*transferred, g->arch);
   if (!program.ok()) return In("candidate", program.status());
-  auto tile = gpu::ParseTile(payload.value("tile", ""));
+  auto tile = experts::ParseTile(payload.value("tile", ""));
   if (!tile.ok()) return tile.status();
-  auto tiled = gpu::WithTile(*program, *tile);
+  auto tiled = experts::WithTile(*program, *tile);
   if (!tiled.ok()) return In("candidate", tiled.status());
   const std::string arch_name = lower::ArchName(g->arch);
   json result = {{"tile", tile->Name()}, {"expert", pipeline::ExpertFor(g->arch)},
                  {"cuir", cuir::PrintProgram(*tiled)}};
   lower::LoweredKernel kernel;
   json check;
-  if (payload.value("level", "") == core::kLevelGpu) {
+  if (payload.value("level", "") == contract::kLevelGpu) {
     gpu::GpuAutotuner tuner(TunerOptions(o));
     auto device = tuner.Probe(g->arch);
     if (!device.ok()) return absl::UnavailableError(absl::StrCat("candidate: ", device.status().message()));
@@ -297,7 +299,7 @@ absl::StatusOr<json> RunCandidate(const json& payload, const ExecuteOptions& o,
     check = *checked;
     check["device"] = *device;
     if (auto m = tuner.ModuleOf(tile->Name())) result["module"] = ModuleJson(m->first, m->second);
-    const double score = gpu::Score(check);
+    const double score = pipeline::CandidateScore(check);
     result["detail"] =
         score > 0 ? absl::StrFormat("%s on %s: verified, %.1f TFLOP/s on kept elements", tile->Name(),
                                     *device, score)
@@ -335,10 +337,10 @@ absl::StatusOr<json> ExecuteTask(const std::string& kind, const json& payload,
                                  const ExecuteOptions& o,
                                  const std::function<void(const std::string&)>& progress,
                                  json* partial_result) {
-  if (kind == core::kTransferTask) return RunTransfer(payload, o, progress, partial_result);
-  if (kind == core::kLiftTask) return RunLift(payload, o, progress);
-  if (kind == core::kCandidateTask) return RunCandidate(payload, o, progress);
-  if (kind == core::kLiftLlmTask) return RunLiftLlm(payload, o, progress, partial_result);
+  if (kind == contract::kTransferTask) return RunTransfer(payload, o, progress, partial_result);
+  if (kind == contract::kLiftTask) return RunLift(payload, o, progress);
+  if (kind == contract::kCandidateTask) return RunCandidate(payload, o, progress);
+  if (kind == contract::kLiftLlmTask) return RunLiftLlm(payload, o, progress, partial_result);
   return absl::InvalidArgumentError(absl::StrCat("unknown task kind \"", kind, "\""));
 }
 
@@ -351,7 +353,7 @@ v1::FailureClass Classify(const std::string& kind, const absl::Status& s) {
     case absl::StatusCode::kUnimplemented:
     case absl::StatusCode::kOutOfRange:
     case absl::StatusCode::kResourceExhausted:
-      return kind == core::kCandidateTask ? v1::FAILURE_CLASS_CANDIDATE : v1::FAILURE_CLASS_SPEC;
+      return kind == contract::kCandidateTask ? v1::FAILURE_CLASS_CANDIDATE : v1::FAILURE_CLASS_SPEC;
     // Everything else is about this machine or its surroundings (no GPU, an unwritable folder, a
     // child that died): another worker may well succeed.
     default:

@@ -1,4 +1,4 @@
-// Runs one task of the service on this machine: the worker side of server/core/task_contract.h.
+// Runs one task of the service on this machine: the worker side of service/contract/task_contract.h.
 // `cubridge-worker run-task` calls this in a child process, so a task that crashes or hangs
 // takes only the child down.
 #pragma once

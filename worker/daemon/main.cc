@@ -9,7 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
-#include "server/core/signals.h"
+#include "service/runtime/signals.h"
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
   }
 
   cubridge::workerd::Daemon daemon(o);
-  cubridge::core::OnTerminationSignal([&](int sig) {
+  cubridge::service::OnTerminationSignal([&](int sig) {
     spdlog::info("signal {}: finishing the current task, then exiting", sig);
     daemon.Drain();
   });

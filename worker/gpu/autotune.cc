@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cuir/files/files.h"
+#include "cuir/pipeline/candidates.h"
 #include "cuir/pipeline/stages.h"
 #include "worker/gpu/module.h"
 #include "worker/gpu/nvrtc.h"
@@ -19,37 +20,6 @@ namespace {
 namespace fs = std::filesystem;
 
 int ArchNumber(lower::Arch arch) { return arch == lower::Arch::kSm90 ? 90 : 80; }
-
-// Opt-in shared memory per block: A100 164 KiB, H100 227 KiB.
-size_t SmemLimit(lower::Arch arch) { return arch == lower::Arch::kSm90 ? 227 * 1024 : 163 * 1024; }
-
-// The sm_80 expert's Tiling<D>: hdim 256 doubles the warps when the tile has 32 rows per warp.
-bool ValidFor(const TileConfig& t, int64_t head_dim) {
-  const int warps = head_dim > 128 && t.block_m >= 32 * t.warps ? 2 * t.warps : t.warps;
-  return t.block_m % (16 * warps) == 0 && t.block_n % 16 == 0;
-}
-
-// Whether the arch's expert runs `t` at the config's head dim; `rule` receives what it requires.
-bool Fits(const TileConfig& t, const cuir::AttentionConfig& config, lower::Arch arch,
-          std::string* rule) {
-  if (pipeline::ExpertFor(arch) == "fa3_sm90") {
-    // The Hopper kernel's own static_asserts (kernel.cu): two consumer warpgroups of 64 rows,
-    // blocks of 64, 80, 176 or a multiple of 128 keys (walked as 64-key tiles at head dim 256,
-    // except 80-key blocks), and 2 to 4 K/V stages (it drops to two by itself where more do not
-    // fit).
-    *rule = "BLOCK_M 128, 12 warps, BLOCK_N 64, 80, 176 or a multiple of 128, stages 2 to 4";
-    return t.block_m == 128 && t.warps == 12 &&
-           (t.block_n == 64 || t.block_n == 80 || t.block_n == 176 ||
-            (t.block_n > 0 && t.block_n % 128 == 0)) &&
-           (t.stages == 0 || (t.stages >= 2 && t.stages <= 4));
-  }
-  *rule = absl::StrCat("BLOCK_M a multiple of 16 rows per warp, BLOCK_N a multiple of 16, (BLOCK_M + "
-                       "2 BLOCK_N) x head dim x 2 bytes within ", SmemLimit(arch) / 1024,
-                       " KiB, the expert's own stages");
-  const size_t smem = static_cast<size_t>(t.block_m + 2 * t.block_n) * config.head_dim * 2;
-  return t.block_m > 0 && t.block_n > 0 && t.warps > 0 && t.stages == 0 &&
-         ValidFor(t, config.head_dim) && smem <= SmemLimit(arch);
-}
 
 int BufferCount(const cuir::Program& p) {
   int n = 0;
@@ -66,87 +36,6 @@ std::vector<std::string> BufferOrder(const cuir::Program& p) {
 }
 
 }  // namespace
-
-double Score(const nlohmann::json& candidate) {
-  if (!candidate.value("passed", false)) return -1;
-  if (!candidate.contains("profile")) return 0;
-  return candidate["profile"].value("tflops_kept", 0.0);
-}
-
-std::string TileConfig::Name() const {
-  std::string name = absl::StrFormat("%dx%dw%d", block_m, block_n, warps);
-  if (stages > 0) absl::StrAppend(&name, "s", stages);
-  return name;
-}
-
-absl::StatusOr<TileConfig> ParseTile(const std::string& name) {
-  TileConfig tile;
-  char w = 0, s = 0, extra = 0;
-  const int n = std::sscanf(name.c_str(), "%dx%d%c%d%c%d%c", &tile.block_m, &tile.block_n, &w,
-                            &tile.warps, &s, &tile.stages, &extra);
-  if ((n != 4 && n != 6) || w != 'w' || (n == 6 && (s != 's' || tile.stages <= 0)) ||
-      tile.block_m <= 0 || tile.block_n <= 0 || tile.warps <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tile '", name, "' must be BLOCK_MxBLOCK_NwWARPS[sSTAGES], e.g. 128x64w4 or 128x128w12s2"));
-  }
-  return tile;
-}
-
-absl::Status TileFits(const TileConfig& t, const cuir::AttentionConfig& config, lower::Arch arch) {
-  std::string rule;
-  if (Fits(t, config, arch, &rule)) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "tile ", t.Name(), " does not fit expert ", pipeline::ExpertFor(arch), " at head dim ",
-      config.head_dim, " (", rule, "); e.g. ", CandidateTiles(config, arch).front().Name()));
-}
-
-std::vector<TileConfig> CandidateTiles(const cuir::AttentionConfig& config, lower::Arch arch) {
-  // sm_90 runs the Hopper expert (pipeline::ExpertFor): one producer and two consumer
-  // warpgroups, 128 query rows, 128- or 64-key blocks; its kernel fits its K/V stages in shared
-  // memory itself (kStages) and walks a 128-key block as two tiles at hdim 256, so both serve
-  // every head dim. The expert's own tile comes first. Up to head dim 128 a 176-key score tile
-  // fits too: measured faster on long dense rows and at head dim 64, slower at S = 1k and on
-  // document masks (docs/benchmarks.md), so it is a candidate, not the default. At head dim 128
-  // a 128-key tile with two K/V stages instead of three has room for a second Q buffer: measured
-  // faster on document masks (short KV walks per query tile), slower on long dense rows.
-  // At head dim 256 the 80-key block (one 80-key score tile, FlashAttention-3's choice there)
-  // comes first: against the 64-key tiles the expert walks its own 128-key blocks in, causal 8k
-  // ran 13.8% faster and 1k 1.4% (docs/benchmarks.md, 2026-11-25), so the `ir` level, which
-  // takes the first candidate unprofiled, gets it too.
-  if (pipeline::ExpertFor(arch) == "fa3_sm90") {
-    if (config.head_dim == 128) {
-      return {{128, 128, 12}, {128, 176, 12}, {128, 128, 12, 2}, {128, 64, 12}};
-    }
-    if (config.head_dim < 128) return {{128, 128, 12}, {128, 176, 12}, {128, 64, 12}};
-    return {{128, 80, 12}, {128, 128, 12}, {128, 64, 12}};
-  }
-  const std::vector<TileConfig> all = {{128, 64, 4}, {128, 128, 8}, {64, 64, 4}, {128, 32, 4},
-                                       {64, 128, 4}};
-  std::vector<TileConfig> out;
-  std::string rule;
-  for (const TileConfig& t : all) {
-    if (Fits(t, config, arch, &rule)) out.push_back(t);
-  }
-  return out;
-}
-
-std::string ShapeClass(const cuir::AttentionConfig& c) {
-  const int64_t s = std::max(c.seqlen_q, c.seqlen_kv);
-  const char* bucket = s <= 1024 ? "s<=1k" : s <= 4096 ? "s<=4k" : "s>4k";
-  return absl::StrCat("d", c.head_dim, "-", cuir::DTypeName(c.dtype), "-",
-                      c.heads_q == c.heads_kv ? "mha" : "gqa", "-", bucket);
-}
-
-std::map<std::string, int64_t> TileParams(const TileConfig& tile) {
-  std::map<std::string, int64_t> params = {
-      {"BLOCK_M", tile.block_m}, {"BLOCK_N", tile.block_n}, {"WARPS", tile.warps}};
-  if (tile.stages > 0) params["STAGES"] = tile.stages;
-  return params;
-}
-
-absl::StatusOr<cuir::Program> WithTile(const cuir::Program& program, const TileConfig& tile) {
-  return cuir::WithParams(program, TileParams(tile));
-}
 
 GpuAutotuner::GpuAutotuner(AutotuneOptions options) : options_(std::move(options)) {}
 
@@ -277,7 +166,7 @@ absl::StatusOr<nlohmann::json> GpuAutotuner::CheckTile(const pipeline::GpuStageI
                                                        const TileConfig& tile,
                                                        lower::LoweredKernel* kernel) {
   if (auto probe = Probe(in.arch); !probe.ok()) return probe.status();
-  auto program = WithTile(in.program, tile);
+  auto program = experts::WithTile(in.program, tile);
   absl::StatusOr<lower::LoweredKernel> lowered =
       program.ok() ? lower::Lower(*program, in.config, in.arch)
                    : absl::StatusOr<lower::LoweredKernel>(program.status());
@@ -310,7 +199,7 @@ absl::StatusOr<pipeline::GpuStageOutput> GpuAutotuner::Run(const pipeline::GpuSt
   }
   nlohmann::json report = {{"device", device_},
                            {"nvrtc", NvrtcVersion()},
-                           {"shape_class", ShapeClass(in.config)},
+                           {"shape_class", experts::ShapeClass(in.config)},
                            {"arch", lower::ArchName(in.arch)}};
   auto say = [&](const std::string& line) {
     if (in.progress) in.progress(line);
@@ -329,11 +218,10 @@ absl::StatusOr<pipeline::GpuStageOutput> GpuAutotuner::Run(const pipeline::GpuSt
     }
   }
   const std::vector<TileConfig> tiles =
-      options_.tiles.empty() ? CandidateTiles(in.config, in.arch) : options_.tiles;
+      options_.tiles.empty() ? experts::CandidateTiles(in.config, in.arch) : options_.tiles;
   nlohmann::json candidates = nlohmann::json::array();
   std::vector<lower::LoweredKernel> kernels;
   compiled_.clear();
-  int best = -1;
   for (const TileConfig& t : tiles) {
     lower::LoweredKernel kernel;
     auto checked = CheckTile(in, t, &kernel);
@@ -341,19 +229,17 @@ absl::StatusOr<pipeline::GpuStageOutput> GpuAutotuner::Run(const pipeline::GpuSt
     const nlohmann::json& cand = *checked;
     std::string line = "verified";
     if (cand.contains("profile")) {
-      line = absl::StrFormat("verified, %.1f TFLOP/s on kept elements (%.3f ms)", Score(cand),
+      line = absl::StrFormat("verified, %.1f TFLOP/s on kept elements (%.3f ms)", pipeline::CandidateScore(cand),
                              cand["profile"].value("median_ms", 0.0));
     } else if (!cand.value("passed", false)) {
       line = "FAILED: " + cand.value("error", cand.value("failure", std::string("verification")));
     }
     say(absl::StrFormat("candidate %s: %s", t.Name(), line));
-    if (Score(cand) >= 0 && (best < 0 || Score(cand) > Score(candidates[best]))) {
-      best = static_cast<int>(candidates.size());
-    }
     candidates.push_back(cand);
     kernels.push_back(std::move(kernel));
   }
   report["candidates"] = candidates;
+  const int best = pipeline::BestCandidate(candidates);
   if (best < 0) {
     return absl::InternalError(absl::StrCat(
         "no candidate verified on ", *probe, " (", candidates.size(), " tried); see each one's error:\n",
@@ -372,7 +258,7 @@ absl::StatusOr<pipeline::GpuStageOutput> GpuAutotuner::Run(const pipeline::GpuSt
       candidates[best].contains("profile")
           ? absl::StrFormat("%s: %s fastest of %d candidates, %.1f TFLOP/s on kept elements at %s",
                             *probe, candidates[best]["name"].get<std::string>(),
-                            static_cast<int>(candidates.size()), Score(candidates[best]),
+                            static_cast<int>(candidates.size()), pipeline::CandidateScore(candidates[best]),
                             in.config.ToString())
           : absl::StrFormat("%s: %s verified (not profiled)", *probe,
                             candidates[best]["name"].get<std::string>());

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cuir/experts/expert.h"
 #include "cuir/pipeline/adapt.h"
 #include "worker/gpu/isolate.h"
 #include "worker/gpu/nvrtc.h"
@@ -16,30 +17,7 @@
 
 namespace cubridge::gpu {
 
-struct TileConfig {
-  int block_m = 128, block_n = 64, warps = 4;
-  // K/V pipeline stages (the program's STAGES param); 0 keeps the program's own. On sm_90 two
-  // stages at head dim 128 leave room for a second Q buffer (cuir/experts/fa3_sm90/kernel.cu).
-  int stages = 0;
-  std::string Name() const;  // "128x64w4", with stages "128x128w12s2"
-};
-absl::StatusOr<TileConfig> ParseTile(const std::string& name);  // inverse of Name()
-
-// How a candidate report ranks: -1 failed, 0 verified but not profiled, else its TFLOP/s on
-// kept elements.
-double Score(const nlohmann::json& candidate);
-
-// The tile configurations worth trying for a head dim on an arch: valid for the expert (rows
-// per warp a multiple of 16, BLOCK_N a multiple of 16) and within the arch's shared memory.
-std::vector<TileConfig> CandidateTiles(const cuir::AttentionConfig& config, lower::Arch arch);
-// Whether the arch's expert can run `tile` at the config's head dim; the error says its rule.
-absl::Status TileFits(const TileConfig& tile, const cuir::AttentionConfig& config, lower::Arch arch);
-// Autotuning results hold for a shape class: head dim, dtype, GQA or not, and the seqlen bucket.
-std::string ShapeClass(const cuir::AttentionConfig& config);
-// The kernel params a tile sets (BLOCK_M, BLOCK_N, WARPS, and STAGES where it names them), and
-// the program with them set.
-std::map<std::string, int64_t> TileParams(const TileConfig& tile);
-absl::StatusOr<cuir::Program> WithTile(const cuir::Program& program, const TileConfig& tile);
+using experts::TileConfig;
 
 struct AutotuneOptions {
   IsolateOptions isolate;          // runner, per-candidate time limit
@@ -55,7 +33,7 @@ class GpuAutotuner : public pipeline::GpuStage {
   absl::StatusOr<std::string> Probe(lower::Arch arch) override;
   absl::StatusOr<pipeline::GpuStageOutput> Run(const pipeline::GpuStageInput& input) override;
   std::string ShapeClass(const cuir::AttentionConfig& config) const override {
-    return gpu::ShapeClass(config);
+    return experts::ShapeClass(config);
   }
 
   ~GpuAutotuner() override;

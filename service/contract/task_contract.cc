@@ -1,4 +1,4 @@
-#include "server/core/task_contract.h"
+#include "service/contract/task_contract.h"
 
 #include <algorithm>
 
@@ -7,9 +7,9 @@
 #include "cuir/pipeline/verify.h"
 #include "cuir/spec/buffer_json.h"
 #include "cuir/spec/digest.h"
-#include "server/core/ids.h"
+#include "service/contract/ids.h"
 
-namespace cubridge::core {
+namespace cubridge::contract {
 
 nlohmann::json SpecInput::ToJson() const {
   nlohmann::json bufs(buffers);
@@ -132,16 +132,5 @@ absl::StatusOr<nlohmann::json> Field(const nlohmann::json& doc, const std::strin
   return doc[name];
 }
 
-const std::vector<std::string>& WorkerClasses() {
-  static const std::vector<std::string> classes = [] {
-    std::vector<std::string> out = WorkerArchs();
-    out.emplace_back(kLlmClass);
-    for (const std::string& arch : WorkerArchs()) {
-      if (arch != "cpu") out.push_back(LlmGpuClass(arch));
-    }
-    return out;
-  }();
-  return classes;
-}
 
-}  // namespace cubridge::core
+}  // namespace cubridge::contract

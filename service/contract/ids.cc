@@ -1,4 +1,4 @@
-#include "server/core/ids.h"
+#include "service/contract/ids.h"
 
 #include <algorithm>
 
@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
-namespace cubridge::core {
+namespace cubridge::contract {
 namespace {
 
 bool LowerHex(absl::string_view s) {
@@ -122,4 +122,16 @@ absl::Status CheckUtf8(absl::string_view text, const std::string& file, const st
       file, line, col, static_cast<unsigned char>(text[*bad]), what));
 }
 
-}  // namespace cubridge::core
+const std::vector<std::string>& WorkerClasses() {
+  static const std::vector<std::string> classes = [] {
+    std::vector<std::string> out = WorkerArchs();
+    out.emplace_back(kLlmClass);
+    for (const std::string& arch : WorkerArchs()) {
+      if (arch != "cpu") out.push_back(LlmGpuClass(arch));
+    }
+    return out;
+  }();
+  return classes;
+}
+
+}  // namespace cubridge::contract

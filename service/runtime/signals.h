@@ -4,9 +4,9 @@
 
 #include <functional>
 
-namespace cubridge::core {
+namespace cubridge::service {
 
 // Installs the handlers and starts the thread; `on_signal` runs once, for the first signal.
 void OnTerminationSignal(std::function<void(int)> on_signal);
 
-}  // namespace cubridge::core
+}  // namespace cubridge::service

@@ -1,11 +1,11 @@
 // The formats ids and keys are checked against before they reach Redis, and the UTF-8 check
 // that names a bad byte's line and column.
-#include "server/core/ids.h"
+#include "service/contract/ids.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-namespace cubridge::core {
+namespace cubridge::contract {
 namespace {
 
 using ::testing::HasSubstr;
@@ -58,4 +58,4 @@ TEST(Utf8, TheErrorNamesLineAndColumnInCharacters) {
 }
 
 }  // namespace
-}  // namespace cubridge::core
+}  // namespace cubridge::contract

@@ -38,7 +38,7 @@ namespace httplib {
 class Server;
 }  // namespace httplib
 
-namespace cubridge::core {
+namespace cubridge::service {
 
 class Metrics {
  public:
@@ -78,4 +78,4 @@ class Metrics {
   std::thread http_thread_;
 };
 
-}  // namespace cubridge::core
+}  // namespace cubridge::service

@@ -1,4 +1,4 @@
-#include "server/core/metrics.h"
+#include "service/runtime/metrics.h"
 
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
@@ -13,10 +13,9 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "server/core/ids.h"
-#include "server/core/task_contract.h"
+#include "service/contract/ids.h"
 
-namespace cubridge::core {
+namespace cubridge::service {
 
 using prometheus::BuildCounter;
 using prometheus::BuildGauge;
@@ -137,12 +136,12 @@ void Metrics::ExportZeros(Role role) {
     for (const char* c : {"hit", "miss", "duplicate"}) f_->submitted.Add({{"cache", c}});
     for (const char* r : {"hit", "miss"}) f_->lookups.Add({{"result", r}});
     for (const std::string& k : kTaskKinds) f_->stages.Add({{"stage", k}}, kSeconds);
-    for (const std::string& c : WorkerClasses()) f_->depth.Add({{"class", c}});
+    for (const std::string& c : contract::WorkerClasses()) f_->depth.Add({{"class", c}});
     f_->expiries.Add({});
     f_->retries.Add({});
     f_->dead.Add({});
     for (const std::string& c : kFailureClasses) f_->failures.Add({{"class", c}});
-    for (const std::string& a : WorkerArchs()) {
+    for (const std::string& a : contract::WorkerArchs()) {
       f_->workers.Add({{"arch", a}});
       f_->unhealthy.Add({{"arch", a}});
     }
@@ -229,4 +228,4 @@ std::string Metrics::Render() const {
   return prometheus::TextSerializer().Serialize(registry_->Collect());
 }
 
-}  // namespace cubridge::core
+}  // namespace cubridge::service

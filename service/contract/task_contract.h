@@ -27,23 +27,15 @@
 #include "cuir/ir/config.h"
 #include "cuir/ir/tensor_value.h"
 #include "cuir/spec/tensors.h"
+#include "service/contract/ids.h"
 
-namespace cubridge::core {
+namespace cubridge::contract {
 
 inline constexpr char kLiftTask[] = "lift";
 inline constexpr char kTransferTask[] = "transfer";
 inline constexpr char kCandidateTask[] = "candidate";
 inline constexpr char kLiftLlmTask[] = "lift_llm";  // a user's kernel lifted by a model
 
-// The worker class (queue) of llm and hybrid transfers, and the capability a worker registers
-// when it has a chat-completions endpoint: only such workers lease from that queue.
-inline constexpr char kLlmClass[] = "llm";
-// Lifting a user's kernel needs both a model and a GPU of the arch to check its proposals on:
-// the queue "llm-<arch>", leased by workers of that arch that registered the llm capability.
-inline std::string LlmGpuClass(const std::string& arch) { return std::string(kLlmClass) + "-" + arch; }
-// The worker classes whose queues exist: each arch of WorkerArchs(), llm, and llm-<arch> for the
-// GPU archs (lifts by a model).
-const std::vector<std::string>& WorkerClasses();
 
 // "rules" | "llm" | "hybrid"; a request that names none gets the rules.
 inline constexpr char kDefaultProposer[] = "rules";
@@ -92,4 +84,4 @@ absl::Status ResolveTensors(nlohmann::json& payload,
 absl::StatusOr<nlohmann::json> Field(const nlohmann::json& doc, const std::string& name,
                                      const std::string& what);
 
-}  // namespace cubridge::core
+}  // namespace cubridge::contract

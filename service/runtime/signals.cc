@@ -1,11 +1,11 @@
-#include "server/core/signals.h"
+#include "service/runtime/signals.h"
 
 #include <signal.h>
 #include <unistd.h>
 
 #include <thread>
 
-namespace cubridge::core {
+namespace cubridge::service {
 namespace {
 
 int g_pipe[2] = {-1, -1};
@@ -36,4 +36,4 @@ void OnTerminationSignal(std::function<void(int)> on_signal) {
   }).detach();
 }
 
-}  // namespace cubridge::core
+}  // namespace cubridge::service
