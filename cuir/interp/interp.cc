@@ -29,6 +29,7 @@
 #include "cuir/interp/tensor_eval.h"
 #include "cuir/ir/eval.h"
 #include "cuir/ir/schedule.h"
+#include "cuir/ir/status_macros.h"
 #include "cuir/spec/tensors.h"
 
 namespace cubridge::interp {
@@ -43,20 +44,6 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // Bounds the memory of one batch: acc is [members, BLOCK_M, head_dim] fp32.
 constexpr size_t kMaxGroup = 128;
 
-#define INTERP_RETURN_IF_ERROR(expr)        \
-  do {                                      \
-    if (absl::Status _s = (expr); !_s.ok()) \
-      return _s;                            \
-  } while (0)
-
-#define INTERP_CONCAT_INNER(a, b) a##b
-#define INTERP_CONCAT(a, b) INTERP_CONCAT_INNER(a, b)
-#define INTERP_ASSIGN_OR_RETURN(lhs, expr) \
-  INTERP_ASSIGN_OR_RETURN_IMPL(INTERP_CONCAT(_status_or_, __LINE__), lhs, expr)
-#define INTERP_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
-  auto tmp = (expr);                                 \
-  if (!tmp.ok()) return tmp.status();                \
-  lhs = *std::move(tmp)
 
 std::string At(const SourceLoc& loc) {
   return loc.known() ? absl::StrCat(loc.ToString(), ": ") : std::string();
@@ -133,20 +120,20 @@ class Interpreter {
       : program_(program), config_(config), inputs_(inputs), stats_(stats) {}
 
   absl::StatusOr<spec::AttentionOutputs> Run() {
-    INTERP_RETURN_IF_ERROR(cuir::Validate(program_));
-    INTERP_RETURN_IF_ERROR(cuir::ValidateConfig(config_));
-    INTERP_RETURN_IF_ERROR(CheckInputs());
+    CUBRIDGE_RETURN_IF_ERROR(cuir::Validate(program_));
+    CUBRIDGE_RETURN_IF_ERROR(cuir::ValidateConfig(config_));
+    CUBRIDGE_RETURN_IF_ERROR(CheckInputs());
     PrepareTensors();
-    INTERP_RETURN_IF_ERROR(BindDeclarations());
+    CUBRIDGE_RETURN_IF_ERROR(BindDeclarations());
     if (grid_ == nullptr) return InvalidAt(program_.loc, "program has no `grid` statement");
     for (const Stmt& s : program_.stmts) {
       if (s.kind != StmtKind::kTable) continue;
-      INTERP_ASSIGN_OR_RETURN(BlockTable table,
+      CUBRIDGE_ASSIGN_OR_RETURN(BlockTable table,
                             ComputeBlockTable(s, *grid_, grid_extents_, globals_, buffers_,
                                               config_.seqlen_q, config_.seqlen_kv));
       tables_[s.name] = std::move(table);
     }
-    INTERP_RETURN_IF_ERROR(RunGrid());
+    CUBRIDGE_RETURN_IF_ERROR(RunGrid());
     return spec::AttentionOutputs{o_, lse_};
   }
 
@@ -172,8 +159,8 @@ class Interpreter {
 
   absl::Status CheckInputs() {
     dtype_ = TorchDType(config_.dtype);
-    INTERP_RETURN_IF_ERROR(CheckShape("q", inputs_.q, config_.heads_q, config_.seqlen_q));
-    INTERP_RETURN_IF_ERROR(CheckShape("k", inputs_.k, config_.heads_kv, config_.seqlen_kv));
+    CUBRIDGE_RETURN_IF_ERROR(CheckShape("q", inputs_.q, config_.heads_q, config_.seqlen_q));
+    CUBRIDGE_RETURN_IF_ERROR(CheckShape("k", inputs_.k, config_.heads_kv, config_.seqlen_kv));
     return CheckShape("v", inputs_.v, config_.heads_kv, config_.seqlen_kv);
   }
 
@@ -201,12 +188,12 @@ class Interpreter {
     vars["softmax_scale"] = config_.scale();
     for (const Stmt& s : program_.stmts) {
       if (s.kind == StmtKind::kParam || s.kind == StmtKind::kConst) {
-        INTERP_ASSIGN_OR_RETURN(Value v, cuir::EvalScalar(s.value, globals_));
+        CUBRIDGE_ASSIGN_OR_RETURN(Value v, cuir::EvalScalar(s.value, globals_));
         vars[s.name] = Coerce(v, s.type);
       } else if (s.kind == StmtKind::kBuffer) {
-        INTERP_RETURN_IF_ERROR(BindBuffer(s));
+        CUBRIDGE_RETURN_IF_ERROR(BindBuffer(s));
       } else if (s.kind == StmtKind::kGrid) {
-        INTERP_RETURN_IF_ERROR(BindGrid(s));
+        CUBRIDGE_RETURN_IF_ERROR(BindGrid(s));
       }
     }
     tenv_.buffers = buffers_;
@@ -235,7 +222,7 @@ class Interpreter {
         least.push_back("?");
         continue;
       }
-      INTERP_ASSIGN_OR_RETURN(int64_t need, cuir::EvalInt(s.exprs[d], globals_));
+      CUBRIDGE_ASSIGN_OR_RETURN(int64_t need, cuir::EvalInt(s.exprs[d], globals_));
       least.push_back(absl::StrCat(need));
       fits = fits && d < static_cast<size_t>(t.dim()) && t.size(d) >= need;
     }
@@ -275,7 +262,7 @@ class Interpreter {
     grid_ = &s;
     grid_extents_.clear();
     for (size_t i = 0; i < s.exprs.size(); ++i) {
-      INTERP_ASSIGN_OR_RETURN(int64_t extent, cuir::EvalInt(s.exprs[i], globals_));
+      CUBRIDGE_ASSIGN_OR_RETURN(int64_t extent, cuir::EvalInt(s.exprs[i], globals_));
       if (extent < 0) {
         return InvalidAt(s.exprs[i]->loc, absl::StrCat("grid axis ", s.names[i],
                                                        " has negative extent ", extent));
@@ -306,7 +293,7 @@ class Interpreter {
       Group dry;
       dry.envs.push_back(PointEnv(point));
       dry.trace = &trace;
-      INTERP_RETURN_IF_ERROR(ExecList(program_.stmts, dry));
+      CUBRIDGE_RETURN_IF_ERROR(ExecList(program_.stmts, dry));
       auto [it, inserted] = by_trace.try_emplace(std::move(trace), groups.size());
       if (inserted || groups[it->second].size() == kMaxGroup) {
         it->second = groups.size();
@@ -318,18 +305,18 @@ class Interpreter {
   }
 
   absl::Status RunGrid() {
-    INTERP_ASSIGN_OR_RETURN(auto groups, GroupPoints());
+    CUBRIDGE_ASSIGN_OR_RETURN(auto groups, GroupPoints());
     for (const auto& points : groups) {
       Group g;
       for (const auto& p : points) g.envs.push_back(PointEnv(p));
-      INTERP_RETURN_IF_ERROR(ExecList(program_.stmts, g));
+      CUBRIDGE_RETURN_IF_ERROR(ExecList(program_.stmts, g));
       if (stats_ != nullptr) stats_->programs += g.size();
     }
     return absl::OkStatus();
   }
 
   absl::Status ExecList(const std::vector<Stmt>& stmts, Group& g) {
-    for (const Stmt& s : stmts) INTERP_RETURN_IF_ERROR(Exec(s, g));
+    for (const Stmt& s : stmts) CUBRIDGE_RETURN_IF_ERROR(Exec(s, g));
     return absl::OkStatus();
   }
 
@@ -368,7 +355,7 @@ class Interpreter {
 
   absl::Status ExecLet(const Stmt& s, Group& g) {
     for (auto& env : g.envs) {
-      INTERP_ASSIGN_OR_RETURN(Value v, cuir::EvalScalar(s.value, env));
+      CUBRIDGE_ASSIGN_OR_RETURN(Value v, cuir::EvalScalar(s.value, env));
       env.vars[s.name] = Coerce(v, s.type);
     }
     return absl::OkStatus();
@@ -379,7 +366,7 @@ class Interpreter {
   absl::StatusOr<std::vector<int64_t>> LoadIndices(const Stmt& s, const cuir::ScalarEnv& env) {
     std::vector<int64_t> idx;
     for (const auto& e : s.exprs) {
-      INTERP_ASSIGN_OR_RETURN(int64_t v, cuir::EvalInt(e, env));
+      CUBRIDGE_ASSIGN_OR_RETURN(int64_t v, cuir::EvalInt(e, env));
       idx.push_back(v);
     }
     const std::string& tensor = s.operands[0];
@@ -419,11 +406,11 @@ class Interpreter {
     std::vector<std::vector<int64_t>> shared;
     std::vector<int64_t> heads;
     for (const auto& env : g.envs) {
-      INTERP_ASSIGN_OR_RETURN(std::vector<int64_t> idx, LoadIndices(s, env));
+      CUBRIDGE_ASSIGN_OR_RETURN(std::vector<int64_t> idx, LoadIndices(s, env));
       heads.push_back(idx[1]);
       shared.push_back({idx[0], idx[2], idx[3]});
     }
-    INTERP_ASSIGN_OR_RETURN(std::vector<int64_t> brange, Agree(g, s, std::move(shared)));
+    CUBRIDGE_ASSIGN_OR_RETURN(std::vector<int64_t> brange, Agree(g, s, std::move(shared)));
     const std::string& tensor = s.operands[0];
     if (tensor == "q") g.last_q = s.name;
     if (g.dry()) return absl::OkStatus();
@@ -449,8 +436,8 @@ class Interpreter {
   absl::StatusOr<std::vector<int64_t>> MergedRanges(const Stmt& s, const cuir::ScalarEnv& env) {
     std::vector<std::pair<int64_t, int64_t>> ranges;
     for (const cuir::BlockRange& r : s.ranges) {
-      INTERP_ASSIGN_OR_RETURN(int64_t lo, cuir::EvalInt(r.lo, env));
-      INTERP_ASSIGN_OR_RETURN(int64_t hi, cuir::EvalInt(r.hi, env));
+      CUBRIDGE_ASSIGN_OR_RETURN(int64_t lo, cuir::EvalInt(r.lo, env));
+      CUBRIDGE_ASSIGN_OR_RETURN(int64_t hi, cuir::EvalInt(r.hi, env));
       if (lo < hi) ranges.emplace_back(lo, hi);
     }
     std::sort(ranges.begin(), ranges.end());
@@ -469,10 +456,10 @@ class Interpreter {
   absl::Status ExecRangeFor(const Stmt& s, Group& g) {
     std::vector<std::vector<int64_t>> per_member;
     for (const auto& env : g.envs) {
-      INTERP_ASSIGN_OR_RETURN(std::vector<int64_t> merged, MergedRanges(s, env));
+      CUBRIDGE_ASSIGN_OR_RETURN(std::vector<int64_t> merged, MergedRanges(s, env));
       per_member.push_back(std::move(merged));
     }
-    INTERP_ASSIGN_OR_RETURN(std::vector<int64_t> merged, Agree(g, s, std::move(per_member)));
+    CUBRIDGE_ASSIGN_OR_RETURN(std::vector<int64_t> merged, Agree(g, s, std::move(per_member)));
     std::vector<BlockVisit> visits;
     for (size_t i = 0; i < merged.size(); i += 2) {
       for (int64_t block = merged[i]; block < merged[i + 1]; ++block) {
@@ -489,10 +476,10 @@ class Interpreter {
     for (const auto& env : g.envs) {
       std::vector<int64_t> index;
       for (const auto& e : s.exprs) {
-        INTERP_ASSIGN_OR_RETURN(int64_t v, cuir::EvalInt(e, env));
+        CUBRIDGE_ASSIGN_OR_RETURN(int64_t v, cuir::EvalInt(e, env));
         index.push_back(v);
       }
-      INTERP_ASSIGN_OR_RETURN(const auto* row, it->second.Row(index, s.loc));
+      CUBRIDGE_ASSIGN_OR_RETURN(const auto* row, it->second.Row(index, s.loc));
       std::vector<int64_t> flat;
       for (const auto& [block, full] : *row) {
         flat.push_back(block);
@@ -500,7 +487,7 @@ class Interpreter {
       }
       per_member.push_back(std::move(flat));
     }
-    INTERP_ASSIGN_OR_RETURN(std::vector<int64_t> row, Agree(g, s, std::move(per_member)));
+    CUBRIDGE_ASSIGN_OR_RETURN(std::vector<int64_t> row, Agree(g, s, std::move(per_member)));
     std::vector<BlockVisit> visits;
     for (size_t i = 0; i < row.size(); i += 2) visits.push_back({row[i], row[i + 1] != 0});
     return RunLoop(s, g, visits);
@@ -520,7 +507,7 @@ class Interpreter {
     for (const auto& [first, last] : {std::pair{visits.begin(), middle},
                                       std::pair{middle, visits.end()}}) {
       ResetSoftmax(g.softmax, g.size());  // new tensors: `start` keeps its own
-      INTERP_RETURN_IF_ERROR(RunVisits(s, g, first, last));
+      CUBRIDGE_RETURN_IF_ERROR(RunVisits(s, g, first, last));
       parts.push_back(g.softmax);
     }
     g.softmax = start;
@@ -536,7 +523,7 @@ class Interpreter {
         if (!s.full_var.empty()) env.vars[s.full_var] = it->full;
       }
       if (stats_ != nullptr && !g.dry()) stats_->blocks_visited += g.size();
-      INTERP_RETURN_IF_ERROR(ExecList(s.body, g));
+      CUBRIDGE_RETURN_IF_ERROR(ExecList(s.body, g));
     }
     return absl::OkStatus();
   }
@@ -601,7 +588,7 @@ class Interpreter {
   absl::Status ExecQK(const Stmt& s, Group& g) {
     std::vector<std::vector<int64_t>> per_member;
     for (const auto& env : g.envs) {
-      INTERP_ASSIGN_OR_RETURN(Value v, cuir::EvalScalar(s.value, env));
+      CUBRIDGE_ASSIGN_OR_RETURN(Value v, cuir::EvalScalar(s.value, env));
       if (std::holds_alternative<bool>(v)) {
         return InvalidAt(s.value->loc, "qk: the scale must be a number");
       }
@@ -610,10 +597,10 @@ class Interpreter {
                                : static_cast<double>(std::get<int64_t>(v));
       per_member.push_back({std::bit_cast<int64_t>(scale)});
     }
-    INTERP_ASSIGN_OR_RETURN(std::vector<int64_t> bits, Agree(g, s, std::move(per_member)));
+    CUBRIDGE_ASSIGN_OR_RETURN(std::vector<int64_t> bits, Agree(g, s, std::move(per_member)));
     if (g.dry()) return absl::OkStatus();
-    INTERP_ASSIGN_OR_RETURN(Tile * q, GetTile(s, g, 0, Tile::kLoad, "a loaded tile"));
-    INTERP_ASSIGN_OR_RETURN(Tile * k, GetTile(s, g, 1, Tile::kLoad, "a loaded tile"));
+    CUBRIDGE_ASSIGN_OR_RETURN(Tile * q, GetTile(s, g, 0, Tile::kLoad, "a loaded tile"));
+    CUBRIDGE_ASSIGN_OR_RETURN(Tile * k, GetTile(s, g, 1, Tile::kLoad, "a loaded tile"));
     Tile tile;
     tile.kind = Tile::kScore;
     tile.row0 = q->row0;
@@ -681,13 +668,13 @@ class Interpreter {
     tenv_.tensors["q_idx"] = IndexTensor(t.row0, t.rows(), true);
     tenv_.tensors["kv_idx"] = IndexTensor(t.col0, t.cols(), false);
     if (with_score) tenv_.tensors["score"] = t.data;
-    INTERP_ASSIGN_OR_RETURN(torch::Tensor r, EvalTensor(e, tenv_));
+    CUBRIDGE_ASSIGN_OR_RETURN(torch::Tensor r, EvalTensor(e, tenv_));
     return r.expand({g.size(), t.rows(), t.cols()});
   }
 
   absl::Status ExecScoreMod(const Stmt& s, Group& g) {
-    INTERP_ASSIGN_OR_RETURN(Tile * t, GetTile(s, g, 0, Tile::kScore, "a qk result"));
-    INTERP_ASSIGN_OR_RETURN(torch::Tensor r, EvalOnTile(s.value, g, *t, true));
+    CUBRIDGE_ASSIGN_OR_RETURN(Tile * t, GetTile(s, g, 0, Tile::kScore, "a qk result"));
+    CUBRIDGE_ASSIGN_OR_RETURN(torch::Tensor r, EvalOnTile(s.value, g, *t, true));
     if (r.scalar_type() == torch::kBool) {
       return InvalidAt(s.value->loc, "score_mod needs a number, got bool");
     }
@@ -700,15 +687,15 @@ class Interpreter {
     for (const auto& env : g.envs) {
       bool when = true;
       if (s.aux != nullptr) {
-        INTERP_ASSIGN_OR_RETURN(when, cuir::EvalBool(s.aux, env));
+        CUBRIDGE_ASSIGN_OR_RETURN(when, cuir::EvalBool(s.aux, env));
       }
       per_member.push_back({when ? 1 : 0});
     }
-    INTERP_ASSIGN_OR_RETURN(std::vector<int64_t> when, Agree(g, s, std::move(per_member)));
+    CUBRIDGE_ASSIGN_OR_RETURN(std::vector<int64_t> when, Agree(g, s, std::move(per_member)));
     if (g.dry() || when[0] == 0) return absl::OkStatus();
     if (stats_ != nullptr) stats_->blocks_masked += g.size();
-    INTERP_ASSIGN_OR_RETURN(Tile * t, GetTile(s, g, 0, Tile::kScore, "a qk result"));
-    INTERP_ASSIGN_OR_RETURN(torch::Tensor pred, EvalOnTile(s.value, g, *t, false));
+    CUBRIDGE_ASSIGN_OR_RETURN(Tile * t, GetTile(s, g, 0, Tile::kScore, "a qk result"));
+    CUBRIDGE_ASSIGN_OR_RETURN(torch::Tensor pred, EvalOnTile(s.value, g, *t, false));
     if (pred.scalar_type() != torch::kBool) {
       return InvalidAt(s.value->loc, absl::StrCat("mask needs a bool predicate, got ",
                                                   cuir::TypeName(TensorType(pred))));
@@ -727,9 +714,9 @@ class Interpreter {
   }
 
   absl::Status ExecSoftmaxOnline(const Stmt& s, Group& g) {
-    INTERP_ASSIGN_OR_RETURN(Tile * t, GetTile(s, g, 0, Tile::kScore, "a qk result"));
+    CUBRIDGE_ASSIGN_OR_RETURN(Tile * t, GetTile(s, g, 0, Tile::kScore, "a qk result"));
     SoftmaxState& sm = g.softmax;
-    INTERP_RETURN_IF_ERROR(CheckRows(s, sm, t->rows()));
+    CUBRIDGE_RETURN_IF_ERROR(CheckRows(s, sm, t->rows()));
     const torch::Tensor& S = t->data;
     const torch::Tensor row_max =
         t->cols() > 0 ? std::get<0>(S.max(2)) : torch::full_like(sm.m, kNegInf);
@@ -752,10 +739,10 @@ class Interpreter {
   }
 
   absl::Status ExecPV(const Stmt& s, Group& g) {
-    INTERP_ASSIGN_OR_RETURN(Tile * p, GetTile(s, g, 0, Tile::kProb, "a softmax.online result"));
-    INTERP_ASSIGN_OR_RETURN(Tile * v, GetTile(s, g, 1, Tile::kLoad, "a loaded tile"));
+    CUBRIDGE_ASSIGN_OR_RETURN(Tile * p, GetTile(s, g, 0, Tile::kProb, "a softmax.online result"));
+    CUBRIDGE_ASSIGN_OR_RETURN(Tile * v, GetTile(s, g, 1, Tile::kLoad, "a loaded tile"));
     SoftmaxState& sm = g.softmax;
-    INTERP_RETURN_IF_ERROR(CheckRows(s, sm, p->rows()));
+    CUBRIDGE_RETURN_IF_ERROR(CheckRows(s, sm, p->rows()));
     if (p->cols() != v->rows() || p->col0 != v->row0) {
       return InvalidAt(s.loc, absl::StrCat("pv: P covers kv rows [", p->col0, ", ",
                                            p->col0 + p->cols(), ") but ", s.operands[1],
@@ -782,7 +769,7 @@ class Interpreter {
   absl::StatusOr<torch::Tensor> SinkLogits(const Stmt& s, const Group& g) const {
     std::vector<float> values;
     for (const auto& env : g.envs) {
-      INTERP_ASSIGN_OR_RETURN(Value v, cuir::EvalScalar(s.value, env));
+      CUBRIDGE_ASSIGN_OR_RETURN(Value v, cuir::EvalScalar(s.value, env));
       if (std::holds_alternative<bool>(v)) {
         return InvalidAt(s.value->loc, "epilogue sink: the sink must be a number, got bool");
       }
@@ -802,7 +789,7 @@ class Interpreter {
       // One more online-softmax step with a single column, the sink, whose probability mass
       // joins l but whose value row is zero (it adds nothing to acc). A row that kept nothing
       // (m = -inf, l = 0) ends with l = 1 and m = sink: O = 0, LSE = sink.
-      INTERP_ASSIGN_OR_RETURN(torch::Tensor sink, SinkLogits(s, g));
+      CUBRIDGE_ASSIGN_OR_RETURN(torch::Tensor sink, SinkLogits(s, g));
       const torch::Tensor m_new = torch::maximum(m, sink);
       const torch::Tensor m_use = torch::where(torch::isfinite(m_new), m_new, zero_);
       const torch::Tensor alpha = torch::exp(m - m_use);

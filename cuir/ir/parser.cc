@@ -155,7 +155,7 @@ absl::Status Parser::ErrorAt(const SourceLoc& loc, std::string_view msg) const {
 
 absl::StatusOr<ExprPtr> Parser::ParseExpr() {
   const SourceLoc loc = Peek().loc;
-  CUIR_ASSIGN_OR_RETURN(ExprPtr e, ParseOr());
+  CUBRIDGE_ASSIGN_OR_RETURN(ExprPtr e, ParseOr());
   // A chain of binary operators nests no text, yet builds a tree as deep as it is long.
   const ExprExtent extent = MeasureExpr(e, kMaxExprDepth, kNoNodeCap);
   if (extent.over == nullptr) return e;
@@ -182,31 +182,31 @@ absl::StatusOr<ExprPtr> Parser::ParseNested(const SourceLoc& loc,
 }
 
 absl::StatusOr<ExprPtr> Parser::ParseOr() {
-  CUIR_ASSIGN_OR_RETURN(ExprPtr lhs, ParseAnd());
+  CUBRIDGE_ASSIGN_OR_RETURN(ExprPtr lhs, ParseAnd());
   while (Peek().IsPunct("||")) {
     SourceLoc loc = Next().loc;
-    CUIR_ASSIGN_OR_RETURN(ExprPtr rhs, ParseAnd());
+    CUBRIDGE_ASSIGN_OR_RETURN(ExprPtr rhs, ParseAnd());
     lhs = Binary(BinaryOp::kOr, std::move(lhs), std::move(rhs), std::move(loc));
   }
   return lhs;
 }
 
 absl::StatusOr<ExprPtr> Parser::ParseAnd() {
-  CUIR_ASSIGN_OR_RETURN(ExprPtr lhs, ParseComparison());
+  CUBRIDGE_ASSIGN_OR_RETURN(ExprPtr lhs, ParseComparison());
   while (Peek().IsPunct("&&")) {
     SourceLoc loc = Next().loc;
-    CUIR_ASSIGN_OR_RETURN(ExprPtr rhs, ParseComparison());
+    CUBRIDGE_ASSIGN_OR_RETURN(ExprPtr rhs, ParseComparison());
     lhs = Binary(BinaryOp::kAnd, std::move(lhs), std::move(rhs), std::move(loc));
   }
   return lhs;
 }
 
 absl::StatusOr<ExprPtr> Parser::ParseComparison() {
-  CUIR_ASSIGN_OR_RETURN(ExprPtr lhs, ParseAdditive());
+  CUBRIDGE_ASSIGN_OR_RETURN(ExprPtr lhs, ParseAdditive());
   const OpSpelling* op = MatchOp(Peek(), kComparisons);
   if (!op) return lhs;
   SourceLoc loc = Next().loc;
-  CUIR_ASSIGN_OR_RETURN(ExprPtr rhs, ParseAdditive());
+  CUBRIDGE_ASSIGN_OR_RETURN(ExprPtr rhs, ParseAdditive());
   if (MatchOp(Peek(), kComparisons)) {
     return ErrorAt(Peek().loc,
                    "comparisons do not chain: write (a < b) && (b < c) instead of a < b < c");
@@ -215,20 +215,20 @@ absl::StatusOr<ExprPtr> Parser::ParseComparison() {
 }
 
 absl::StatusOr<ExprPtr> Parser::ParseAdditive() {
-  CUIR_ASSIGN_OR_RETURN(ExprPtr lhs, ParseMultiplicative());
+  CUBRIDGE_ASSIGN_OR_RETURN(ExprPtr lhs, ParseMultiplicative());
   while (const OpSpelling* op = MatchOp(Peek(), kAdditive)) {
     SourceLoc loc = Next().loc;
-    CUIR_ASSIGN_OR_RETURN(ExprPtr rhs, ParseMultiplicative());
+    CUBRIDGE_ASSIGN_OR_RETURN(ExprPtr rhs, ParseMultiplicative());
     lhs = Binary(op->op, std::move(lhs), std::move(rhs), std::move(loc));
   }
   return lhs;
 }
 
 absl::StatusOr<ExprPtr> Parser::ParseMultiplicative() {
-  CUIR_ASSIGN_OR_RETURN(ExprPtr lhs, ParseUnary());
+  CUBRIDGE_ASSIGN_OR_RETURN(ExprPtr lhs, ParseUnary());
   while (const OpSpelling* op = MatchOp(Peek(), kMultiplicative)) {
     SourceLoc loc = Next().loc;
-    CUIR_ASSIGN_OR_RETURN(ExprPtr rhs, ParseUnary());
+    CUBRIDGE_ASSIGN_OR_RETURN(ExprPtr rhs, ParseUnary());
     lhs = Binary(op->op, std::move(lhs), std::move(rhs), std::move(loc));
   }
   return lhs;
@@ -239,23 +239,23 @@ absl::StatusOr<ExprPtr> Parser::ParseUnary() {
     SourceLoc loc = Next().loc;
     // `-3` is the literal -3, but in `-3 ** 2` the minus applies to the power (Python rules).
     if (Peek().IsNumber() && !Peek(1).IsPunct("**")) return NumberLiteral(Next(), true, loc);
-    CUIR_ASSIGN_OR_RETURN(ExprPtr operand, ParseNested(loc, &Parser::ParseUnary));
+    CUBRIDGE_ASSIGN_OR_RETURN(ExprPtr operand, ParseNested(loc, &Parser::ParseUnary));
     return Unary(UnaryOp::kNeg, std::move(operand), std::move(loc));
   }
   if (Peek().IsPunct("!")) {
     SourceLoc loc = Next().loc;
-    CUIR_ASSIGN_OR_RETURN(ExprPtr operand, ParseNested(loc, &Parser::ParseUnary));
+    CUBRIDGE_ASSIGN_OR_RETURN(ExprPtr operand, ParseNested(loc, &Parser::ParseUnary));
     return Unary(UnaryOp::kNot, std::move(operand), std::move(loc));
   }
   return ParsePower();
 }
 
 absl::StatusOr<ExprPtr> Parser::ParsePower() {
-  CUIR_ASSIGN_OR_RETURN(ExprPtr base, ParsePrimary());
+  CUBRIDGE_ASSIGN_OR_RETURN(ExprPtr base, ParsePrimary());
   if (!Peek().IsPunct("**")) return base;
   SourceLoc loc = Next().loc;
   // The exponent is a unary expression, which makes `**` right-associative.
-  CUIR_ASSIGN_OR_RETURN(ExprPtr exponent, ParseNested(loc, &Parser::ParseUnary));
+  CUBRIDGE_ASSIGN_OR_RETURN(ExprPtr exponent, ParseNested(loc, &Parser::ParseUnary));
   return Binary(BinaryOp::kPow, std::move(base), std::move(exponent), std::move(loc));
 }
 
@@ -282,8 +282,8 @@ absl::StatusOr<ExprPtr> Parser::ParsePrimary() {
   if (t.IsNumber()) return NumberLiteral(Next(), false, t.loc);
   if (t.IsPunct("(")) {
     Next();
-    CUIR_ASSIGN_OR_RETURN(ExprPtr inner, ParseNested(t.loc, &Parser::ParseOr));
-    CUIR_RETURN_IF_ERROR(ExpectPunct(")"));
+    CUBRIDGE_ASSIGN_OR_RETURN(ExprPtr inner, ParseNested(t.loc, &Parser::ParseOr));
+    CUBRIDGE_RETURN_IF_ERROR(ExpectPunct(")"));
     return inner;
   }
   if (t.kind != TokKind::kIdent || t.text.find('.') != std::string::npos) {
@@ -302,11 +302,11 @@ absl::StatusOr<ExprPtr> Parser::ParsePrimary() {
                                                   " dimensions; index with at most ",
                                                   kMaxBufferRank, " expressions"));
         }
-        CUIR_ASSIGN_OR_RETURN(ExprPtr index, ParseNested(open, &Parser::ParseOr));
+        CUBRIDGE_ASSIGN_OR_RETURN(ExprPtr index, ParseNested(open, &Parser::ParseOr));
         indices.push_back(std::move(index));
       } while (AcceptPunct(","));
     }
-    CUIR_RETURN_IF_ERROR(ExpectPunct("]"));
+    CUBRIDGE_RETURN_IF_ERROR(ExpectPunct("]"));
     return Index(name.text, std::move(indices), name.loc);
   }
   return Var(name.text, name.loc);
@@ -317,11 +317,11 @@ absl::StatusOr<ExprPtr> Parser::ParseCall(const Token& name) {
   std::vector<ExprPtr> args;
   if (!Peek().IsPunct(")")) {
     do {
-      CUIR_ASSIGN_OR_RETURN(ExprPtr arg, ParseNested(open, &Parser::ParseOr));
+      CUBRIDGE_ASSIGN_OR_RETURN(ExprPtr arg, ParseNested(open, &Parser::ParseOr));
       args.push_back(std::move(arg));
     } while (AcceptPunct(","));
   }
-  CUIR_RETURN_IF_ERROR(ExpectPunct(")"));
+  CUBRIDGE_RETURN_IF_ERROR(ExpectPunct(")"));
   auto arity = [&](size_t n) -> absl::Status {
     if (args.size() == n) return absl::OkStatus();
     return ErrorAt(name.loc, absl::StrCat(name.text, " takes ", n, " argument", n == 1 ? "" : "s",
@@ -329,16 +329,16 @@ absl::StatusOr<ExprPtr> Parser::ParseCall(const Token& name) {
   };
   for (UnaryOp op : kUnaryCalls) {
     if (name.text != UnaryOpName(op)) continue;
-    CUIR_RETURN_IF_ERROR(arity(1));
+    CUBRIDGE_RETURN_IF_ERROR(arity(1));
     return Unary(op, args[0], name.loc);
   }
   for (BinaryOp op : kBinaryCalls) {
     if (name.text != BinaryOpName(op)) continue;
-    CUIR_RETURN_IF_ERROR(arity(2));
+    CUBRIDGE_RETURN_IF_ERROR(arity(2));
     return Binary(op, args[0], args[1], name.loc);
   }
   if (name.text == "select") {
-    CUIR_RETURN_IF_ERROR(arity(3));
+    CUBRIDGE_RETURN_IF_ERROR(arity(3));
     return Select(args[0], args[1], args[2], name.loc);
   }
   return ErrorAt(name.loc, absl::StrCat("unknown function '", name.text, "'; the functions are ",
@@ -354,8 +354,8 @@ absl::Status Parser::ParseBlock(std::vector<Stmt>* body) {
                                             " levels; a kernel has one KV loop, not nested "
                                             "ones: close the loop before this '{'"));
   }
-  CUIR_RETURN_IF_ERROR(ExpectPunct("{"));
-  CUIR_RETURN_IF_ERROR(ExpectEndOfLine());
+  CUBRIDGE_RETURN_IF_ERROR(ExpectPunct("{"));
+  CUBRIDGE_RETURN_IF_ERROR(ExpectEndOfLine());
   ++block_depth_;
   absl::Status status = ParseBlockBody(body);
   --block_depth_;
@@ -368,9 +368,9 @@ absl::Status Parser::ParseBlockBody(std::vector<Stmt>* body) {
     if (AcceptPunct("}")) return absl::OkStatus();
     if (Peek().kind == TokKind::kEnd) return Expected("'}'");
     Stmt stmt;
-    CUIR_RETURN_IF_ERROR(ParseStmt(&stmt));
+    CUBRIDGE_RETURN_IF_ERROR(ParseStmt(&stmt));
     body->push_back(std::move(stmt));
-    CUIR_RETURN_IF_ERROR(ExpectEndOfLine());
+    CUBRIDGE_RETURN_IF_ERROR(ExpectEndOfLine());
   }
 }
 
@@ -395,12 +395,12 @@ absl::Status Parser::ParseStmt(Stmt* stmt) {
 // Entry points.
 
 absl::StatusOr<Program> ParseProgram(std::string_view text, std::string_view filename) {
-  CUIR_ASSIGN_OR_RETURN(std::vector<Token> tokens, Tokenize(text, filename));
+  CUBRIDGE_ASSIGN_OR_RETURN(std::vector<Token> tokens, Tokenize(text, filename));
   Parser p(std::move(tokens));
   Program prog;
   p.SkipNewlines();
   prog.loc = p.Peek().loc;
-  CUIR_RETURN_IF_ERROR(p.ExpectKeyword("cuir"));
+  CUBRIDGE_RETURN_IF_ERROR(p.ExpectKeyword("cuir"));
   if (p.Peek().kind != TokKind::kInt) return p.Expected("a version number after 'cuir'");
   const Token& version = p.Next();
   if (version.int_value != 1) {
@@ -408,21 +408,21 @@ absl::StatusOr<Program> ParseProgram(std::string_view text, std::string_view fil
                                                "; this build reads version 1 (write 'cuir 1')"));
   }
   prog.version = 1;
-  CUIR_RETURN_IF_ERROR(p.ExpectEndOfLine());
+  CUBRIDGE_RETURN_IF_ERROR(p.ExpectEndOfLine());
   p.SkipNewlines();
-  CUIR_RETURN_IF_ERROR(p.ExpectKeyword("kernel"));
-  CUIR_ASSIGN_OR_RETURN(prog.kernel, p.ExpectName("a kernel name"));
-  CUIR_RETURN_IF_ERROR(p.ParseBlock(&prog.stmts));
+  CUBRIDGE_RETURN_IF_ERROR(p.ExpectKeyword("kernel"));
+  CUBRIDGE_ASSIGN_OR_RETURN(prog.kernel, p.ExpectName("a kernel name"));
+  CUBRIDGE_RETURN_IF_ERROR(p.ParseBlock(&prog.stmts));
   p.SkipNewlines();
   if (p.Peek().kind != TokKind::kEnd) return p.Expected("end of input after the kernel's '}'");
   return prog;
 }
 
 absl::StatusOr<ExprPtr> ParseExpr(std::string_view text, std::string_view filename) {
-  CUIR_ASSIGN_OR_RETURN(std::vector<Token> tokens, Tokenize(text, filename));
+  CUBRIDGE_ASSIGN_OR_RETURN(std::vector<Token> tokens, Tokenize(text, filename));
   Parser p(std::move(tokens));
   p.SkipNewlines();
-  CUIR_ASSIGN_OR_RETURN(ExprPtr e, p.ParseExpr());
+  CUBRIDGE_ASSIGN_OR_RETURN(ExprPtr e, p.ParseExpr());
   p.SkipNewlines();
   if (p.Peek().kind != TokKind::kEnd) return p.Expected("end of expression");
   return e;

@@ -24,14 +24,14 @@ std::string ExprAt(const std::vector<ExprPtr>& es, size_t i) {
 }
 
 absl::Status ParseExprInto(Parser& p, ExprPtr* out) {
-  CUIR_ASSIGN_OR_RETURN(*out, p.ParseExpr());
+  CUBRIDGE_ASSIGN_OR_RETURN(*out, p.ParseExpr());
   return absl::OkStatus();
 }
 
 // NAME (, NAME)*
 absl::Status ParseNames(Parser& p, std::string_view what, std::vector<std::string>* out) {
   do {
-    CUIR_ASSIGN_OR_RETURN(std::string name, p.ExpectName(what));
+    CUBRIDGE_ASSIGN_OR_RETURN(std::string name, p.ExpectName(what));
     out->push_back(std::move(name));
   } while (p.AcceptPunct(","));
   return absl::OkStatus();
@@ -40,7 +40,7 @@ absl::Status ParseNames(Parser& p, std::string_view what, std::vector<std::strin
 // EXPR (, EXPR)*
 absl::Status ParseExprList(Parser& p, std::vector<ExprPtr>* out) {
   do {
-    CUIR_ASSIGN_OR_RETURN(ExprPtr e, p.ParseExpr());
+    CUBRIDGE_ASSIGN_OR_RETURN(ExprPtr e, p.ParseExpr());
     out->push_back(std::move(e));
   } while (p.AcceptPunct(","));
   return absl::OkStatus();
@@ -77,10 +77,10 @@ void PrintExpert(const Stmt& s, StmtPrinter& out) { out.Line(StrCat(Kw(s), " \""
 // ----- param / const / let: KEYWORD NAME: TYPE = EXPR -----------------------------------------
 
 absl::Status ParseTypedValue(Parser& p, Stmt& s) {
-  CUIR_ASSIGN_OR_RETURN(s.name, p.ExpectName("a name"));
-  CUIR_RETURN_IF_ERROR(p.ExpectPunct(":"));
-  CUIR_ASSIGN_OR_RETURN(s.type, p.ParseType());
-  CUIR_RETURN_IF_ERROR(p.ExpectPunct("="));
+  CUBRIDGE_ASSIGN_OR_RETURN(s.name, p.ExpectName("a name"));
+  CUBRIDGE_RETURN_IF_ERROR(p.ExpectPunct(":"));
+  CUBRIDGE_ASSIGN_OR_RETURN(s.type, p.ParseType());
+  CUBRIDGE_RETURN_IF_ERROR(p.ExpectPunct("="));
   return ParseExprInto(p, &s.value);
 }
 void PrintTypedValue(const Stmt& s, StmtPrinter& out) {
@@ -90,15 +90,15 @@ void PrintTypedValue(const Stmt& s, StmtPrinter& out) {
 // ----- buffer NAME: DTYPE[EXTENT, ...] ------------------------------------------------------
 
 absl::Status ParseBuffer(Parser& p, Stmt& s) {
-  CUIR_ASSIGN_OR_RETURN(s.name, p.ExpectName("a buffer name"));
-  CUIR_RETURN_IF_ERROR(p.ExpectPunct(":"));
+  CUBRIDGE_ASSIGN_OR_RETURN(s.name, p.ExpectName("a buffer name"));
+  CUBRIDGE_RETURN_IF_ERROR(p.ExpectPunct(":"));
   const Token& dtype = p.Peek();
   const auto d = dtype.kind == TokKind::kIdent ? TensorDTypeFromName(dtype.text) : std::nullopt;
   if (!d) return p.Expected(StrCat("a buffer dtype (", TensorDTypeNames(), ")"));
   p.Next();
   s.dtype = *d;
   s.type = ElementType(*d);
-  CUIR_RETURN_IF_ERROR(p.ExpectPunct("["));
+  CUBRIDGE_RETURN_IF_ERROR(p.ExpectPunct("["));
   if (p.AcceptPunct("]")) return absl::OkStatus();  // rank 0
   do {
     if (s.exprs.size() == kMaxBufferRank) {
@@ -106,7 +106,7 @@ absl::Status ParseBuffer(Parser& p, Stmt& s) {
                                             " dimensions"));
     }
     ExprPtr extent;  // `?`: the reach depends on data
-    if (!p.AcceptPunct("?")) CUIR_RETURN_IF_ERROR(ParseExprInto(p, &extent));
+    if (!p.AcceptPunct("?")) CUBRIDGE_RETURN_IF_ERROR(ParseExprInto(p, &extent));
     s.exprs.push_back(std::move(extent));
   } while (p.AcceptPunct(","));
   return p.ExpectPunct("]");
@@ -122,9 +122,9 @@ void PrintBuffer(const Stmt& s, StmtPrinter& out) {
 // ----- role NAME warps EXPR [regs EXPR] -------------------------------------------------------
 
 absl::Status ParseRole(Parser& p, Stmt& s) {
-  CUIR_ASSIGN_OR_RETURN(s.name, p.ExpectName("a role name"));
-  CUIR_RETURN_IF_ERROR(p.ExpectKeyword("warps"));
-  CUIR_RETURN_IF_ERROR(ParseExprInto(p, &s.value));
+  CUBRIDGE_ASSIGN_OR_RETURN(s.name, p.ExpectName("a role name"));
+  CUBRIDGE_RETURN_IF_ERROR(p.ExpectKeyword("warps"));
+  CUBRIDGE_RETURN_IF_ERROR(ParseExprInto(p, &s.value));
   return ParseOptionalClause(p, "regs", &s.aux);
 }
 void PrintRole(const Stmt& s, StmtPrinter& out) {
@@ -135,14 +135,14 @@ void PrintRole(const Stmt& s, StmtPrinter& out) {
 
 absl::Status ParseGrid(Parser& p, Stmt& s) {
   do {
-    CUIR_ASSIGN_OR_RETURN(std::string axis, p.ExpectName("a grid axis name"));
-    CUIR_RETURN_IF_ERROR(p.ExpectPunct("<"));
-    CUIR_ASSIGN_OR_RETURN(ExprPtr extent, p.ParseExpr());
+    CUBRIDGE_ASSIGN_OR_RETURN(std::string axis, p.ExpectName("a grid axis name"));
+    CUBRIDGE_RETURN_IF_ERROR(p.ExpectPunct("<"));
+    CUBRIDGE_ASSIGN_OR_RETURN(ExprPtr extent, p.ParseExpr());
     s.names.push_back(std::move(axis));
     s.exprs.push_back(std::move(extent));
   } while (p.AcceptPunct(","));
   if (!p.AcceptKeyword("schedule")) return absl::OkStatus();
-  CUIR_ASSIGN_OR_RETURN(s.attr, p.ExpectName("a schedule name"));
+  CUBRIDGE_ASSIGN_OR_RETURN(s.attr, p.ExpectName("a schedule name"));
   return absl::OkStatus();
 }
 void PrintGrid(const Stmt& s, StmtPrinter& out) {
@@ -157,12 +157,12 @@ void PrintGrid(const Stmt& s, StmtPrinter& out) {
 // ----- table NAME = blocks(PRED) [per AXIS (, AXIS)*] ------------------------------------------
 
 absl::Status ParseTable(Parser& p, Stmt& s) {
-  CUIR_ASSIGN_OR_RETURN(s.name, p.ExpectName("a table name"));
-  CUIR_RETURN_IF_ERROR(p.ExpectPunct("="));
-  CUIR_RETURN_IF_ERROR(p.ExpectKeyword("blocks"));
-  CUIR_RETURN_IF_ERROR(p.ExpectPunct("("));
-  CUIR_RETURN_IF_ERROR(ParseExprInto(p, &s.value));
-  CUIR_RETURN_IF_ERROR(p.ExpectPunct(")"));
+  CUBRIDGE_ASSIGN_OR_RETURN(s.name, p.ExpectName("a table name"));
+  CUBRIDGE_RETURN_IF_ERROR(p.ExpectPunct("="));
+  CUBRIDGE_RETURN_IF_ERROR(p.ExpectKeyword("blocks"));
+  CUBRIDGE_RETURN_IF_ERROR(p.ExpectPunct("("));
+  CUBRIDGE_RETURN_IF_ERROR(ParseExprInto(p, &s.value));
+  CUBRIDGE_RETURN_IF_ERROR(p.ExpectPunct(")"));
   if (!p.AcceptKeyword("per")) return absl::OkStatus();
   return ParseNames(p, "a grid axis name", &s.names);
 }
@@ -174,22 +174,22 @@ void PrintTable(const Stmt& s, StmtPrinter& out) {
 // ----- load NAME = TENSOR[b, head, lo:hi] -----------------------------------------------------
 
 absl::Status ParseLoad(Parser& p, Stmt& s) {
-  CUIR_ASSIGN_OR_RETURN(s.name, p.ExpectName("a tile name"));
-  CUIR_RETURN_IF_ERROR(p.ExpectPunct("="));
+  CUBRIDGE_ASSIGN_OR_RETURN(s.name, p.ExpectName("a tile name"));
+  CUBRIDGE_RETURN_IF_ERROR(p.ExpectPunct("="));
   const Token& tensor = p.Peek();
   if (!tensor.IsIdent("q") && !tensor.IsIdent("k") && !tensor.IsIdent("v")) {
     return p.Expected("an input tensor (q, k or v)");
   }
   s.operands = {p.Next().text};
   s.exprs.resize(4);
-  CUIR_RETURN_IF_ERROR(p.ExpectPunct("["));
-  CUIR_RETURN_IF_ERROR(ParseExprInto(p, &s.exprs[0]));
-  CUIR_RETURN_IF_ERROR(p.ExpectPunct(","));
-  CUIR_RETURN_IF_ERROR(ParseExprInto(p, &s.exprs[1]));
-  CUIR_RETURN_IF_ERROR(p.ExpectPunct(","));
-  CUIR_RETURN_IF_ERROR(ParseExprInto(p, &s.exprs[2]));
-  CUIR_RETURN_IF_ERROR(p.ExpectPunct(":"));
-  CUIR_RETURN_IF_ERROR(ParseExprInto(p, &s.exprs[3]));
+  CUBRIDGE_RETURN_IF_ERROR(p.ExpectPunct("["));
+  CUBRIDGE_RETURN_IF_ERROR(ParseExprInto(p, &s.exprs[0]));
+  CUBRIDGE_RETURN_IF_ERROR(p.ExpectPunct(","));
+  CUBRIDGE_RETURN_IF_ERROR(ParseExprInto(p, &s.exprs[1]));
+  CUBRIDGE_RETURN_IF_ERROR(p.ExpectPunct(","));
+  CUBRIDGE_RETURN_IF_ERROR(ParseExprInto(p, &s.exprs[2]));
+  CUBRIDGE_RETURN_IF_ERROR(p.ExpectPunct(":"));
+  CUBRIDGE_RETURN_IF_ERROR(ParseExprInto(p, &s.exprs[3]));
   return p.ExpectPunct("]");
 }
 void PrintLoad(const Stmt& s, StmtPrinter& out) {
@@ -202,10 +202,10 @@ void PrintLoad(const Stmt& s, StmtPrinter& out) {
 //   for VAR, FULL in table NAME[EXPR (, EXPR)*] [pipeline EXPR] [split] {
 
 absl::Status ParseRange(Parser& p, BlockRange* r) {
-  CUIR_RETURN_IF_ERROR(p.ExpectPunct("["));
-  CUIR_RETURN_IF_ERROR(ParseExprInto(p, &r->lo));
-  CUIR_RETURN_IF_ERROR(p.ExpectPunct(","));
-  CUIR_RETURN_IF_ERROR(ParseExprInto(p, &r->hi));
+  CUBRIDGE_RETURN_IF_ERROR(p.ExpectPunct("["));
+  CUBRIDGE_RETURN_IF_ERROR(ParseExprInto(p, &r->lo));
+  CUBRIDGE_RETURN_IF_ERROR(p.ExpectPunct(","));
+  CUBRIDGE_RETURN_IF_ERROR(ParseExprInto(p, &r->hi));
   if (p.Peek().IsPunct("]")) return p.Expected("')' (block ranges are half-open: [lo, hi))");
   return p.ExpectPunct(")");
 }
@@ -220,26 +220,26 @@ absl::Status ParseForIteration(Parser& p, Stmt& s) {
   }
   if (table_form) {
     p.Next();
-    CUIR_ASSIGN_OR_RETURN(s.table, p.ExpectName("a table name"));
-    CUIR_RETURN_IF_ERROR(p.ExpectPunct("["));
-    CUIR_RETURN_IF_ERROR(ParseExprList(p, &s.exprs));
+    CUBRIDGE_ASSIGN_OR_RETURN(s.table, p.ExpectName("a table name"));
+    CUBRIDGE_RETURN_IF_ERROR(p.ExpectPunct("["));
+    CUBRIDGE_RETURN_IF_ERROR(ParseExprList(p, &s.exprs));
     return p.ExpectPunct("]");
   }
   do {
     s.ranges.emplace_back();
-    CUIR_RETURN_IF_ERROR(ParseRange(p, &s.ranges.back()));
+    CUBRIDGE_RETURN_IF_ERROR(ParseRange(p, &s.ranges.back()));
   } while (p.AcceptKeyword("union"));
   return absl::OkStatus();
 }
 
 absl::Status ParseFor(Parser& p, Stmt& s) {
-  CUIR_ASSIGN_OR_RETURN(s.name, p.ExpectName("a loop variable"));
+  CUBRIDGE_ASSIGN_OR_RETURN(s.name, p.ExpectName("a loop variable"));
   if (p.AcceptPunct(",")) {
-    CUIR_ASSIGN_OR_RETURN(s.full_var, p.ExpectName("the 'full block' variable"));
+    CUBRIDGE_ASSIGN_OR_RETURN(s.full_var, p.ExpectName("the 'full block' variable"));
   }
-  CUIR_RETURN_IF_ERROR(p.ExpectKeyword("in"));
-  CUIR_RETURN_IF_ERROR(ParseForIteration(p, s));
-  CUIR_RETURN_IF_ERROR(ParseOptionalClause(p, "pipeline", &s.pipeline));
+  CUBRIDGE_RETURN_IF_ERROR(p.ExpectKeyword("in"));
+  CUBRIDGE_RETURN_IF_ERROR(ParseForIteration(p, s));
+  CUBRIDGE_RETURN_IF_ERROR(ParseOptionalClause(p, "pipeline", &s.pipeline));
   s.split = p.AcceptKeyword("split");
   return p.ParseBlock(&s.body);
 }
@@ -262,11 +262,11 @@ void PrintFor(const Stmt& s, StmtPrinter& out) {
 // ----- NAME = qk Q, K scale EXPR --------------------------------------------------------------
 
 absl::Status ParseQK(Parser& p, Stmt& s) {
-  CUIR_RETURN_IF_ERROR(ParseNames(p, "a tile name", &s.operands));
+  CUBRIDGE_RETURN_IF_ERROR(ParseNames(p, "a tile name", &s.operands));
   if (s.operands.size() != 2) {
     return p.ErrorAt(s.loc, StrCat("qk takes two tiles (Q, K), got ", s.operands.size()));
   }
-  CUIR_RETURN_IF_ERROR(p.ExpectKeyword("scale"));
+  CUBRIDGE_RETURN_IF_ERROR(p.ExpectKeyword("scale"));
   return ParseExprInto(p, &s.value);
 }
 void PrintQK(const Stmt& s, StmtPrinter& out) {
@@ -277,9 +277,9 @@ void PrintQK(const Stmt& s, StmtPrinter& out) {
 // ----- score_mod S = EXPR / mask S = PRED [when COND] -----------------------------------------
 
 absl::Status ParseScoreMod(Parser& p, Stmt& s) {
-  CUIR_ASSIGN_OR_RETURN(std::string scores, p.ExpectName("a score tile name"));
+  CUBRIDGE_ASSIGN_OR_RETURN(std::string scores, p.ExpectName("a score tile name"));
   s.operands = {std::move(scores)};
-  CUIR_RETURN_IF_ERROR(p.ExpectPunct("="));
+  CUBRIDGE_RETURN_IF_ERROR(p.ExpectPunct("="));
   return ParseExprInto(p, &s.value);
 }
 void PrintScoreMod(const Stmt& s, StmtPrinter& out) {
@@ -287,7 +287,7 @@ void PrintScoreMod(const Stmt& s, StmtPrinter& out) {
 }
 
 absl::Status ParseMask(Parser& p, Stmt& s) {
-  CUIR_RETURN_IF_ERROR(ParseScoreMod(p, s));  // same `S = EXPR` shape
+  CUBRIDGE_RETURN_IF_ERROR(ParseScoreMod(p, s));  // same `S = EXPR` shape
   return ParseOptionalClause(p, "when", &s.aux);
 }
 void PrintMask(const Stmt& s, StmtPrinter& out) {
@@ -297,7 +297,7 @@ void PrintMask(const Stmt& s, StmtPrinter& out) {
 // ----- NAME = softmax.online S ----------------------------------------------------------------
 
 absl::Status ParseSoftmaxOnline(Parser& p, Stmt& s) {
-  CUIR_ASSIGN_OR_RETURN(std::string scores, p.ExpectName("a score tile name"));
+  CUBRIDGE_ASSIGN_OR_RETURN(std::string scores, p.ExpectName("a score tile name"));
   s.operands = {std::move(scores)};
   return absl::OkStatus();
 }
@@ -308,7 +308,7 @@ void PrintSoftmaxOnline(const Stmt& s, StmtPrinter& out) {
 // ----- pv P, V --------------------------------------------------------------------------------
 
 absl::Status ParsePV(Parser& p, Stmt& s) {
-  CUIR_RETURN_IF_ERROR(ParseNames(p, "a tile name", &s.operands));
+  CUBRIDGE_RETURN_IF_ERROR(ParseNames(p, "a tile name", &s.operands));
   if (s.operands.size() != 2) {
     return p.ErrorAt(s.loc, StrCat("pv takes two tiles (P, V), got ", s.operands.size()));
   }
@@ -322,7 +322,7 @@ void PrintPV(const Stmt& s, StmtPrinter& out) {
 //   value = the sink logit, null = no sink
 
 absl::Status ParseEpilogue(Parser& p, Stmt& s) {
-  CUIR_RETURN_IF_ERROR(ParseOptionalClause(p, "sink", &s.value));
+  CUBRIDGE_RETURN_IF_ERROR(ParseOptionalClause(p, "sink", &s.value));
   if (s.value != nullptr || p.Peek().kind == TokKind::kNewline || p.Peek().kind == TokKind::kEnd) {
     return absl::OkStatus();
   }

@@ -13,23 +13,7 @@
 #include "cuir/ir/expr.h"
 #include "cuir/ir/lexer.h"
 #include "cuir/ir/program.h"
-
-#define CUIR_STATUS_CONCAT_INNER(a, b) a##b
-#define CUIR_STATUS_CONCAT(a, b) CUIR_STATUS_CONCAT_INNER(a, b)
-
-#define CUIR_RETURN_IF_ERROR(expr)             \
-  do {                                         \
-    if (absl::Status _st = (expr); !_st.ok()) { \
-      return _st;                              \
-    }                                          \
-  } while (0)
-
-#define CUIR_ASSIGN_OR_RETURN(lhs, expr) \
-  CUIR_ASSIGN_OR_RETURN_IMPL(CUIR_STATUS_CONCAT(_statusor_, __LINE__), lhs, expr)
-#define CUIR_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
-  auto tmp = (expr);                               \
-  if (!tmp.ok()) return tmp.status();              \
-  lhs = std::move(*tmp)
+#include "cuir/ir/status_macros.h"
 
 namespace cubridge::cuir {
 

@@ -272,20 +272,20 @@ absl::Status Validator::Run() {
     return ErrorAt(p_.loc, absl::StrCat("unsupported CuIR version ", p_.version,
                                         "; this build reads `cuir 1`"));
   }
-  CUIR_RETURN_IF_ERROR(CheckNesting(p_));
+  CUBRIDGE_RETURN_IF_ERROR(CheckNesting(p_));
   frames_.emplace_back();
   for (const auto& [name, type] : BuiltinSymbols()) {
     frames_.back()[name] = Symbol{SymKind::kBuiltin, type};
   }
   CollectDeclarations(p_.stmts);
-  for (const Stmt& s : p_.stmts) CUIR_RETURN_IF_ERROR(Visit(s, /*in_loop=*/false));
+  for (const Stmt& s : p_.stmts) CUBRIDGE_RETURN_IF_ERROR(Visit(s, /*in_loop=*/false));
   return CheckFinished();
 }
 
 absl::Status Validator::Visit(const Stmt& s, bool in_loop) {
   const StmtRule* rule = RuleFor(s.kind);
   if (rule == nullptr) return ErrorAt(s.loc, "unknown statement kind");
-  CUIR_RETURN_IF_ERROR(CheckPlacement(s, *rule, in_loop));
+  CUBRIDGE_RETURN_IF_ERROR(CheckPlacement(s, *rule, in_loop));
   return (this->*rule->verify)(s);
 }
 
@@ -315,7 +315,7 @@ absl::Status Validator::CheckPlacement(const Stmt& s, const StmtRule& rule, bool
 
 absl::Status Validator::CheckFinished() const {
   if (grid_ == nullptr) return MissingGrid(p_.loc);
-  CUIR_RETURN_IF_ERROR(CheckRoles());
+  CUBRIDGE_RETURN_IF_ERROR(CheckRoles());
   if (loop_ == nullptr) {
     return ErrorAt(p_.loc, "missing the KV loop; add `for n_block in [0, cdiv(seqlen_kv, "
                            "BLOCK_N)) { ... }` after `softmax.init`");
@@ -384,9 +384,9 @@ absl::Status Validator::CheckNames(const ExprPtr& e, const ExprScope& scope,
                                    const SourceLoc& outer) const {
   const SourceLoc& loc = e->loc.known() ? e->loc : outer;
   if (e->kind == ExprKind::kVar || e->kind == ExprKind::kIndex) {
-    CUIR_RETURN_IF_ERROR(CheckVisible(e, scope, loc));
+    CUBRIDGE_RETURN_IF_ERROR(CheckVisible(e, scope, loc));
   }
-  for (const auto& a : e->args) CUIR_RETURN_IF_ERROR(CheckNames(a, scope, loc));
+  for (const auto& a : e->args) CUBRIDGE_RETURN_IF_ERROR(CheckNames(a, scope, loc));
   return absl::OkStatus();
 }
 
@@ -471,7 +471,7 @@ TypeEnv Validator::MakeTypeEnv(const ExprScope& scope) const {
 absl::StatusOr<Type> Validator::TypeIn(const ExprPtr& e, const ExprScope& scope,
                                        const Stmt& s) const {
   if (!e) return ErrorAt(s.loc, absl::StrCat("`", StmtKindName(s.kind), "` lacks an expression"));
-  CUIR_RETURN_IF_ERROR(CheckNames(e, scope, s.loc));
+  CUBRIDGE_RETURN_IF_ERROR(CheckNames(e, scope, s.loc));
   auto t = TypeOf(e, MakeTypeEnv(scope));
   // Expressions built by rewrites may carry no position: fall back to the statement's.
   if (!t.ok() && !e->loc.known()) return ErrorAt(s.loc, t.status().message());
@@ -481,7 +481,7 @@ absl::StatusOr<Type> Validator::TypeIn(const ExprPtr& e, const ExprScope& scope,
 absl::Status Validator::Expect(const ExprPtr& e, const ExprScope& scope, const Stmt& s,
                                std::initializer_list<Type> allowed, absl::string_view what,
                                absl::string_view hint) const {
-  CUIR_ASSIGN_OR_RETURN(Type t, TypeIn(e, scope, s));
+  CUBRIDGE_ASSIGN_OR_RETURN(Type t, TypeIn(e, scope, s));
   for (Type a : allowed) {
     if (a == t) return absl::OkStatus();
   }
@@ -542,7 +542,7 @@ absl::Status Validator::VerifyExpert(const Stmt& s) {
 }
 
 absl::Status Validator::VerifyTypedDecl(const Stmt& s, SymKind kind) {
-  CUIR_ASSIGN_OR_RETURN(Type t, TypeIn(s.value, kPlain, s));
+  CUBRIDGE_ASSIGN_OR_RETURN(Type t, TypeIn(s.value, kPlain, s));
   if (t != s.type && !(s.type == Type::kFloat && t == Type::kInt)) {
     const SourceLoc& loc = s.value->loc.known() ? s.value->loc : s.loc;
     return ErrorAt(loc, absl::StrCat("`", s.name, "` is declared ", TypeName(s.type),
@@ -550,7 +550,7 @@ absl::Status Validator::VerifyTypedDecl(const Stmt& s, SymKind kind) {
                                      "; change the declared type to ", TypeName(t),
                                      " or convert the value"));
   }
-  CUIR_RETURN_IF_ERROR(Declare(s.name, Symbol{kind, s.type, s.loc}));
+  CUBRIDGE_RETURN_IF_ERROR(Declare(s.name, Symbol{kind, s.type, s.loc}));
   if (kind == SymKind::kParam) {
     // Params are fixed when the kernel is compiled: a default over literals and earlier params
     // is a constant the role and pipeline checks can use. Anything else (a builtin) is not.
@@ -583,7 +583,7 @@ absl::Status Validator::VerifyBuffer(const Stmt& s) {
   }
   for (const ExprPtr& extent : s.exprs) {
     if (extent == nullptr) continue;  // `?`
-    CUIR_RETURN_IF_ERROR(Expect(extent, kPlain, s, {Type::kInt}, "a buffer extent"));
+    CUBRIDGE_RETURN_IF_ERROR(Expect(extent, kPlain, s, {Type::kInt}, "a buffer extent"));
   }
   return Declare(s.name, Symbol{SymKind::kBuffer, s.type, s.loc, "", &s});
 }
@@ -617,7 +617,7 @@ absl::Status Validator::VerifyRole(const Stmt& s) {
                                        it->second.ToString(), hint));
   }
   role_stmts_.push_back(&s);
-  CUIR_RETURN_IF_ERROR(Expect(s.value, kPlain, s, {Type::kInt}, "a role's warp count"));
+  CUBRIDGE_RETURN_IF_ERROR(Expect(s.value, kPlain, s, {Type::kInt}, "a role's warp count"));
   if (std::optional<int64_t> warps = ConstInt(s.value); warps && *warps <= 0) {
     return ErrorAt(s.value->loc.known() ? s.value->loc : s.loc,
                    absl::StrCat("role `", s.name, "` has ", Folded(s.value, *warps),
@@ -625,7 +625,7 @@ absl::Status Validator::VerifyRole(const Stmt& s) {
                                 "warp: raise its warp count or drop the role"));
   }
   if (!s.aux) return absl::OkStatus();
-  CUIR_RETURN_IF_ERROR(Expect(s.aux, kPlain, s, {Type::kInt}, "a role's registers"));
+  CUBRIDGE_RETURN_IF_ERROR(Expect(s.aux, kPlain, s, {Type::kInt}, "a role's registers"));
   std::optional<int64_t> regs = ConstInt(s.aux);
   if (regs && (*regs < kMinRegs || *regs > kMaxRegs || *regs % kRegsGranule != 0)) {
     const int64_t nearest =
@@ -685,11 +685,11 @@ absl::Status Validator::VerifyGrid(const Stmt& s) {
   }
   // Extents are checked before the axes exist: an extent may not depend on another axis.
   for (size_t i = 0; i < s.names.size(); ++i) {
-    CUIR_RETURN_IF_ERROR(Expect(s.exprs[i], kPlain, s, {Type::kInt},
+    CUBRIDGE_RETURN_IF_ERROR(Expect(s.exprs[i], kPlain, s, {Type::kInt},
                                 absl::StrCat("the extent of grid axis `", s.names[i], "`")));
   }
   for (const auto& axis : s.names) {
-    CUIR_RETURN_IF_ERROR(Declare(axis, Symbol{SymKind::kAxis, Type::kInt, s.loc}));
+    CUBRIDGE_RETURN_IF_ERROR(Declare(axis, Symbol{SymKind::kAxis, Type::kInt, s.loc}));
   }
   return absl::OkStatus();
 }
@@ -712,7 +712,7 @@ absl::Status Validator::VerifyTable(const Stmt& s) {
                                          s.name, "`"));
     }
   }
-  CUIR_RETURN_IF_ERROR(Declare(s.name, Symbol{SymKind::kTable, Type::kBool, s.loc, "", &s}));
+  CUBRIDGE_RETURN_IF_ERROR(Declare(s.name, Symbol{SymKind::kTable, Type::kBool, s.loc, "", &s}));
   ExprScope scope = kMaskScope;
   scope.table = &s;
   return Expect(s.value, scope, s, {Type::kBool}, "a table predicate",
@@ -731,7 +731,7 @@ absl::Status Validator::VerifyLoad(const Stmt& s) {
     return ErrorAt(s.loc, "`load` takes [batch, head, lo:hi]");
   }
   for (size_t i = 0; i < 4; ++i) {
-    CUIR_RETURN_IF_ERROR(Expect(s.exprs[i], kPlain, s, {Type::kInt},
+    CUBRIDGE_RETURN_IF_ERROR(Expect(s.exprs[i], kPlain, s, {Type::kInt},
                                 absl::StrCat(kWhat[i], " of a load")));
   }
   if (tensor == "q" && frames_.size() == 1 && q_load_ == nullptr) q_load_ = &s;
@@ -763,14 +763,14 @@ absl::Status Validator::VerifyFor(const Stmt& s) {
   if (s.table.empty()) {
     if (s.ranges.empty()) return ErrorAt(s.loc, "the loop has no range: `for VAR in [LO, HI)`");
     for (const auto& r : s.ranges) {
-      CUIR_RETURN_IF_ERROR(Expect(r.lo, kPlain, s, {Type::kInt}, "a loop bound"));
-      CUIR_RETURN_IF_ERROR(Expect(r.hi, kPlain, s, {Type::kInt}, "a loop bound"));
+      CUBRIDGE_RETURN_IF_ERROR(Expect(r.lo, kPlain, s, {Type::kInt}, "a loop bound"));
+      CUBRIDGE_RETURN_IF_ERROR(Expect(r.hi, kPlain, s, {Type::kInt}, "a loop bound"));
     }
   } else {
-    CUIR_RETURN_IF_ERROR(VerifyTableLoop(s));
+    CUBRIDGE_RETURN_IF_ERROR(VerifyTableLoop(s));
   }
   if (s.pipeline) {
-    CUIR_RETURN_IF_ERROR(Expect(s.pipeline, kPlain, s, {Type::kInt}, "the pipeline depth"));
+    CUBRIDGE_RETURN_IF_ERROR(Expect(s.pipeline, kPlain, s, {Type::kInt}, "the pipeline depth"));
     if (std::optional<int64_t> stages = ConstInt(s.pipeline); stages && *stages < 1) {
       return ErrorAt(s.pipeline->loc.known() ? s.pipeline->loc : s.loc,
                      absl::StrCat("the pipeline depth ", Folded(s.pipeline, *stages),
@@ -817,29 +817,29 @@ absl::Status Validator::VerifyTableLoop(const Stmt& s) {
                                        " indices), but the loop gives ", s.exprs.size()));
   }
   for (const auto& index : s.exprs) {
-    CUIR_RETURN_IF_ERROR(Expect(index, kPlain, s, {Type::kInt}, "a table row index"));
+    CUBRIDGE_RETURN_IF_ERROR(Expect(index, kPlain, s, {Type::kInt}, "a table row index"));
   }
   return absl::OkStatus();
 }
 
 absl::Status Validator::VerifyQK(const Stmt& s) {
-  CUIR_RETURN_IF_ERROR(Operand(s, 0, SymKind::kTile, "q").status());
-  CUIR_RETURN_IF_ERROR(Operand(s, 1, SymKind::kTile, "k").status());
-  CUIR_RETURN_IF_ERROR(Expect(s.value, kPlain, s, {Type::kInt, Type::kFloat}, "the qk scale"));
+  CUBRIDGE_RETURN_IF_ERROR(Operand(s, 0, SymKind::kTile, "q").status());
+  CUBRIDGE_RETURN_IF_ERROR(Operand(s, 1, SymKind::kTile, "k").status());
+  CUBRIDGE_RETURN_IF_ERROR(Expect(s.value, kPlain, s, {Type::kInt, Type::kFloat}, "the qk scale"));
   return Declare(s.name, Symbol{SymKind::kScores, Type::kFloat, s.loc});
 }
 
 absl::Status Validator::VerifyScoreMod(const Stmt& s) {
-  CUIR_ASSIGN_OR_RETURN(Symbol * scores, Operand(s, 0, SymKind::kScores));
-  CUIR_RETURN_IF_ERROR(ScoresNotYetConsumed(s, *scores));
+  CUBRIDGE_ASSIGN_OR_RETURN(Symbol * scores, Operand(s, 0, SymKind::kScores));
+  CUBRIDGE_RETURN_IF_ERROR(ScoresNotYetConsumed(s, *scores));
   return Expect(s.value, kScoreModScope, s, {Type::kInt, Type::kFloat}, "a score_mod value",
                 " (a score_mod computes the new score; use `mask` for conditions)");
 }
 
 absl::Status Validator::VerifyMask(const Stmt& s) {
-  CUIR_ASSIGN_OR_RETURN(Symbol * scores, Operand(s, 0, SymKind::kScores));
-  CUIR_RETURN_IF_ERROR(ScoresNotYetConsumed(s, *scores));
-  CUIR_RETURN_IF_ERROR(Expect(s.value, kMaskScope, s, {Type::kBool}, "a mask predicate",
+  CUBRIDGE_ASSIGN_OR_RETURN(Symbol * scores, Operand(s, 0, SymKind::kScores));
+  CUBRIDGE_RETURN_IF_ERROR(ScoresNotYetConsumed(s, *scores));
+  CUBRIDGE_RETURN_IF_ERROR(Expect(s.value, kMaskScope, s, {Type::kBool}, "a mask predicate",
                               " (write the condition that keeps a score, e.g. "
                               "`q_idx >= kv_idx`)"));
   if (!s.aux) return absl::OkStatus();
@@ -847,14 +847,14 @@ absl::Status Validator::VerifyMask(const Stmt& s) {
 }
 
 absl::Status Validator::VerifySoftmaxOnline(const Stmt& s) {
-  CUIR_ASSIGN_OR_RETURN(Symbol * scores, Operand(s, 0, SymKind::kScores));
+  CUBRIDGE_ASSIGN_OR_RETURN(Symbol * scores, Operand(s, 0, SymKind::kScores));
   // Before Declare, which may rehash the frame that holds `scores` (found by fuzz_cuir_roundtrip).
   scores->softmaxed = &s;
   return Declare(s.name, Symbol{SymKind::kProbs, Type::kFloat, s.loc});
 }
 
 absl::Status Validator::VerifyPV(const Stmt& s) {
-  CUIR_RETURN_IF_ERROR(Operand(s, 0, SymKind::kProbs).status());
+  CUBRIDGE_RETURN_IF_ERROR(Operand(s, 0, SymKind::kProbs).status());
   return Operand(s, 1, SymKind::kTile, "v").status();
 }
 
@@ -874,7 +874,7 @@ absl::Status Validator::VerifyEpilogue(const Stmt& s) {
 // before its first block (builtins, params, consts, grid axes, top-level lets), not per-element
 // names and not buffers, which the expert kernels read only inside the loop.
 absl::Status Validator::VerifySink(const Stmt& s) const {
-  CUIR_RETURN_IF_ERROR(CheckSinkNames(s.value, s.loc));
+  CUBRIDGE_RETURN_IF_ERROR(CheckSinkNames(s.value, s.loc));
   return Expect(s.value, kPlain, s, {Type::kInt, Type::kFloat}, "an epilogue sink",
                 " (the sink is a logit added to every row's softmax, e.g. `epilogue sink 0.5` "
                 "or `epilogue sink sink` with `const sink: float = 0.5`)");
@@ -894,7 +894,7 @@ absl::Status Validator::CheckSinkNames(const ExprPtr& e, const SourceLoc& outer)
                                      "builtins, params, consts and grid axes (e.g. h), or move "
                                      "per-element terms into a score_mod"));
   }
-  for (const auto& a : e->args) CUIR_RETURN_IF_ERROR(CheckSinkNames(a, loc));
+  for (const auto& a : e->args) CUBRIDGE_RETURN_IF_ERROR(CheckSinkNames(a, loc));
   return absl::OkStatus();
 }
 

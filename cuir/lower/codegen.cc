@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "cuir/ir/bounds.h"
+#include "cuir/ir/status_macros.h"
 #include "cuir/lower/cuda_emit.h"
 #include "cuir/lower/modular.h"
 #include "cuir/lower/names.h"
@@ -24,17 +25,6 @@ namespace {
 using cuir::ExprPtr;
 using cuir::Stmt;
 using cuir::StmtKind;
-
-#define LOWER_RETURN_IF_ERROR(expr)  \
-  do {                               \
-    absl::Status _st = (expr);       \
-    if (!_st.ok()) return _st;       \
-  } while (0)
-
-#define LOWER_ASSIGN_OR_RETURN(lhs, expr) \
-  auto lhs##_or = (expr);                 \
-  if (!lhs##_or.ok()) return lhs##_or.status(); \
-  auto lhs = *std::move(lhs##_or)
 
 constexpr int kMaxBuffers = 8;  // CUBRIDGE_MAX_BUFFERS of the launcher ABI
 constexpr int kMaxTables = 8;   // tables a program may build (each costs a workspace pass)
@@ -179,11 +169,11 @@ absl::StatusOr<ExprPtr> FloatIndices(const ExprPtr& e, const EmitScope& types) {
   if (e->args.empty()) return e;
   auto copy = std::make_shared<cuir::Expr>(*e);
   for (ExprPtr& arg : copy->args) {
-    LOWER_ASSIGN_OR_RETURN(rewritten, FloatIndices(arg, types));
+    CUBRIDGE_ASSIGN_OR_RETURN(auto rewritten, FloatIndices(arg, types));
     arg = rewritten;
   }
   auto is_float = [&](const ExprPtr& x) -> absl::StatusOr<bool> {
-    LOWER_ASSIGN_OR_RETURN(typed, EmitExpr(x, types));
+    CUBRIDGE_ASSIGN_OR_RETURN(auto typed, EmitExpr(x, types));
     return typed.type == CType::kFloat;
   };
   using cuir::BinaryOp;
@@ -195,7 +185,7 @@ absl::StatusOr<ExprPtr> FloatIndices(const ExprPtr& e, const EmitScope& types) {
       (copy->binary_op == BinaryOp::kAdd || copy->binary_op == BinaryOp::kSub ||
        copy->binary_op == BinaryOp::kMul || copy->binary_op == BinaryOp::kDiv)) {
     for (int i = 0; i < 2; ++i) {
-      LOWER_ASSIGN_OR_RETURN(other_float, is_float(copy->args[1 - i]));
+      CUBRIDGE_ASSIGN_OR_RETURN(auto other_float, is_float(copy->args[1 - i]));
       if (other_float && IsIndexSum(copy->args[i])) copy->args[i] = SumInFloats(copy->args[i]);
     }
   }
@@ -514,18 +504,18 @@ class RegionWriter {
                        expert.source.Find("stage_tables") != nullptr) {}
 
   absl::StatusOr<std::map<std::string, std::string>> Run() {
-    LOWER_RETURN_IF_ERROR(Params());
-    LOWER_RETURN_IF_ERROR(Consts());
-    LOWER_RETURN_IF_ERROR(Buffers());
-    LOWER_RETURN_IF_ERROR(Tables());
-    LOWER_RETURN_IF_ERROR(TopLets());
-    LOWER_RETURN_IF_ERROR(TileStreamRegions());
-    LOWER_RETURN_IF_ERROR(StagedTableRegions());
-    LOWER_RETURN_IF_ERROR(LoopHeader());
-    LOWER_RETURN_IF_ERROR(LoopBody());
-    LOWER_RETURN_IF_ERROR(EpilogueSink());
-    LOWER_RETURN_IF_ERROR(BufferCheck());
-    LOWER_RETURN_IF_ERROR(KernelBindings());
+    CUBRIDGE_RETURN_IF_ERROR(Params());
+    CUBRIDGE_RETURN_IF_ERROR(Consts());
+    CUBRIDGE_RETURN_IF_ERROR(Buffers());
+    CUBRIDGE_RETURN_IF_ERROR(Tables());
+    CUBRIDGE_RETURN_IF_ERROR(TopLets());
+    CUBRIDGE_RETURN_IF_ERROR(TileStreamRegions());
+    CUBRIDGE_RETURN_IF_ERROR(StagedTableRegions());
+    CUBRIDGE_RETURN_IF_ERROR(LoopHeader());
+    CUBRIDGE_RETURN_IF_ERROR(LoopBody());
+    CUBRIDGE_RETURN_IF_ERROR(EpilogueSink());
+    CUBRIDGE_RETURN_IF_ERROR(BufferCheck());
+    CUBRIDGE_RETURN_IF_ERROR(KernelBindings());
     return out_;
   }
 
@@ -557,7 +547,7 @@ class RegionWriter {
   // `const T cpp = value;` for a let-like declaration, binding it in `scope`.
   absl::StatusOr<std::string> Declare(const Stmt& s, const std::string& cpp, EmitScope* scope,
                                       absl::string_view qualifier = "const") {
-    LOWER_ASSIGN_OR_RETURN(value, EmitExpr(s.value, *scope));
+    CUBRIDGE_ASSIGN_OR_RETURN(auto value, EmitExpr(s.value, *scope));
     const CType t = DeclaredCType(s.type, value.type);
     if ((t == CType::kBool) != (value.type == CType::kBool)) {
       return InvalidAt(s, absl::StrCat("`", s.name, "` is declared ", cuir::TypeName(s.type),
@@ -574,7 +564,7 @@ class RegionWriter {
     std::string text;
     for (const Stmt* s : plan_.params) {
       const std::string cpp = InBase(StmtKind::kParam, s->name) ? s->name : Fresh(s->name);
-      LOWER_ASSIGN_OR_RETURN(line, Declare(*s, cpp, &ns_, "constexpr"));
+      CUBRIDGE_ASSIGN_OR_RETURN(auto line, Declare(*s, cpp, &ns_, "constexpr"));
       text += line;
     }
     if (plan_.params_changed) out_["tile_params"] = text;
@@ -593,7 +583,7 @@ class RegionWriter {
     std::string text;
     for (const Stmt* s : plan_.consts) {
       // Unused where every read was folded into a literal (the interval analysis knows its value).
-      LOWER_ASSIGN_OR_RETURN(line,
+      CUBRIDGE_ASSIGN_OR_RETURN(auto line,
                              Declare(*s, Fresh(s->name), &ns_, "[[maybe_unused]] constexpr"));
       text += line;
       if (s->value != nullptr) {
@@ -647,8 +637,8 @@ class RegionWriter {
         t.extents.push_back(plan_.grid->exprs[it - plan_.grid->names.begin()]);
       }
       tables_.push_back(t);
-      LOWER_ASSIGN_OR_RETURN(rows, RowsFunction(t));
-      LOWER_ASSIGN_OR_RETURN(classify, ClassifyKernel(t));
+      CUBRIDGE_ASSIGN_OR_RETURN(auto rows, RowsFunction(t));
+      CUBRIDGE_ASSIGN_OR_RETURN(auto classify, ClassifyKernel(t));
       absl::StrAppend(&kernels, Origin(*s), rows, classify);
     }
     if (tables_.empty()) return absl::OkStatus();
@@ -663,7 +653,7 @@ class RegionWriter {
     BindBuiltins(&scope, "p.");
     std::string product = "static_cast<long long>(cuir_cdiv(p.seqlen_q, BLOCK_M))";
     for (const ExprPtr& extent : t.extents) {
-      LOWER_ASSIGN_OR_RETURN(e, EmitExpr(extent, scope));
+      CUBRIDGE_ASSIGN_OR_RETURN(auto e, EmitExpr(extent, scope));
       absl::StrAppend(&product, " * ", Convert(e, CType::kLong));
     }
     return absl::StrCat("__host__ __device__ __forceinline__ long long ", t.rows_fn, "(const ",
@@ -701,7 +691,7 @@ class RegionWriter {
                     t.axes.empty() ? "" : absl::StrCat("long long ", rest, " = "), "cuir_udivmod(",
                     row, ", ", num_m, ", &", m_block, ");\n");
     for (size_t i = t.axes.size(); i-- > 0;) {
-      LOWER_ASSIGN_OR_RETURN(extent, EmitExpr(t.extents[i], scope));
+      CUBRIDGE_ASSIGN_OR_RETURN(auto extent, EmitExpr(t.extents[i], scope));
       const std::string axis = local.Fresh(t.axes[i]);
       absl::StrAppend(&decode, "  const int ", axis, " = static_cast<int>(", rest, " % ",
                       Convert(extent, CType::kLong), ");\n  ", rest, " /= ",
@@ -710,7 +700,7 @@ class RegionWriter {
     }
     scope.Bind("q_idx", "q_idx", CType::kInt);
     scope.Bind("kv_idx", "kv_idx", CType::kInt);
-    LOWER_ASSIGN_OR_RETURN(pred, EmitExpr(t.decl->value, scope));
+    CUBRIDGE_ASSIGN_OR_RETURN(auto pred, EmitExpr(t.decl->value, scope));
     // A thread goes on while its columns have not shown both a kept and a dropped element.
     const std::string undecided = absl::StrCat("(", all, " || !", any, ")");
     if (pred.type != CType::kBool) {
@@ -823,15 +813,15 @@ class RegionWriter {
       }
     }
     if (plan_.head_map != nullptr && plan_.head_map_changed) {
-      LOWER_ASSIGN_OR_RETURN(line, Declare(*plan_.head_map, kHeadMapLet, &kernel_));
+      CUBRIDGE_ASSIGN_OR_RETURN(auto line, Declare(*plan_.head_map, kHeadMapLet, &kernel_));
       out_["head_map"] = line;
-      LOWER_RETURN_IF_ERROR(HeadCheck(*plan_.head_map));
+      CUBRIDGE_RETURN_IF_ERROR(HeadCheck(*plan_.head_map));
     } else {
       kernel_.Bind(kHeadMapLet, kHeadMapLet, CType::kInt);
     }
     std::string lets;
     for (const Stmt* s : plan_.program_lets) {
-      LOWER_ASSIGN_OR_RETURN(line, Declare(*s, Fresh(s->name), &kernel_));
+      CUBRIDGE_ASSIGN_OR_RETURN(auto line, Declare(*s, Fresh(s->name), &kernel_));
       lets += line;
     }
     if (!plan_.program_lets.empty()) out_["program_lets"] = lets;
@@ -996,8 +986,8 @@ class RegionWriter {
     // The expert's kv_loop iterates `kv_blocks`, a KvUnion<N> of half-open block intervals.
     std::vector<std::string> los, his;
     for (const cuir::BlockRange& r : loop.ranges) {
-      LOWER_ASSIGN_OR_RETURN(lo, EmitExpr(r.lo, kernel_));
-      LOWER_ASSIGN_OR_RETURN(hi, EmitExpr(r.hi, kernel_));
+      CUBRIDGE_ASSIGN_OR_RETURN(auto lo, EmitExpr(r.lo, kernel_));
+      CUBRIDGE_ASSIGN_OR_RETURN(auto hi, EmitExpr(r.hi, kernel_));
       if (lo.type == CType::kFloat || hi.type == CType::kFloat || lo.type == CType::kBool ||
           hi.type == CType::kBool) {
         return InvalidAt(loop, "KV block bounds must be ints");
@@ -1026,14 +1016,14 @@ class RegionWriter {
     }
     std::string row;
     for (size_t i = 0; i < loop.exprs.size(); ++i) {
-      LOWER_ASSIGN_OR_RETURN(index, EmitExpr(loop.exprs[i], kernel_));
+      CUBRIDGE_ASSIGN_OR_RETURN(auto index, EmitExpr(loop.exprs[i], kernel_));
       if (i == 0) {
         row = Convert(index, CType::kLong);
         continue;
       }
       std::string extent = "cuir_cdiv(seqlen_q, BLOCK_M)";
       if (i < t->axes.size()) {
-        LOWER_ASSIGN_OR_RETURN(e, EmitExpr(t->extents[i], kernel_));
+        CUBRIDGE_ASSIGN_OR_RETURN(auto e, EmitExpr(t->extents[i], kernel_));
         extent = e.text;
       }
       row = absl::StrCat("(", row, " * ", extent, " + ", index.text, ")");
@@ -1064,12 +1054,12 @@ class RegionWriter {
     }
     std::string lets;
     for (const Stmt* s : plan_.block_lets) {
-      LOWER_ASSIGN_OR_RETURN(line, Declare(*s, Fresh(s->name), &loop_));
+      CUBRIDGE_ASSIGN_OR_RETURN(auto line, Declare(*s, Fresh(s->name), &loop_));
       lets += line;
     }
     if (!plan_.block_lets.empty()) out_["block_class"] = lets;
     if (plan_.scale_changed) {
-      LOWER_ASSIGN_OR_RETURN(scale, EmitExpr(plan_.qk->value, loop_));
+      CUBRIDGE_ASSIGN_OR_RETURN(auto scale, EmitExpr(plan_.qk->value, loop_));
       out_["qk_scale"] =
           absl::StrCat(Origin(*plan_.qk), "const float qk_scale = ", AsFloat(scale), ";\n");
     }
@@ -1082,13 +1072,13 @@ class RegionWriter {
       const bool fold_scale = raw_scores_ && s == plan_.score_mods.front();
       // The tile's offset rides beside the stored scores: only where no later score_mod reads them.
       const bool kv_split = fold_scale && kv_split_scores_ && plan_.score_mods.size() == 1;
-      LOWER_ASSIGN_OR_RETURN(text, ScoreMod(*s, rows_to_lse, fold_scale, kv_split));
+      CUBRIDGE_ASSIGN_OR_RETURN(auto text, ScoreMod(*s, rows_to_lse, fold_scale, kv_split));
       mods += text;
     }
     if (!plan_.score_mods.empty()) out_["score_mod"] = mods;
     std::string masks;
     for (const Stmt* s : plan_.masks) {
-      LOWER_ASSIGN_OR_RETURN(text, Mask(*s));
+      CUBRIDGE_ASSIGN_OR_RETURN(auto text, Mask(*s));
       masks += text;
     }
     if (!plan_.masks.empty()) out_["mask"] = masks;
@@ -1154,7 +1144,7 @@ class RegionWriter {
     ExprPtr value = e;
     if (*level != Level::kBlock) {
       // Its block-invariant parts (prefix[b] in kv_idx < prefix[b]) still run once per block.
-      LOWER_ASSIGN_OR_RETURN(inner, HoistInArgs(e, element, hoisted, /*block_only=*/true));
+      CUBRIDGE_ASSIGN_OR_RETURN(auto inner, HoistInArgs(e, element, hoisted, /*block_only=*/true));
       value = inner;
     }
     for (const Hoisted& h : *hoisted) {
@@ -1169,7 +1159,7 @@ class RegionWriter {
     if (e->args.empty()) return e;
     auto copy = std::make_shared<cuir::Expr>(*e);
     for (ExprPtr& arg : copy->args) {
-      LOWER_ASSIGN_OR_RETURN(rewritten, HoistInvariants(arg, e, element, hoisted, block_only));
+      CUBRIDGE_ASSIGN_OR_RETURN(auto rewritten, HoistInvariants(arg, e, element, hoisted, block_only));
       arg = rewritten;
     }
     return ExprPtr(copy);
@@ -1240,7 +1230,7 @@ class RegionWriter {
           // Values come smallest first (ShareHoisted), so one that reads another moved value
           // finds it bound in `top`; a KV-walk name fails to emit there and the value stays.
           const bool to_top = outside_walk != nullptr && EmitExpr(h.expr, top).ok();
-          LOWER_ASSIGN_OR_RETURN(value, EmitExpr(h.expr, to_top ? top : block));
+          CUBRIDGE_ASSIGN_OR_RETURN(auto value, EmitExpr(h.expr, to_top ? top : block));
           absl::StrAppend(to_top ? outside_walk : &consts, "const ", CTypeName(value.type), " ",
                           h.name, " = ", value.text, ";\n");
           // A positive int may divide elements (a per-head dilation): its multiplier once here
@@ -1269,7 +1259,7 @@ class RegionWriter {
           const bool is_row = h.level == Level::kRow;
           EmitScope& scope = is_row ? row : col;
           const std::string slot = h.name + (is_row ? "[mt][r]" : "[j][k]");
-          LOWER_ASSIGN_OR_RETURN(value, EmitExpr(h.expr, scope));
+          CUBRIDGE_ASSIGN_OR_RETURN(auto value, EmitExpr(h.expr, scope));
           // A 64-bit value that provably fits int is kept as int: half the registers per slot.
           const cuir::IntBounds range = cuir::BoundsOf(h.expr, env);
           if (value.type == CType::kLong && cuir::WithinInt32(range)) {
@@ -1326,23 +1316,23 @@ class RegionWriter {
     ExprPtr streamed = stream_ ? StreamTheTile(s.value, *stream_) : s.value;
     if (!staged_.empty()) streamed = StageTheTables(streamed, staged_);
     const ExprPtr residues = ReduceModulo(streamed, element_bounds_);
-    LOWER_ASSIGN_OR_RETURN(rewritten, FloatIndices(ReciprocalOfInvariantDivisors(residues), scope));
+    CUBRIDGE_ASSIGN_OR_RETURN(auto rewritten, FloatIndices(ReciprocalOfInvariantDivisors(residues), scope));
     if (rows_to_lse) {
       if (std::optional<RowSplit> split = SplitRowTerms(rewritten, RowScope())) {
         rewritten = split->element;
         code.row_terms = split->row;
       }
     }
-    LOWER_ASSIGN_OR_RETURN(hoisted_expr, HoistInvariants(rewritten, nullptr, scope, &code.hoisted));
+    CUBRIDGE_ASSIGN_OR_RETURN(auto hoisted_expr, HoistInvariants(rewritten, nullptr, scope, &code.hoisted));
     code.expr = hoisted_expr;
     ShareHoisted(&code.hoisted, &code.expr);
     FitColumnBudget(&code.hoisted, &code.expr);
     NameHoisted(&code.hoisted, &code.expr);
-    LOWER_ASSIGN_OR_RETURN(decls, DeclareHoisted(code.hoisted, &scope,
+    CUBRIDGE_ASSIGN_OR_RETURN(auto decls, DeclareHoisted(code.hoisted, &scope,
                                                  outside_walk ? &code.outside_walk : nullptr));
     code.decls = decls;
     if (ExprPtr terms = fold_scale ? TermsBesideTheScore(code.expr) : nullptr) {
-      LOWER_ASSIGN_OR_RETURN(t, EmitExpr(terms, scope));
+      CUBRIDGE_ASSIGN_OR_RETURN(auto t, EmitExpr(terms, scope));
       code.value = {absl::StrCat("fmaf(score, qk_scale, ", AsFloat(t), ")"), CType::kFloat};
       code.raw_score = true;
       // Row or column arrays index the element's slots: only the plain visitor form splits.
@@ -1352,7 +1342,7 @@ class RegionWriter {
                       LinearInTheKey(terms);
       return code;
     }
-    LOWER_ASSIGN_OR_RETURN(value, EmitExpr(code.expr, scope));
+    CUBRIDGE_ASSIGN_OR_RETURN(auto value, EmitExpr(code.expr, scope));
     code.value = value;
     return code;
   }
@@ -1368,7 +1358,7 @@ class RegionWriter {
 
   absl::StatusOr<std::string> ScoreMod(const Stmt& s, bool rows_to_lse, bool fold_scale,
                                        bool kv_split) {
-    LOWER_ASSIGN_OR_RETURN(code, Element(s, /*with_score=*/true, rows_to_lse, fold_scale, kv_split,
+    CUBRIDGE_ASSIGN_OR_RETURN(auto code, Element(s, /*with_score=*/true, rows_to_lse, fold_scale, kv_split,
                                          /*outside_walk=*/true));
     if (code.value.type == CType::kBool) return InvalidAt(s, "score_mod must give a number");
     if (!code.outside_walk.empty()) {
@@ -1377,7 +1367,7 @@ class RegionWriter {
                       code.outside_walk);
     }
     if (code.row_terms != nullptr) {
-      LOWER_ASSIGN_OR_RETURN(row, EmitExpr(code.row_terms, RowScope()));
+      CUBRIDGE_ASSIGN_OR_RETURN(auto row, EmitExpr(code.row_terms, RowScope()));
       const bool q = cuir::Mentions(code.row_terms, "q_idx");
       const bool q_f = cuir::Mentions(code.row_terms, kQFloat);
       absl::StrAppend(&out_["epilogue_rows"], Origin(s),
@@ -1399,13 +1389,13 @@ class RegionWriter {
 
   // The predicate runs only on blocks where `when` holds (the partial ones).
   absl::StatusOr<std::string> Mask(const Stmt& s) {
-    LOWER_ASSIGN_OR_RETURN(code, Element(s, /*with_score=*/false));
+    CUBRIDGE_ASSIGN_OR_RETURN(auto code, Element(s, /*with_score=*/false));
     if (code.value.type != CType::kBool) return InvalidAt(s, "a mask predicate must be a bool");
     const std::string apply = absl::StrCat(
         code.decls, ForEachScore(code.expr, code.hoisted,
                                  absl::StrCat("if (!", code.value.text, ") score = -INFINITY;")));
     if (s.aux == nullptr) return absl::StrCat(Origin(s), apply);
-    LOWER_ASSIGN_OR_RETURN(when, EmitExpr(s.aux, loop_));
+    CUBRIDGE_ASSIGN_OR_RETURN(auto when, EmitExpr(s.aux, loop_));
     if (when.type != CType::kBool) return InvalidAt(s, "a mask's `when` must be a bool");
     std::string indented;
     for (absl::string_view line : absl::StrSplit(apply, '\n', absl::SkipEmpty())) {
@@ -1419,7 +1409,7 @@ class RegionWriter {
   // EXPR reads only what the kernel knows before the loop (validated), so the kernel scope serves.
   absl::Status EpilogueSink() {
     if (plan_.sink == nullptr) return absl::OkStatus();
-    LOWER_ASSIGN_OR_RETURN(sink, EmitExpr(plan_.sink->value, kernel_));
+    CUBRIDGE_ASSIGN_OR_RETURN(auto sink, EmitExpr(plan_.sink->value, kernel_));
     if (sink.type == CType::kBool) return InvalidAt(*plan_.sink, "an epilogue sink must be a number");
     out_["epilogue_sink"] = absl::StrCat(Origin(*plan_.sink), "softmax.add_sink(", AsFloat(sink),
                                          " * kLog2e, acc, lane);\n");
@@ -1467,7 +1457,7 @@ class RegionWriter {
                       rank, ") return false;\n");
       for (size_t d = 0; d < rank; ++d) {
         if (b.decl->exprs[d] == nullptr) continue;  // the reach depends on data
-        LOWER_ASSIGN_OR_RETURN(extent, EmitExpr(b.decl->exprs[d], scope));
+        CUBRIDGE_ASSIGN_OR_RETURN(auto extent, EmitExpr(b.decl->exprs[d], scope));
         absl::StrAppend(&checks, "  if (", slot, ".sizes[", d, "] < ",
                         Convert(extent, CType::kLong), ") return false;\n");
       }

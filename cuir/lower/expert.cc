@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "cuir/files/files.h"
 #include "cuir/lower/names.h"
 
 #ifndef CUBRIDGE_EXPERTS_DIR
@@ -21,15 +22,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-absl::StatusOr<std::string> ReadFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(absl::StrCat("cannot read ", path.string(),
-                                            " (is CUBRIDGE_EXPERTS_DIR set to the experts folder?)"));
-  }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+absl::StatusOr<std::string> ReadExpertFile(const fs::path& path) {
+  auto text = files::ReadFile(path.string());
+  if (text.ok()) return text;
+  return absl::Status(text.status().code(),
+                      absl::StrCat(text.status().message(),
+                                   " (is CUBRIDGE_EXPERTS_DIR set to the experts folder?)"));
 }
 
 bool ValidExpertName(const std::string& name) {
@@ -63,7 +61,7 @@ absl::StatusOr<std::string> Inline(const std::string& text, const fs::path& dir,
       continue;
     }
     if (!seen->insert(path.string()).second) continue;
-    auto body = ReadFile(path);
+    auto body = ReadExpertFile(path);
     if (!body.ok()) return body.status();
     auto inlined = Inline(*body, path.parent_path(), root, seen);
     if (!inlined.ok()) return inlined.status();
@@ -101,14 +99,14 @@ absl::StatusOr<Expert> LoadExpert(const std::string& name) {
                                             "the experts, e.g. <source>/cuir/experts)"));
   }
   const fs::path base_path = fs::path(expert.dir) / "base.cuir";
-  auto base_text = ReadFile(base_path);
+  auto base_text = ReadExpertFile(base_path);
   if (!base_text.ok()) return base_text.status();
   auto base = cuir::ParseProgram(*base_text, base_path.string());
   if (!base.ok()) return base.status();
   expert.base = *std::move(base);
 
   const fs::path kernel_path = fs::path(expert.dir) / "kernel.cu";
-  auto kernel_text = ReadFile(kernel_path);
+  auto kernel_text = ReadExpertFile(kernel_path);
   if (!kernel_text.ok()) return kernel_text.status();
   auto source = ParseRegions(*kernel_text, kernel_path.string());
   if (!source.ok()) return source.status();

@@ -14,6 +14,7 @@
 #include "cuir/lower/expert.h"
 #include "cuir/lower/lower.h"
 #include "cuir/lower/plan.h"
+#include "cuir/lower/regions.h"
 
 namespace cubridge::lower {
 namespace {
@@ -45,13 +46,12 @@ absl::StatusOr<std::map<std::string, int64_t>> ConstexprInts(const std::string& 
 }  // namespace
 
 const std::vector<std::string>& KnownRegions() {
-  static const std::vector<std::string> kRegions = {
-      "abi",        "tile_params", "variant_consts", "table_kernel", "workspace",
-      "kv_walk",    "head_check",  "buffer_check",   "variant_bind", "head_map",  "program_lets",
-      "kv_range",   "kv_loop",     "block_class",    "qk_scale",     "score_mod",
-      "mask",       "epilogue_sink", "epilogue_rows",  "tile_stream",  "stream_coords",
-      "staged_tables", "stage_tables"};
-  return kRegions;
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const RegionKind& r : RegionKinds()) out.push_back(r.name);
+    return out;
+  }();
+  return names;
 }
 
 absl::StatusOr<LiftResult> LiftExpert(const std::string& name) {

@@ -42,7 +42,7 @@ std::string KernelNameFromPath(const std::string& path);
 absl::StatusOr<cuir::Program> Rebase(const cuir::Program& program, const cuir::Program& from,
                                      const cuir::Program& to);
 
-// Region names the lowering places code into (docs/lowering.md).
+// Region names the lowering places code into (regions.h; docs/lowering.md).
 const std::vector<std::string>& KnownRegions();
 
 }  // namespace cubridge::lower

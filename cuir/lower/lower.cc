@@ -18,36 +18,6 @@ namespace {
 
 constexpr char kAbiRegion[] = "abi";
 
-// What each region implements, for messages (docs/lowering.md has the full table).
-std::string RegionConstruct(const std::string& region) {
-  static const std::map<std::string, std::string> kConstructs = {
-      {"tile_params", "changed params"},
-      {"variant_consts", "const declarations"},
-      {"variant_bind", "the kernel's buffer and table pointers"},
-      {"buffer_check", "buffer declarations (length checks)"},
-      {"table_kernel", "table declarations"},
-      {"workspace", "table workspace and construction"},
-      {"kv_walk", "whether every work tile walks the whole KV range"},
-      {"head_map", "a changed `let kv_h`"},
-      {"head_check", "the head layouts a changed `let kv_h` serves"},
-      {"program_lets", "new top-level lets; score_mod values outside the KV walk"},
-      {"kv_range", "changed KV loop bounds"},
-      {"kv_loop", "a table-form KV loop"},
-      {"block_class", "new lets in the KV loop"},
-      {"qk_scale", "a changed qk scale"},
-      {"score_mod", "score_mod statements"},
-      {"mask", "mask statements"},
-      {"epilogue_sink", "an `epilogue sink`"},
-      {"epilogue_rows", "a score_mod's row terms, moved to the LSE"},
-      {"tile_stream", "a captured tensor read per score, streamed tile by tile"},
-      {"stream_coords", "that tensor's leading indices for a work tile"},
-      {"staged_tables", "small tables looked up per score, staged in shared memory"},
-      {"stage_tables", "the copy of those tables per work tile"},
-  };
-  auto it = kConstructs.find(region);
-  return it == kConstructs.end() ? region : it->second;
-}
-
 bool IdentChar(char c) { return absl::ascii_isalnum(c) || c == '_'; }
 
 // Renames identifiers that start with `from` (followed by the end of the identifier or '_') so

@@ -131,4 +131,40 @@ std::string RenderRegions(const AnnotatedSource& src,
   return out;
 }
 
+const std::vector<RegionKind>& RegionKinds() {
+  static const std::vector<RegionKind> kRegions = {
+      {"abi", "the launcher ABI"},
+      {"tile_params", "changed params"},
+      {"variant_consts", "const declarations"},
+      {"table_kernel", "table declarations"},
+      {"workspace", "table workspace and construction"},
+      {"kv_walk", "whether every work tile walks the whole KV range"},
+      {"head_check", "the head layouts a changed `let kv_h` serves"},
+      {"buffer_check", "buffer declarations (length checks)"},
+      {"variant_bind", "the kernel's buffer and table pointers"},
+      {"head_map", "a changed `let kv_h`"},
+      {"program_lets", "new top-level lets; score_mod values outside the KV walk"},
+      {"kv_range", "changed KV loop bounds"},
+      {"kv_loop", "a table-form KV loop"},
+      {"block_class", "new lets in the KV loop"},
+      {"qk_scale", "a changed qk scale"},
+      {"score_mod", "score_mod statements"},
+      {"mask", "mask statements"},
+      {"epilogue_sink", "an `epilogue sink`"},
+      {"epilogue_rows", "a score_mod's row terms, moved to the LSE"},
+      {"tile_stream", "a captured tensor read per score, streamed tile by tile"},
+      {"stream_coords", "that tensor's leading indices for a work tile"},
+      {"staged_tables", "small tables looked up per score, staged in shared memory"},
+      {"stage_tables", "the copy of those tables per work tile"},
+  };
+  return kRegions;
+}
+
+std::string RegionConstruct(const std::string& name) {
+  for (const RegionKind& r : RegionKinds()) {
+    if (name == r.name) return r.construct;
+  }
+  return name;
+}
+
 }  // namespace cubridge::lower

@@ -43,4 +43,15 @@ absl::StatusOr<AnnotatedSource> ParseRegions(absl::string_view text,
 std::string RenderRegions(const AnnotatedSource& src,
                           const std::map<std::string, std::string>& replacements);
 
+// The regions an expert may mark, each with the CuIR construct the lowering generates into it:
+// one table, read by the lift (which names an expert may declare) and the lowering (what it
+// cannot place where an expert lacks the region); docs/lowering.md tells each one's story.
+struct RegionKind {
+  const char* name;
+  const char* construct;  // for messages
+};
+const std::vector<RegionKind>& RegionKinds();
+// The construct of a region kind, or the name where it is not one of RegionKinds().
+std::string RegionConstruct(const std::string& name);
+
 }  // namespace cubridge::lower

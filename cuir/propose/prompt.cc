@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "cuir/files/files.h"
 #include "cuir/pipeline/verify.h"
 
 namespace cubridge::propose {
@@ -58,16 +59,14 @@ absl::StatusOr<std::string> CuirReference() {
     // Installed images copy the file and point at it; a build tree uses the source's.
     const char* env = std::getenv("CUBRIDGE_CUIR_REFERENCE");
     const std::string path = env != nullptr && *env != '\0' ? env : CUBRIDGE_CUIR_REFERENCE;
-    std::ifstream in(path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    if (!in || ss.str().empty()) {
+    auto read = files::ReadFile(path);
+    if (!read.ok() || read->empty()) {
       text = absl::NotFoundError(absl::StrCat(
           "cannot read the CuIR reference ", path,
           " (the LLM proposer sends it to the model: set CUBRIDGE_CUIR_REFERENCE to the path of "
           "docs/cuir.md)"));
     } else {
-      text = ss.str();
+      text = *std::move(read);
     }
   });
   return text;

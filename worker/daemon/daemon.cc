@@ -29,12 +29,8 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+// A file's content, or nothing where there is none (a child that left no progress).
+std::string ReadAll(const std::string& path) { return files::ReadFile(path).value_or(""); }
 
 // How long a retry waits at most: a restarted coordinator is back within about a second, and a
 // worker should be leasing again within about as long (gRPC's reconnect backoff is capped to match).

@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "cuir/files/files.h"
 #include "cuir/interp/interp.h"
 #include "cuir/spec/oracle.h"
 #include "cuir/spec/tensors.h"
@@ -29,14 +30,6 @@ const torch::Device kCuda(torch::kCUDA, 0);
 
 torch::ScalarType TorchDtype(cuir::DType d) {
   return d == cuir::DType::kBF16 ? torch::kBFloat16 : torch::kHalf;
-}
-
-absl::StatusOr<std::string> ReadBinary(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read the compiled module ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 CUdeviceptr Ptr(const torch::Tensor& t) {
@@ -340,7 +333,7 @@ absl::StatusOr<nlohmann::json> CheckOnGpu(const RunRequest& r) {
                                   : spec::LoadSpecFile(r.spec_path, *dtypes);
   if (!spec.ok()) return spec.status();
   if (auto s = spec::OverrideParams(*spec, r.param_overrides); !s.ok()) return s;
-  auto image = ReadBinary(r.image_path);
+  auto image = files::ReadFile(r.image_path);
   if (!image.ok()) return image.status();
   CompiledModule compiled;
   compiled.image = *image;

@@ -18,18 +18,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "cuir/files/files.h"
 
 namespace cubridge::gpu {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string ReadAll(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+// What the child left, or nothing where it left nothing.
+std::string ReadAll(const fs::path& p) { return files::ReadFile(p.string()).value_or(""); }
 
 std::string Tail(const std::string& text, int lines) {
   std::vector<std::string> all = absl::StrSplit(text, '\n', absl::SkipEmpty());

@@ -10,11 +10,11 @@
 // shared-memory ring completing on mbarriers; two consumer warpgroups (setmaxnreg 240) of 64
 // query rows each (three at 160 registers on 192-row tiles at head dim 64: kBlockM), running
 // S = Q K^T and O += P V on wgmma (P from registers). Each consumer overlaps the softmax of
-// tile n with the P V product of tile n-1 (intra-warpgroup overlap); the consumers can also take
-// turns at the tensor cores through named barriers (ping-pong, kPingPong, off: measured no
-// faster here). The tile pieces are in pipeline.cuh (smem plan, ring), tma.cuh, wgmma.cuh,
-// mainloop.cuh (the two products), softmax.cuh, mask.cuh, epilogue.cuh and scheduler.cuh,
-// inlined into every lowered kernel.
+// tile n with the P V product of tile n-1 (intra-warpgroup overlap). (Turns at the tensor cores
+// through named barriers, FA3's ping-pong, measured 0-4% slower here and were removed: the two
+// consumers fall into alternation on their own; docs/benchmarks.md.) The tile pieces are in
+// pipeline.cuh (smem plan, ring), tma.cuh, wgmma.cuh, mainloop.cuh (the two products),
+// softmax.cuh, mask.cuh, epilogue.cuh and scheduler.cuh, inlined into every lowered kernel.
 //
 // Regions: each `// @cuir-region NAME` ... `// @cuir-end NAME` pair implements one CuIR construct
 // of base.cuir, as in every expert (docs/lowering.md): copied when the program's construct equals
@@ -109,10 +109,6 @@ constexpr int WARPS = 12;
 // is walked tile by tile, the last one cut at the block's end.
 template <int D>
 constexpr int kTileN = D > 128 ? (BLOCK_N == 80 ? 80 : 64) : (BLOCK_N <= 176 ? BLOCK_N : 128);
-// Ping-pong: the consumers take turns at the tensor cores through named barriers, so one's
-// softmax runs under the other's products. Off: measured on an H100 (docs/benchmarks.md) the
-// two consumers fall into alternation on their own, and the barriers cost 0-4%.
-constexpr bool kPingPong = false;
 static_assert(BLOCK_N == 64 || BLOCK_N == 80 || BLOCK_N == 176 || BLOCK_N % 128 == 0,
               "BLOCK_N: 64, 80, 176 or a multiple of 128 (score tiles of 64, 80, 128 or 176 keys)");
 static_assert(WARPS == 12,
@@ -369,7 +365,6 @@ __global__ void __launch_bounds__(Geo<T, D>::kThreads, 1)
   // the next tile's Q and K/V loads overlap this tile's last products and epilogue.
   int ring = 0;
   int work_round = 0;
-  static_assert(!kPingPong || G::kConsumerWGs == 2, "ping-pong pairs two consumer warpgroups");
   // grid m_block < cdiv(seqlen_q, BLOCK_M), h < heads_q, b < batch schedule longest_first
   const LongestFirst work = work_order<D>(p, BLOCK_M);
   // for ... split: the last partial wave's tiles walk their KV blocks in parts (TailSplit).
@@ -623,9 +618,6 @@ __global__ void __launch_bounds__(Geo<T, D>::kThreads, 1)
         stage_tables(sp.staged(cw), threadIdx.x % 128, 128);
         warpgroup_bar_sync(kBarStage0 + cw);
       }
-      // Ping-pong: WG 1 arrives once so that WG 0 issues first; both run one issue section per tile
-      // plus the last P V, so WG 0's extra wait after the loop balances the barriers.
-      if (kPingPong && cw == 1) named_bar_arrive<kBarIssueWG0, kPingPongThreads>();
       mbar_wait(&bars->q_full[q_at.slot], q_at.full_parity());
 
       for_each_kv_block([&](int, int kv_lo, int kv_hi, auto&& apply_variant) {
@@ -637,16 +629,12 @@ __global__ void __launch_bounds__(Geo<T, D>::kThreads, 1)
           // wait for S only. (O's rescale stays before the Q K^T issue: between the two issues,
           // as FlashAttention-3 places it, ptxas injected a wgmma wait there, C7517.)
           if (pv_slot < 0) {
-            if (kPingPong) pingpong_wait_turn(cw);
             issue_qk<T, G, D, TILE_N>(s, q_desc, ops.k(at.slot));
-            if (kPingPong) pingpong_pass_turn(cw);
             wgmma_wait<0>();
           } else {
             mbar_wait(&bars->v_full[pv_slot], pv_parity);
-            if (kPingPong) pingpong_wait_turn(cw);
             issue_qk<T, G, D, TILE_N>(s, q_desc, ops.k(at.slot));
             issue_pv<T, D, TILE_N>(acc, pa, ops.v(pv_slot));
-            if (kPingPong) pingpong_pass_turn(cw);
             wgmma_wait<1>();
           }
           reg_fence(s);
@@ -680,14 +668,11 @@ __global__ void __launch_bounds__(Geo<T, D>::kThreads, 1)
       // pv P, V of the last tile.
       if (pv_slot >= 0) {
         mbar_wait(&bars->v_full[pv_slot], pv_parity);
-        if (kPingPong) pingpong_wait_turn(cw);
         issue_pv<T, D, TILE_N>(acc, pa, ops.v(pv_slot));
-        if (kPingPong) pingpong_pass_turn(cw);
         wgmma_wait<0>();
         reg_fence(acc);
         if (lane == 0) mbar_arrive(&bars->v_empty[pv_slot]);
       }
-      if (kPingPong && cw == 0) named_bar_sync<kBarIssueWG0, kPingPongThreads>();
 
       // A sink's mass joins one part of a split walk only; the combine adds the parts.
       if (part <= 0) {

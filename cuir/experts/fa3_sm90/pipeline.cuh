@@ -129,32 +129,11 @@ struct RingPos {
   __device__ __forceinline__ uint32_t empty_parity() const { return (round - 1) & 1; }
 };
 
-// Named hardware barriers (id 0 is __syncthreads). The ping-pong of the two consumer warpgroups
-// uses id 1 ("consumer WG 0 may issue") and id 2 ("consumer WG 1 may issue"), 256 threads each:
-// the 128 threads of the waiting WG bar.sync, the 128 of the other WG bar.arrive.
-enum : int { kBarIssueWG0 = 1, kBarIssueWG1 = 2, kPingPongThreads = 256 };
-// Consumer warpgroup cw's own barrier (its 128 threads) around its copy of the staged tables.
+// Named hardware barriers (id 0 is __syncthreads): consumer warpgroup cw's own barrier (its 128
+// threads) around its copy of the staged tables.
 enum : int { kBarStage0 = 3 };
 __device__ __forceinline__ void warpgroup_bar_sync(int id) {
   asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory");
-}
-
-template <int ID, int THREADS>
-__device__ __forceinline__ void named_bar_sync() {
-  asm volatile("bar.sync %0, %1;\n" ::"n"(ID), "n"(THREADS) : "memory");
-}
-template <int ID, int THREADS>
-__device__ __forceinline__ void named_bar_arrive() {
-  asm volatile("bar.arrive %0, %1;\n" ::"n"(ID), "n"(THREADS) : "memory");
-}
-// Ping-pong turn of consumer WG cw (0 or 1; warp-uniform branch, immediate barrier ids).
-__device__ __forceinline__ void pingpong_wait_turn(int cw) {
-  if (cw == 0) named_bar_sync<kBarIssueWG0, kPingPongThreads>();
-  else named_bar_sync<kBarIssueWG1, kPingPongThreads>();
-}
-__device__ __forceinline__ void pingpong_pass_turn(int cw) {
-  if (cw == 0) named_bar_arrive<kBarIssueWG1, kPingPongThreads>();
-  else named_bar_arrive<kBarIssueWG0, kPingPongThreads>();
 }
 
 }  // namespace fa3

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cuir/files/files.h"
 #include "worker/gpu/device_check.h"
 
 namespace {
@@ -50,11 +51,9 @@ int main(int argc, char** argv) {
     if (!device.ok()) return Fail(result_path, device.status(), 4);
     return Finish(result_path, {{"ok", true}, {"device", *device}}, 0);
   }
-  std::ifstream in(request_path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto parsed = nlohmann::json::parse(ss.str(), nullptr, false);
-  if (!in || parsed.is_discarded()) {
+  const auto text = cubridge::files::ReadFile(request_path);
+  auto parsed = nlohmann::json::parse(text.value_or(""), nullptr, false);
+  if (!text.ok() || parsed.is_discarded()) {
     return Fail(result_path, absl::InvalidArgumentError("cannot read request " + request_path), 2);
   }
   auto request = cubridge::gpu::RunRequest::FromJson(parsed);
