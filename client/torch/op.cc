@@ -16,18 +16,14 @@
 #include <torch/library.h>
 
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <memory>
 #include <mutex>
-#include <sstream>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/torch/kernel.h"
 #include "client/torch/launch.h"
+#include "cuir/files/files.h"
 #include "cuir/ir/dtype.h"
 #include "worker/gpu/module.h"
 
@@ -172,25 +168,10 @@ int ArchNumber(const std::string& arch) { return std::atoi(arch.c_str() + 3); } 
 // The compiled module kept beside the kernel (gpu::ModuleFileName: adapt's GPU stage writes it
 // too), so a new process skips NVRTC; a folder that is not writable only costs the compile.
 absl::StatusOr<gpu::CompiledModule> CompiledFor(const KernelInfo& kn, int device_cc) {
-  namespace fs = std::filesystem;
   // A kernel for an older arch than the GPU's runs through PTX and the driver's JIT.
   const bool ptx = device_cc / 10 != ArchNumber(kn.arch) / 10;
-  const std::string stem = kn.dir + "/" + gpu::ModuleFileName(device_cc, ptx);
-  {
-    std::ifstream image(stem, std::ios::binary), symbols(stem + ".json");
-    if (image && symbols) {
-      std::stringstream text;
-      text << image.rdbuf();
-      auto j = nlohmann::json::parse(symbols, nullptr, false);
-      if (j.is_object()) {
-        gpu::CompiledModule m;
-        m.image = text.str();
-        m.ptx = ptx;
-        m.symbols = j.get<std::map<std::string, std::string>>();
-        return m;
-      }
-    }
-  }
+  const std::string name = gpu::ModuleFileName(device_cc, ptx);
+  if (auto kept = gpu::ReadModuleFiles(kn.dir, name, ptx); kept.ok()) return kept;
   auto arch = lower::ParseArch(kn.arch);
   if (!arch.ok()) return arch.status();
   gpu::CompileOptions copt;
@@ -201,18 +182,9 @@ absl::StatusOr<gpu::CompiledModule> CompiledFor(const KernelInfo& kn, int device
   }
   auto compiled = gpu::CompileWithNvrtc(kn.source, "kernel.cu", copt);
   if (!compiled.ok()) return compiled.status();
-  // Written under a temporary name and renamed: a concurrent reader sees all of it or nothing.
-  const std::string tmp = absl::StrCat(stem, ".tmp", ::getpid());
-  std::ofstream(tmp + ".json") << nlohmann::json(compiled->symbols).dump();
-  std::ofstream(tmp, std::ios::binary).write(compiled->image.data(),
-                                             static_cast<std::streamsize>(compiled->image.size()));
-  std::error_code ec;
-  fs::rename(tmp + ".json", stem + ".json", ec);
-  if (!ec) fs::rename(tmp, stem, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    fs::remove(tmp + ".json", ec);
-  }
+  // Published whole (temporary names, then renames), so a concurrent reader sees all of it or
+  // nothing; a folder that cannot take it only costs the next process the compile.
+  (void)files::PublishFiles(kn.dir, gpu::ModuleFiles(name, *compiled));
   return compiled;
 }
 

@@ -13,15 +13,14 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <functional>
 #include <numeric>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_cat.h"
 #include "client/torch/kernel.h"
 #include "client/torch/launch.h"
 #include "worker/gpu/driver.h"
@@ -59,19 +58,6 @@ Timing Time(const std::function<void()>& call, int reps, const c10::cuda::CUDASt
   return t;
 }
 
-// The module the op loaded (it keeps it beside the kernel, gpu::ModuleFileName).
-gpu::CompiledModule ModuleBeside(const KernelInfo& kn, int cc) {
-  const std::string stem = kn.dir + "/" + gpu::ModuleFileName(cc, false);
-  std::ifstream image(stem, std::ios::binary), symbols(stem + ".json");
-  if (!image || !symbols) Fail("no compiled module at " + stem + " (call the op once first)");
-  std::stringstream text;
-  text << image.rdbuf();
-  gpu::CompiledModule m;
-  m.image = text.str();
-  m.symbols = nlohmann::json::parse(symbols).get<std::map<std::string, std::string>>();
-  return m;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -102,9 +88,11 @@ int main(int argc, char** argv) {
   if (auto s = gpu::UsePrimaryContext(0); !s.ok()) Fail(std::string(s.message()));
   auto device = gpu::ProbeDevice(0);
   if (!device.ok()) Fail(std::string(device.status().message()));
-  auto module = gpu::KernelModule::Load(
-      ModuleBeside(*kn, device->cc_major * 10 + device->cc_minor), kn->entries, kn->dtype,
-      kn->head_dim);
+  // The module the op loaded, kept beside the kernel.
+  auto kept = gpu::ReadModuleFiles(
+      kn->dir, gpu::ModuleFileName(device->cc_major * 10 + device->cc_minor, false), false);
+  if (!kept.ok()) Fail(absl::StrCat(kept.status().message(), " (call the op once first)"));
+  auto module = gpu::KernelModule::Load(*kept, kn->entries, kn->dtype, kn->head_dim);
   if (!module.ok()) Fail(std::string(module.status().message()));
   auto [o, lse] = op.call(q, k, v, {}, scale, dir);
   const gpu::AttnParams p = cubridge::torch_op::CallParams(*kn, q, k, v, o, lse, {}, scale);

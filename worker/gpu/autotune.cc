@@ -250,8 +250,7 @@ absl::StatusOr<pipeline::GpuStageOutput> GpuAutotuner::Run(const pipeline::GpuSt
   out.kernel = kernels[best];
   out.report = report;
   if (auto m = ModuleOf(candidates[best]["name"].get<std::string>())) {
-    out.files[m->first] = m->second.image;
-    out.files[m->first + ".json"] = nlohmann::json(m->second.symbols).dump();
+    out.files.merge(ModuleFiles(m->first, m->second));
   }
   compiled_.clear();
   out.summary =

@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <cstring>
 
+#include <nlohmann/json.hpp>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "cuir/files/files.h"
 
 namespace cubridge::gpu {
 namespace {
@@ -346,6 +349,34 @@ KernelModule::~KernelModule() {
 
 std::string ModuleFileName(int device_cc, bool ptx) {
   return absl::StrCat("module.sm_", device_cc, ptx ? ".ptx" : ".cubin");
+}
+
+std::map<std::string, std::string> ModuleFiles(const std::string& name, const CompiledModule& m) {
+  return {{name, m.image}, {name + ".json", nlohmann::json(m.symbols).dump()}};
+}
+
+absl::StatusOr<CompiledModule> ReadModuleFiles(const std::string& dir, const std::string& name,
+                                               bool ptx) {
+  const std::string path = dir + "/" + name;
+  auto image = files::ReadFile(path);
+  if (!image.ok()) return image.status();
+  auto symbols_text = files::ReadFile(path + ".json");
+  if (!symbols_text.ok()) return symbols_text.status();
+  const auto symbols = nlohmann::json::parse(*symbols_text, nullptr, false);
+  CompiledModule m;
+  if (!symbols.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ".json: not a JSON object of symbols"));
+  }
+  for (const auto& [expr, symbol] : symbols.items()) {
+    if (!symbol.is_string()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ".json: symbol of ", expr,
+                                                     " is not a string"));
+    }
+    m.symbols[expr] = symbol.get<std::string>();
+  }
+  m.image = *std::move(image);
+  m.ptx = ptx;
+  return m;
 }
 
 absl::StatusOr<LaunchPlan> KernelModule::Plan(const AttnParams& p, CUdeviceptr scratch) const {

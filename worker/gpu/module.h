@@ -61,6 +61,12 @@ absl::StatusOr<TmaGeometry> TmaGeometryFor(const AttnParams& p, const TmaRequest
 // go in the same name + ".json". adapt writes it after its GPU stage; the PyTorch op reads it,
 // or compiles and writes it, so that no process compiles a kernel twice.
 std::string ModuleFileName(int device_cc, bool ptx);
+// A compiled module as a kernel folder keeps it: {name: image, name + ".json": symbols}.
+std::map<std::string, std::string> ModuleFiles(const std::string& name, const CompiledModule& m);
+// The module a kernel folder keeps under `name` (ModuleFileName), read back; NOT_FOUND when a
+// file is missing, INVALID_ARGUMENT when the symbols are not a JSON object of names.
+absl::StatusOr<CompiledModule> ReadModuleFiles(const std::string& dir, const std::string& name,
+                                               bool ptx);
 
 class KernelModule {
  public:
