@@ -437,7 +437,9 @@ int RunGet(Session& s, const GetFlags& f) {
     return s.UsageError(
         absl::InvalidArgumentError("--arch is required with a spec hash, e.g. --arch sm_90"));
   }
-  auto kernel = s.client().GetKernel(spec_hash, arch);
+  // From a job: the report names the tensors as the job's spec does.
+  auto kernel = s.client().GetKernel(spec_hash, arch,
+                                     absl::StartsWith(f.target, "j-") ? f.target : "");
   if (!kernel.ok()) return s.Fail(kernel.status());
   std::map<std::string, std::string> out = {{"kernel.cuir", kernel->cuir()},
                                             {"kernel.cu", kernel->cuda_source()},

@@ -344,11 +344,12 @@ absl::StatusOr<std::vector<v1::Job>> Client::List(int limit, v1::JobState state)
   return std::vector<v1::Job>(response->jobs().begin(), response->jobs().end());
 }
 
-absl::StatusOr<v1::Kernel> Client::GetKernel(const std::string& spec_hash,
-                                             const std::string& arch) {
+absl::StatusOr<v1::Kernel> Client::GetKernel(const std::string& spec_hash, const std::string& arch,
+                                             const std::string& job_id) {
   v1::GetKernelRequest request;
   request.set_spec_hash(spec_hash);
   request.set_arch(arch);
+  request.set_job_id(job_id);
   return impl_->Unary(&v1::CuBridge::Stub::GetKernel, request);
 }
 

@@ -124,9 +124,13 @@ absl::StatusOr<AdaptResult> Adapt(const AdaptOptions& o) {
       const bool gpu_checked = !report.is_discarded() && report.contains("gpu") &&
                                report["gpu"].contains("best");
       if (!report.is_discarded() && (gpu_checked || !gpu_here)) {
+        // The kernel may have been made for a spec that names its tensors otherwise: the
+        // report handed out names them as this one does.
+        if (auto s = BindBuffers(&report, spec::CanonicalBufferNames(*spec)); !s.ok()) return s;
+        report["cache_hit"] = true;
+        files["report.json"] = report.dump(2) + "\n";
         if (auto s = cubridge::files::PublishFiles(o.out_dir, files); !s.ok()) return s;
         result.cache_hit = true;
-        report["cache_hit"] = true;
         result.report = report;
         return result;
       }
@@ -210,6 +214,7 @@ absl::StatusOr<AdaptResult> Adapt(const AdaptOptions& o) {
       {"stages", stages},
       {"cache_hit", false},
   };
+  MarkCanonicalBuffers(&report, spec::CanonicalBufferNames(*spec));
   std::map<std::string, std::string> files = {
       {"kernel.cuir", cuir::PrintProgram(program)},
       {"kernel.cu", lowered->cuda_source},

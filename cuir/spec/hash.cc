@@ -71,18 +71,36 @@ std::string ReferenceForm(const Spec& spec, const cuir::AttentionConfig& config,
   return out;
 }
 
+struct Canonical {
+  ExprPtr mask, score;
+  std::map<std::string, std::string> buffer_names;
+};
+
+Canonical CanonicalizeSpec(const Spec& spec) {
+  Canonical c;
+  c.mask = Canonicalize(spec.mask, spec, &c.buffer_names);
+  c.score = Canonicalize(spec.score, spec, &c.buffer_names);
+  // Declared but unused buffers still are kernel arguments; they come after the used ones.
+  for (const SpecBuffer& b : spec.buffers) {
+    c.buffer_names.try_emplace(b.name, absl::StrCat("buf", c.buffer_names.size()));
+  }
+  return c;
+}
+
 }  // namespace
+
+std::map<std::string, std::string> CanonicalBufferNames(const Spec& spec) {
+  if (!spec.has_reference) return CanonicalizeSpec(spec).buffer_names;
+  // A reference spec's form keeps its code, names included: its buffers are their own names.
+  std::map<std::string, std::string> out;
+  for (const SpecBuffer& b : spec.buffers) out[b.name] = b.name;
+  return out;
+}
 
 std::string CanonicalForm(const Spec& spec, const cuir::AttentionConfig& config,
                           const std::string& ruleset_version) {
   if (spec.has_reference) return ReferenceForm(spec, config, ruleset_version);
-  std::map<std::string, std::string> buffer_names;
-  const ExprPtr mask = Canonicalize(spec.mask, spec, &buffer_names);
-  const ExprPtr score = Canonicalize(spec.score, spec, &buffer_names);
-  // Declared but unused buffers still are kernel arguments; they come after the used ones.
-  for (const SpecBuffer& b : spec.buffers) {
-    buffer_names.try_emplace(b.name, absl::StrCat("buf", buffer_names.size()));
-  }
+  const auto [mask, score, buffer_names] = CanonicalizeSpec(spec);
   std::string out = Header(config, ruleset_version);
   absl::StrAppend(&out, "mask ", mask ? cuir::PrintExpr(mask) : "none", "\n");
   absl::StrAppend(&out, "score ", score ? cuir::PrintExpr(score) : "none", "\n");

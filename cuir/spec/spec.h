@@ -102,6 +102,10 @@ absl::Status OverrideParams(Spec& spec, const std::vector<std::string>& assignme
 // scale) and the ruleset version. See docs/spec.md.
 std::string SpecHash(const Spec& spec, const cuir::AttentionConfig& config,
                      const std::string& ruleset_version);
+// Each buffer's name in the canonical form (buf0, buf1, ...: by first use, then the unused ones):
+// two specs with one hash may name and order their buffers differently, and a kernel cached for
+// one is bound to the other's tensors through these.
+std::map<std::string, std::string> CanonicalBufferNames(const Spec& spec);
 // The canonical text that SpecHash hashes (also stored in reports for debugging).
 std::string CanonicalForm(const Spec& spec, const cuir::AttentionConfig& config,
                           const std::string& ruleset_version);

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "cubridge/v1/client.grpc.pb.h"
 #include "cubridge/status_details.h"
+#include "cuir/pipeline/stages.h"
 #include "server/coordinator/coordinator.h"
 #include "service/contract/ids.h"
 #include "service/contract/task_contract.h"
@@ -37,6 +38,7 @@ class ClientService final : public v1::CuBridge::Service {
       if (!checked.ok()) return checked.status();
       auto archs = ResolveArchs(flow, *req);
       if (!archs.ok()) return archs.status();
+      std::map<std::string, std::string> buffers;  // a lift has no spec buffers
       if (!checked->lift) {
         // The spec is compiled in a child process: whatever it does, it cannot stop this one.
         auto spec = c_->spec_checker().Check(*req, c_->options().flow.ruleset);
@@ -46,8 +48,9 @@ class ClientService final : public v1::CuBridge::Service {
         if (!spec.ok()) return spec.status();
         checked->spec_hash = spec->spec_hash;
         checked->canonical_form = spec->canonical_form;
+        buffers = spec->canonical_buffers;
       }
-      auto job = flow.Submit(*req, checked->spec_hash, checked->canonical_form, *archs);
+      auto job = flow.Submit(*req, {checked->spec_hash, checked->canonical_form, buffers}, *archs);
       if (!job.ok()) return job.status();
       spdlog::info("job={} submitted spec={} archs={} level={} proposer={} cache_hit={}",
                    job->job_id(), job->spec_hash().substr(0, 16), absl::StrJoin(*archs, ","),
@@ -113,6 +116,21 @@ class ClientService final : public v1::CuBridge::Service {
       out->set_cuda_source(kernel.cuda_source);
       out->set_launcher_header(kernel.launcher_header);
       out->set_report_json(kernel.report_json);
+      if (!req->job_id().empty()) {
+        // The job's own names for the kernel's tensors (it may have been made for another spec).
+        if (auto s = contract::CheckJobId(req->job_id()); !s.ok()) return s;
+        auto key = flow.KeyOf(req->job_id());
+        if (!key.ok()) return key.status();
+        if (key->spec_hash != kernel.spec_hash) {
+          return absl::InvalidArgumentError(absl::StrCat("job ", req->job_id(), " is of spec ",
+                                                         key->spec_hash, ", not ", kernel.spec_hash));
+        }
+        auto report = nlohmann::json::parse(kernel.report_json, nullptr, false);
+        if (!report.is_discarded() && !key->canonical_buffers.empty()) {
+          if (auto s = pipeline::BindBuffers(&report, key->canonical_buffers); !s.ok()) return s;
+          out->set_report_json(report.dump(2) + "\n");
+        }
+      }
       if (!kernel.module_file.empty()) {
         const auto symbols = nlohmann::json::parse(kernel.module_symbols_json, nullptr, false);
         if (symbols.is_object()) {

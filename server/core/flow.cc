@@ -133,10 +133,9 @@ absl::Status JobFlow::Event(const std::string& job_id, const std::string& key,
   return jobs_.AppendEventOnce(job_id, key, ev.dump());
 }
 
-absl::StatusOr<v1::Job> JobFlow::Submit(const v1::SubmitJobRequest& request,
-                                        const std::string& spec_hash,
-                                        const std::string& canonical_form,
+absl::StatusOr<v1::Job> JobFlow::Submit(const v1::SubmitJobRequest& request, const SpecKey& key,
                                         const std::vector<std::string>& archs) {
+  const std::string& spec_hash = key.spec_hash;
   auto config = ConfigFromProto(request.config());
   if (!config.ok()) return config.status();
   SpecInput input;
@@ -174,7 +173,8 @@ absl::StatusOr<v1::Job> JobFlow::Submit(const v1::SubmitJobRequest& request,
                                {"proposer", lift ? "llm" : ProposerOf(request)},
                                {"kind", lift ? "lift" : "adapt"},
                                {"kernel_name", lift ? KernelNameOf(request) : ""},
-                               {"canonical_form", canonical_form},
+                               {"canonical_form", key.canonical_form},
+                               {"canonical_buffers", json(key.canonical_buffers).dump()},
                                {"input", input.ToJson().dump()}});
   if (!created.ok()) return created.status();
   const std::string id = created->job.id;
@@ -220,6 +220,17 @@ absl::StatusOr<v1::Job> JobFlow::Submit(const v1::SubmitJobRequest& request,
     return s;
   }
   return Describe(id);
+}
+
+absl::StatusOr<SpecKey> JobFlow::KeyOf(const std::string& job_id) {
+  auto rec = jobs_.Get(job_id);
+  if (!rec.ok()) return rec.status();
+  SpecKey key{rec->spec_hash, jobs_.Field(job_id, "canonical_form").value_or(""), {}};
+  const json buffers = ParseOr(jobs_.Field(job_id, "canonical_buffers").value_or(""), json::object());
+  for (const auto& [name, canonical] : buffers.items()) {
+    if (canonical.is_string()) key.canonical_buffers[name] = canonical.get<std::string>();
+  }
+  return key;
 }
 
 absl::StatusOr<JobFlow::Job> JobFlow::Load(const std::string& job_id) {
@@ -468,6 +479,9 @@ absl::StatusOr<bool> JobFlow::Select(const Job& job, const std::string& arch,
   if (const json usage = transferred.value("llm_usage", json()); usage.is_object()) {
     report["llm_usage"] = usage;
   }
+  auto key = KeyOf(job.record.id);
+  if (!key.ok()) return key.status();
+  pipeline::MarkCanonicalBuffers(&report, key->canonical_buffers);
   store::CachedKernel k{job.record.spec_hash,
                         arch,
                         options_.ruleset,

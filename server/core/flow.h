@@ -14,6 +14,7 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -41,6 +42,15 @@ struct FlowOptions {
 };
 
 // One coordinator thread's view of the stores (a Redis client is used by one thread at a time).
+// What the spec check made of a submitted spec: the kernel cache key, the canonical text it
+// hashes, and each buffer's canonical name (a kernel of this hash made for another spec is
+// handed to the job under its own spec's names: pipeline::BindBuffers).
+struct SpecKey {
+  std::string spec_hash;
+  std::string canonical_form;
+  std::map<std::string, std::string> canonical_buffers;
+};
+
 class JobFlow {
  public:
   JobFlow(store::RedisClient* redis, const FlowOptions& options, service::Metrics* metrics);
@@ -49,10 +59,12 @@ class JobFlow {
   // ALREADY_EXISTS naming that job for another request) for a request whose spec was already
   // checked and hashed. A job whose kernels are all cached ends at once as a cache hit. `archs`
   // is the resolved list (never empty).
-  absl::StatusOr<v1::Job> Submit(const v1::SubmitJobRequest& request, const std::string& spec_hash,
-                                 const std::string& canonical_form,
+  absl::StatusOr<v1::Job> Submit(const v1::SubmitJobRequest& request, const SpecKey& key,
                                  const std::vector<std::string>& archs);
   absl::Status Advance(const std::string& job_id);
+  // The job's spec hash and its buffers' canonical names (empty for a lift or for a job stored
+  // before they were kept); NOT_FOUND for an unknown job.
+  absl::StatusOr<SpecKey> KeyOf(const std::string& job_id);
   // The API view of a job: state, events, why it waits; with its transfer's LLM conversation
   // when `with_transcript`.
   absl::StatusOr<v1::Job> Describe(const std::string& job_id, bool with_transcript = false);

@@ -60,6 +60,9 @@ v1::SpecCheckResponse Check(const v1::SpecCheckRequest& in) {
   v1::SpecCheckResponse out;
   out.set_spec_hash(spec::SpecHash(*spec, *config, in.ruleset()));
   out.set_canonical_form(spec::CanonicalForm(*spec, *config, in.ruleset()));
+  for (const auto& [name, canonical] : spec::CanonicalBufferNames(*spec)) {
+    (*out.mutable_canonical_buffers())[name] = canonical;
+  }
   return out;
 }
 

@@ -290,7 +290,8 @@ absl::StatusOr<SpecCheckResult> SpecChecker::RunOn(Child& child, const std::stri
       return absl::Status(static_cast<absl::StatusCode>(response.code()), response.message());
     }
     *outcome = "ok";
-    return SpecCheckResult{response.spec_hash(), response.canonical_form()};
+    return SpecCheckResult{response.spec_hash(), response.canonical_form(),
+                           {response.canonical_buffers().begin(), response.canonical_buffers().end()}};
   }
   // The child is gone or stuck: whatever it was doing, it is replaced before the next spec.
   const pid_t pid = child.pid;

@@ -42,6 +42,7 @@ struct SpecCheckerOptions {
 struct SpecCheckResult {
   std::string spec_hash;
   std::string canonical_form;
+  std::map<std::string, std::string> canonical_buffers;  // buffer -> buf0, buf1, ...
 };
 
 // What became of one check, for metrics: ok, invalid (the frontend refused the spec), crashed,

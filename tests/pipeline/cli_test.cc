@@ -171,6 +171,39 @@ TEST(AdaptCache, SecondIdenticalRunIsACacheHit) {
   EXPECT_EQ(third.output.find("cache hit"), std::string::npos) << third.output;
 }
 
+// One hash, two specs: the same math with its tensors named and declared otherwise. The second
+// is served from the cache, and its report names the kernel's buffers (in the kernel's order)
+// as the second spec does, so a caller binding tensors by name binds the right ones.
+TEST(AdaptCache, AHitIsBoundToTheRequestersBufferNames) {
+  TempDir tmp;
+  const std::string a = WriteFile(tmp, "a.py", R"(
+def score_mod(score, b, h, q_idx, kv_idx, slopes, bias):
+    return score + slopes[h] * (kv_idx - q_idx) + bias[h]
+)");
+  const std::string b = WriteFile(tmp, "b.py", R"(
+def score_mod(score, b, h, q_idx, kv_idx, offset, w):
+    return score + w[h] * (kv_idx - q_idx) + offset[h]
+)");
+  const std::string common = " --local --heads-q 4 --heads-kv 2 --seqlen 64 --cache-dir " +
+                             (tmp / "cache");
+  auto names = [](const std::string& dir) {
+    std::ifstream in(fs::path(dir) / "report.json");
+    const auto report = nlohmann::json::parse(in);
+    std::vector<std::string> out;
+    for (const auto& buf : report["lowering"]["buffers"]) out.push_back(buf["name"]);
+    return out;
+  };
+  auto first = RunCli("adapt " + a + common + " --buffer slopes=random:float32" +
+                      " --buffer bias=random:float32 --out " + (tmp / "a"));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_EQ(names(tmp / "a"), (std::vector<std::string>{"slopes", "bias"}));
+  auto second = RunCli("adapt " + b + common + " --buffer w=random:float32" +
+                       " --buffer offset=random:float32 --out " + (tmp / "b"));
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_NE(second.output.find("cache hit"), std::string::npos) << second.output;
+  EXPECT_EQ(names(tmp / "b"), (std::vector<std::string>{"w", "offset"}));
+}
+
 TEST(AdaptTile, APinnedTileIsVerifiedAtItLoweredAtItAndCachedApart) {
   TempDir tmp;
   const std::string common = "adapt " + Example("causal.py") + " --local --arch sm_90" +

@@ -187,6 +187,40 @@ class LocalPipeline(unittest.TestCase):
         self.assertEqual(kernel.buffer_names, ["x0"])
         self.assertIs(buffers[0], ids)
 
+    def test_a_kernel_made_for_other_names_is_bound_to_these_tensors(self):
+        # The same math under other names has the same spec hash: the CLI's cache serves the
+        # kernel made for the first functions, and its report names the tensors as the second
+        # spec does (a KeyError here before).
+        q, k, v = qkv(hq=4, hkv=2)
+        slopes, offsets, w, shift = (torch.randn(4) for _ in range(4))
+
+        def first(score, b, h, q_idx, kv_idx):
+            return score + slopes[h] * (kv_idx - q_idx) + offsets[h]
+
+        def second(score, b, h, q_idx, kv_idx):
+            return score + w[h] * (kv_idx - q_idx) + shift[h]
+
+        a, _, _ = cubridge.compile(score_mod=first).kernel(q, k, v, enable_gqa=True, arch="sm_90")
+        b, tensors, _ = cubridge.compile(score_mod=second).kernel(q, k, v, enable_gqa=True,
+                                                                  arch="sm_90")
+        self.assertEqual(a.buffer_names, ["slopes", "offsets"])
+        self.assertEqual(b.spec_hash, a.spec_hash)
+        self.assertTrue(b.report["cache_hit"])
+        self.assertEqual(b.buffer_names, ["w", "shift"])
+        self.assertIs(tensors[0], w)
+        self.assertIs(tensors[1], shift)
+
+    def test_python_precedence_of_invert_survives_into_the_spec(self):
+        # ast.unparse drops the parentheses of `(~kv_idx) & 127`; TorchScript, which reads the
+        # spec, would take `~kv_idx & 127` as `~(kv_idx & 127)` (the frontend refuses it).
+        def mask(b, h, q_idx, kv_idx):
+            return ((~kv_idx) & 127) < 8
+        spec = cubridge.build_spec(mask_mod=mask)
+        self.assertIn("(~kv_idx) & 127", spec.text)
+        q, k, v = qkv()
+        kernel, _, _ = cubridge.compile(mask_mod=mask).kernel(q, k, v, arch="sm_80")
+        self.assertEqual(kernel.arch, "sm_80")
+
     def test_a_new_scalar_value_is_a_new_kernel(self):
         q, k, v = qkv()
         a, _, _ = cubridge.compile(mask_mod=variants.sliding(5)).kernel(q, k, v, arch="sm_80")

@@ -45,7 +45,7 @@ TEST_F(FlowRace, ASweepRacingASubmitNeverFailsEither) {
         req.mutable_spec()->set_source("def mask_mod(b, h, q_idx, kv_idx):\n    return q_idx >= kv_idx\n");
         req.set_verification(v1::VERIFICATION_LEVEL_IR);
         // Distinct hashes so every submit plans fresh tasks (the racy window) for its job.
-        auto job = flow.Submit(req, "hash-" + std::to_string(t * kEach + i), "canonical", {"sm_80"});
+        auto job = flow.Submit(req, {"hash-" + std::to_string(t * kEach + i), "canonical"}, {"sm_80"});
         if (!job.ok()) return job.status().ToString();
       }
       return std::string();

@@ -46,9 +46,9 @@ class ProposerFlow : public testing::RedisTest {
 
 TEST_F(ProposerFlow, EachProposerHasItsOwnTransferAndTheModelsGoToTheLlmClass) {
   JobFlow flow(client_.get(), options_, nullptr);
-  auto rules = flow.Submit(Request(""), "h1", "canonical", {"sm_80"});
-  auto llm = flow.Submit(Request("llm"), "h1", "canonical", {"sm_80"});
-  auto hybrid = flow.Submit(Request("hybrid"), "h1", "canonical", {"sm_80"});
+  auto rules = flow.Submit(Request(""), {"h1", "canonical"}, {"sm_80"});
+  auto llm = flow.Submit(Request("llm"), {"h1", "canonical"}, {"sm_80"});
+  auto hybrid = flow.Submit(Request("hybrid"), {"h1", "canonical"}, {"sm_80"});
   ASSERT_TRUE(rules.ok() && llm.ok() && hybrid.ok());
   EXPECT_EQ(rules->proposer(), "rules");
   EXPECT_EQ(llm->proposer(), "llm");
@@ -67,13 +67,13 @@ TEST_F(ProposerFlow, EachProposerHasItsOwnTransferAndTheModelsGoToTheLlmClass) {
 TEST_F(ProposerFlow, AnLlmJobWaitsForAWorkerWithAnEndpointAndSaysSo) {
   JobFlow flow(client_.get(), options_, nullptr);
   ASSERT_TRUE(flow.workers().Register({"", "cpu", "", 0, {"nvrtc"}, "node-1", 0, ""}).ok());
-  auto job = flow.Submit(Request("llm"), "h2", "canonical", {"sm_80"});
+  auto job = flow.Submit(Request("llm"), {"h2", "canonical"}, {"sm_80"});
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->waiting_for(),
             "no worker with an LLM endpoint has registered (start cubridge-worker with "
             "--llm-endpoint and --llm-model)");
   // A rules job of the same spec is not held up by it.
-  auto rules = flow.Submit(Request("rules"), "h2", "canonical", {"sm_80"});
+  auto rules = flow.Submit(Request("rules"), {"h2", "canonical"}, {"sm_80"});
   ASSERT_TRUE(rules.ok());
   EXPECT_THAT(rules->waiting_for(), HasSubstr("waiting for a free worker"));
   ASSERT_TRUE(flow.workers().Register({"", "cpu", "", 0, {"nvrtc", "llm"}, "node-2", 0, ""}).ok());
@@ -85,8 +85,8 @@ TEST_F(ProposerFlow, AnLlmJobWaitsForAWorkerWithAnEndpointAndSaysSo) {
 
 TEST_F(ProposerFlow, AFailedConversationIsKeptWithEveryJobWaitingOnIt) {
   JobFlow flow(client_.get(), options_, nullptr);
-  auto first = flow.Submit(Request("llm", "a"), "h3", "canonical", {"sm_80"});
-  auto second = flow.Submit(Request("llm", "b"), "h3", "canonical", {"sm_80"});
+  auto first = flow.Submit(Request("llm", "a"), {"h3", "canonical"}, {"sm_80"});
+  auto second = flow.Submit(Request("llm", "b"), {"h3", "canonical"}, {"sm_80"});
   ASSERT_TRUE(first.ok() && second.ok());
   ASSERT_NE(first->job_id(), second->job_id());
   const store::Lease l = MustLease(flow, "llm");
@@ -119,8 +119,8 @@ TEST_F(ProposerFlow, AFailedConversationIsKeptWithEveryJobWaitingOnIt) {
 
 TEST_F(ProposerFlow, AnAcceptedConversationIsKeptAndTheRulesLeaveNone) {
   JobFlow flow(client_.get(), options_, nullptr);
-  auto llm = flow.Submit(Request("llm"), "h4", "canonical", {"sm_80"});
-  auto rules = flow.Submit(Request("rules"), "h4", "canonical", {"sm_80"});
+  auto llm = flow.Submit(Request("llm"), {"h4", "canonical"}, {"sm_80"});
+  auto rules = flow.Submit(Request("rules"), {"h4", "canonical"}, {"sm_80"});
   ASSERT_TRUE(llm.ok() && rules.ok());
   const json transcript = json::array({{{"round", 1}, {"role", "assistant"}, {"verdict", "accepted"}}});
   const store::Lease l = MustLease(flow, "llm");

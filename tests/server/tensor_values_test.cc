@@ -200,7 +200,7 @@ TEST_F(TensorValueFlow, AJobKeepsItsValuesOnceByDigestAndALeaseGetsThemBack) {
   auto request = Request(Value(cuir::TensorDType::kFloat32, {static_cast<int64_t>(many.size())}, bytes));
 
   JobFlow flow(client_.get(), options_, nullptr);
-  auto job = flow.Submit(request, "h1", "canonical", {"sm_80"});
+  auto job = flow.Submit(request, {"h1", "canonical"}, {"sm_80"});
   ASSERT_TRUE(job.ok()) << job.status();
   const std::string record = "cubridge:job:" + job->job_id();
   // The record's request and input hold the dtype, shape and digest; the bytes are stored apart.
@@ -251,7 +251,7 @@ TEST_F(TensorValueFlow, AJobKeepsItsValuesOnceByDigestAndALeaseGetsThemBack) {
               HasSubstr("did not come with the task"));
 
   // A second job with the same values shares the stored copy.
-  auto second = flow.Submit(request, "h1", "canonical", {"sm_80"});
+  auto second = flow.Submit(request, {"h1", "canonical"}, {"sm_80"});
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_EQ(client_->Command({"KEYS", "cubridge:tensor:*"})->elements.size(), 1u);
 }

@@ -122,6 +122,51 @@ TEST_F(TensorValues, TheWorkersVerifyWithTheValuesSentAlsoAfterACoordinatorResta
   EXPECT_EQ(good.state(), v1::JOB_STATE_SUCCEEDED) << Describe(good) << Logs();
 }
 
+// The same math with its tensors named and declared otherwise has the same hash: the second job
+// is a cache hit, and fetched through that job, the kernel's report names the tensors (in the
+// kernel's argument order) as its spec does; fetched by hash alone, as the first spec did.
+TEST_F(TensorValues, AKernelFetchedThroughAJobNamesItsTensorsAsThatJobsSpec) {
+  StartCoordinator();
+  StartWorker();
+  auto first = Submit(Indexed({0, 1, 2, 3}));
+  ASSERT_TRUE(first.ok()) << first.status();
+  const v1::Job done = WaitEnded(first->job_id(), 300s);
+  ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << Describe(done) << Logs();
+
+  v1::SubmitJobRequest renamed = Indexed({0, 1, 2, 3});
+  renamed.mutable_spec()->set_source(
+      "def score_mod(score, b, h, q_idx, kv_idx, ix, tab):\n"
+      "    return score + tab[ix[h] // 2]\n");
+  auto& t = *renamed.mutable_spec()->mutable_tensors();
+  t["tab"] = t["table"];
+  t["ix"] = t["idx"];
+  t.erase("table");
+  t.erase("idx");
+  auto second = Submit(renamed);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_TRUE(second->cache_hit());
+  ASSERT_EQ(second->spec_hash(), first->spec_hash());
+
+  auto names = [&](const std::string& job_id) {
+    v1::GetKernelRequest req;
+    req.set_spec_hash(first->spec_hash());
+    req.set_arch("sm_80");
+    req.set_job_id(job_id);
+    v1::Kernel kernel;
+    auto ctx = Context(kClientToken);
+    const grpc::Status s = ClientStub()->GetKernel(ctx.get(), req, &kernel);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    std::vector<std::string> out;
+    const auto report = nlohmann::json::parse(kernel.report_json(), nullptr, false);
+    if (report.is_discarded()) return out;
+    for (const auto& b : report["lowering"]["buffers"]) out.push_back(b["name"]);
+    return out;
+  };
+  EXPECT_EQ(names(""), (std::vector<std::string>{"table", "idx"}));
+  EXPECT_EQ(names(first->job_id()), (std::vector<std::string>{"table", "idx"}));
+  EXPECT_EQ(names(second->job_id()), (std::vector<std::string>{"tab", "ix"}));
+}
+
 class TensorValueRefusals : public ValuesCluster {
  protected:
   grpc::Status SubmitStatus(const v1::SubmitJobRequest& r) {

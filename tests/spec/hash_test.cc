@@ -128,5 +128,16 @@ TEST(CanonicalForm, BuffersAreNumberedByFirstUse) {
               HasSubstr("mask buf0[q_idx] <= buf1[kv_idx]\n"));
 }
 
+// The names a kernel cached for one spec is bound to another's tensors by: the canonical form's,
+// by first use (not by declaration), unused ones last.
+TEST(CanonicalBufferNames, FollowFirstUseAndPutUnusedOnesLast) {
+  auto spec = LoadSpecSource(
+      "def mask_mod(b, h, q_idx, kv_idx, unused, a, z):\n    return z[q_idx] <= a[kv_idx]\n",
+      "h.py");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(CanonicalBufferNames(*spec),
+            (std::map<std::string, std::string>{{"z", "buf0"}, {"a", "buf1"}, {"unused", "buf2"}}));
+}
+
 }  // namespace
 }  // namespace cubridge::spec

@@ -67,6 +67,23 @@ class Spec:
         return file, user_line, user_col
 
 
+class _Unparser(ast._Unparser):
+    """ast.unparse that keeps `~x` in parentheses. The frontend reads a spec with TorchScript's
+    grammar, where `~` binds looser than the binary operators (`~a & b` is `~(a & b)`), while
+    ast.unparse drops the parentheses Python does not need: `(~a) & b` would change meaning."""
+
+    def visit_UnaryOp(self, node):
+        if not isinstance(node.op, ast.Invert):
+            return super().visit_UnaryOp(node)
+        self.write("(")
+        super().visit_UnaryOp(node)
+        self.write(")")
+
+
+def _unparse(node):
+    return _Unparser().visit(node)
+
+
 def _where(fn):
     try:
         return f"{inspect.getsourcefile(fn)}:{fn.__code__.co_firstlineno}"
@@ -321,7 +338,7 @@ def build_spec(score_mod=None, mask_mod=None):
     positions = {}
     for fn, node, offset in list(b.helpers.values()) + mods:
         lines += ["", ""]
-        text = ast.unparse(ast.fix_missing_locations(node))
+        text = _unparse(ast.fix_missing_locations(node))
         first = len(lines)  # the def's line in the spec, less one
         lines.extend(text.splitlines())
         try:

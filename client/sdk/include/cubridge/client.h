@@ -96,7 +96,10 @@ class Client {
   absl::StatusOr<std::vector<v1::Job>> List(int limit = 0,
                                             v1::JobState state = v1::JOB_STATE_UNSPECIFIED);
   // NOT_FOUND when the cache has no verified kernel for (spec_hash, arch).
-  absl::StatusOr<v1::Kernel> GetKernel(const std::string& spec_hash, const std::string& arch);
+  // With `job_id` (a job of this hash), the report names the kernel's tensors as that job's spec
+  // does: a kernel made for another spec of the same hash may name them otherwise.
+  absl::StatusOr<v1::Kernel> GetKernel(const std::string& spec_hash, const std::string& arch,
+                                       const std::string& job_id = "");
   absl::StatusOr<std::vector<v1::WorkerInfo>> Workers();
 
   const ClientOptions& options() const;
