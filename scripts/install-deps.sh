@@ -18,6 +18,11 @@ pkgs=(
   clang libclang-rt-14-dev
   python3-torch
 )
+# Node.js and npm run the Helm chart check's tools (scripts/check-helm.sh: helm, kubectl and the
+# Kubernetes schemas come from npm; Debian's Node 18 runs them). A machine with another packaging
+# of Node.js (which ships its own npm) keeps it: Debian's npm would conflict with it.
+command -v node >/dev/null || pkgs+=(nodejs)
+command -v npm >/dev/null || pkgs+=(npm)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
