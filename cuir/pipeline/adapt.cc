@@ -9,6 +9,7 @@
 #include "cuir/lower/expert.h"
 #include "cuir/lower/lift.h"
 #include "cuir/files/files.h"
+#include "cuir/pipeline/report.h"
 #include "cuir/pipeline/stages.h"
 #include "cuir/spec/spec.h"
 #include "cuir/transfer/transfer.h"
@@ -121,8 +122,8 @@ absl::StatusOr<AdaptResult> Adapt(const AdaptOptions& o) {
     if (cached->has_value()) {
       auto files = **cached;
       auto report = nlohmann::json::parse(files["report.json"], nullptr, false);
-      const bool gpu_checked = !report.is_discarded() && report.contains("gpu") &&
-                               report["gpu"].contains("best");
+      const bool gpu_checked = !report.is_discarded() &&
+                               report.value("verification_level", "") == "gpu";
       if (!report.is_discarded() && (gpu_checked || !gpu_here)) {
         // The kernel may have been made for a spec that names its tensors otherwise: the
         // report handed out names them as this one does.
@@ -197,24 +198,24 @@ absl::StatusOr<AdaptResult> Adapt(const AdaptOptions& o) {
     gpu_files = gpu->files;
   }
 
-  nlohmann::json report = {
-      {"spec", o.spec_path},
-      {"spec_hash", result.spec_hash},
-      {"canonical_form", spec::CanonicalForm(*spec, o.config, transfer::RulesetVersion())},
-      {"ruleset", transfer::RulesetVersion()},
-      {"arch", arch},
-      {"expert", ExpertFor(o.arch)},
-      {"config", ConfigJson(o.config)},
-      {"proposer", proposal.proposer},
-      {"transfer", AppliedRulesJson(proposal.transfer)},
-      {"verification", proposal.verification.ToJson()},
-      {"lowering", LoweringJson(*lowered)},
-      {"gpu", gpu_report},
-      {"llm", proposal.llm_usage},
-      {"stages", stages},
-      {"cache_hit", false},
-  };
-  MarkCanonicalBuffers(&report, spec::CanonicalBufferNames(*spec));
+  KernelReport account;
+  account.spec = o.spec_path;
+  account.spec_hash = result.spec_hash;
+  account.canonical_form = spec::CanonicalForm(*spec, o.config, transfer::RulesetVersion());
+  account.ruleset = transfer::RulesetVersion();
+  account.arch = arch;
+  account.expert = ExpertFor(o.arch);
+  account.config = ConfigJson(o.config);
+  account.proposer = proposal.proposer;
+  account.transfer = AppliedRulesJson(proposal.transfer);
+  account.verification = proposal.verification.ToJson();
+  account.verification_level = gpu_here ? "gpu" : "ir";
+  account.lowering = LoweringJson(*lowered);
+  account.gpu = gpu_report;
+  account.llm = proposal.llm_usage;
+  account.stages = stages;
+  account.canonical_buffers = spec::CanonicalBufferNames(*spec);
+  nlohmann::json report = account.ToJson();
   std::map<std::string, std::string> files = {
       {"kernel.cuir", cuir::PrintProgram(program)},
       {"kernel.cu", lowered->cuda_source},

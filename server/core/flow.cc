@@ -15,6 +15,7 @@
 #include "cuir/experts/expert.h"
 #include "cuir/lower/lower.h"
 #include "cuir/pipeline/candidates.h"
+#include "cuir/pipeline/report.h"
 #include "cuir/pipeline/stages.h"
 #include "cuir/pipeline/verify.h"
 #include "cuir/spec/digest.h"
@@ -459,29 +460,30 @@ absl::StatusOr<bool> JobFlow::Select(const Job& job, const std::string& arch,
                                             " tried): ", absl::StrJoin(errors, "; ")));
   }
   const json& best_result = results[best];
-  json report = {
-      {"spec", job.input.file_name},
-      {"spec_hash", job.record.spec_hash},
-      {"canonical_form", jobs_.Field(job.record.id, "canonical_form").value_or("")},
-      {"ruleset", options_.ruleset},
-      {"arch", arch},
-      {"expert", best_result.value("expert", "")},
-      {"config", pipeline::ConfigJson(job.input.config)},
-      {"proposer", transferred.value("proposer", job.proposer)},
-      {"transfer", transferred.value("transfer", json::array())},
-      {"verification", transferred.value("verification", json::object())},
-      {"verification_level", job.level},
-      {"lowering", best_result.value("lowering", json::object())},
-      {job.level == kLevelGpu ? "gpu" : "ir",
-       {{"candidates", candidates}, {"best", candidates[best]["name"]}}},
-      {"job_id", job.record.id},
-  };
-  if (const json usage = transferred.value("llm_usage", json()); usage.is_object()) {
-    report["llm_usage"] = usage;
-  }
   auto key = KeyOf(job.record.id);
   if (!key.ok()) return key.status();
-  pipeline::MarkCanonicalBuffers(&report, key->canonical_buffers);
+  pipeline::KernelReport account;
+  account.spec = job.input.file_name;
+  account.spec_hash = job.record.spec_hash;
+  account.canonical_form = key->canonical_form;
+  account.ruleset = options_.ruleset;
+  account.arch = arch;
+  account.expert = best_result.value("expert", "");
+  account.config = pipeline::ConfigJson(job.input.config);
+  account.proposer = transferred.value("proposer", job.proposer);
+  account.transfer = transferred.value("transfer", json::array());
+  account.verification = transferred.value("verification", json::object());
+  account.verification_level = job.level;
+  account.lowering = best_result.value("lowering", json::object());
+  account.gpu = {{"candidates", candidates}, {"best", candidates[best]["name"]}};
+  if (job.level != kLevelGpu) {
+    account.gpu["skipped"] = "verification level ir: the candidates were lowered and compiled, not run";
+  }
+  if (const json usage = transferred.value("llm_usage", json()); usage.is_object()) account.llm = usage;
+  // The job's events (GetJob) are the service's stages; the report keeps the key empty.
+  account.job_id = job.record.id;
+  account.canonical_buffers = key->canonical_buffers;
+  const json report = account.ToJson();
   store::CachedKernel k{job.record.spec_hash,
                         arch,
                         options_.ruleset,

@@ -6,7 +6,10 @@
 
 #include <tuple>
 
+#include <nlohmann/json.hpp>
+
 #include "absl/strings/str_cat.h"
+#include "tests/sdk/test_util.h"
 #include "tests/service/cluster.h"
 
 namespace cubridge::testing {
@@ -46,6 +49,42 @@ TEST_F(Jobs, AJobRunsEveryStageAndItsKernelIsServedFromTheCache) {
   EXPECT_NE(again->job_id(), job->job_id());
   EXPECT_TRUE(again->cache_hit());
   EXPECT_EQ(again->state(), v1::JOB_STATE_SUCCEEDED);
+}
+
+// One report shape: the kernel the service made and the one `adapt --local` made of the same spec
+// have report.json files with the same keys (pipeline::KernelReport), their levels and makers
+// told by values, not by which keys are there.
+TEST_F(Jobs, TheServiceAndAdaptLocalWriteReportsOfOneShape) {
+  StartCoordinator();
+  StartWorker();
+  auto job = Submit(Request("causal"));
+  ASSERT_TRUE(job.ok()) << job.status();
+  const v1::Job done = WaitEnded(job->job_id(), 240s);
+  ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << Describe(done) << Logs();
+  v1::GetKernelRequest req;
+  req.set_spec_hash(done.spec_hash());
+  req.set_arch("sm_80");
+  v1::Kernel kernel;
+  auto ctx = Context(kClientToken);
+  ASSERT_TRUE(ClientStub()->GetKernel(ctx.get(), req, &kernel).ok());
+  const auto service = nlohmann::json::parse(kernel.report_json());
+
+  TempDir tmp;
+  const RunResult local = RunCommand(absl::StrCat(
+      CUBRIDGE_CLI, " adapt ", CUBRIDGE_SOURCE_ROOT, "/examples/specs/causal.py --local --no-cache",
+      " --arch sm_80 --heads-q 4 --heads-kv 2 --head-dim 64 --seqlen 200 --out ", tmp / "out"));
+  ASSERT_EQ(local.exit_code, 0) << local.output;
+  const auto adapted = nlohmann::json::parse(ReadFile(tmp / "out/report.json"));
+  auto keys = [](const nlohmann::json& j) {
+    std::vector<std::string> out;
+    for (const auto& [k, v] : j.items()) out.push_back(k);
+    return out;
+  };
+  EXPECT_EQ(keys(service), keys(adapted));
+  EXPECT_EQ(service["spec_hash"], adapted["spec_hash"]);
+  EXPECT_EQ(service["verification_level"], "ir");
+  EXPECT_EQ(service["job_id"], done.job_id());
+  EXPECT_EQ(adapted["job_id"], "");
 }
 
 // One transfer serves both archs; each arch's kernel comes from its own expert (sm_90: the Hopper
