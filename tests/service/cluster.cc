@@ -185,6 +185,16 @@ std::unique_ptr<v1::CuBridge::Stub> Cluster::ClientStub() {
   return v1::CuBridge::NewStub(grpc::CreateChannel(Address(), grpc::InsecureChannelCredentials()));
 }
 
+grpc::Status Cluster::GetKernel(const std::string& spec_hash, const std::string& arch,
+                                v1::Kernel* out, const std::string& job_id) {
+  v1::GetKernelRequest req;
+  req.set_spec_hash(spec_hash);
+  req.set_arch(arch);
+  req.set_job_id(job_id);
+  auto ctx = Context(kClientToken);
+  return ClientStub()->GetKernel(ctx.get(), req, out);
+}
+
 std::unique_ptr<v1::Workers::Stub> Cluster::WorkerStub() {
   return v1::Workers::NewStub(grpc::CreateChannel(Address(), grpc::InsecureChannelCredentials()));
 }

@@ -65,6 +65,10 @@ class Cluster : public ::testing::Test {
                                                       std::chrono::milliseconds deadline =
                                                           std::chrono::seconds(30));
 
+  // GetKernel with the client's token: (spec hash, arch), and through a job when job_id is set.
+  grpc::Status GetKernel(const std::string& spec_hash, const std::string& arch, v1::Kernel* out,
+                         const std::string& job_id = "");
+
   // A request for an example spec (examples/specs/NAME.py) at the IR level for sm_80.
   static v1::SubmitJobRequest Request(const std::string& example,
                                       const std::map<std::string, std::string>& params = {});

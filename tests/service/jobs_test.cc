@@ -32,12 +32,8 @@ TEST_F(Jobs, AJobRunsEveryStageAndItsKernelIsServedFromTheCache) {
   for (const auto& e : done.events()) stages.push_back(e.stage());
   EXPECT_THAT(stages, ::testing::IsSupersetOf({"transfer", "verify", "lift", "compile", "cache"}));
 
-  v1::GetKernelRequest req;
-  req.set_spec_hash(done.spec_hash());
-  req.set_arch("sm_80");
   v1::Kernel kernel;
-  auto ctx = Context(kClientToken);
-  ASSERT_TRUE(ClientStub()->GetKernel(ctx.get(), req, &kernel).ok());
+  ASSERT_TRUE(GetKernel(done.spec_hash(), "sm_80", &kernel).ok());
   EXPECT_EQ(kernel.verification(), v1::VERIFICATION_LEVEL_IR);
   EXPECT_THAT(kernel.cuda_source(), HasSubstr("@cuir-entry attention"));
   EXPECT_THAT(kernel.launcher_header(), HasSubstr("extern \"C\""));
@@ -61,12 +57,8 @@ TEST_F(Jobs, TheServiceAndAdaptLocalWriteReportsOfOneShape) {
   ASSERT_TRUE(job.ok()) << job.status();
   const v1::Job done = WaitEnded(job->job_id(), 240s);
   ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << Describe(done) << Logs();
-  v1::GetKernelRequest req;
-  req.set_spec_hash(done.spec_hash());
-  req.set_arch("sm_80");
   v1::Kernel kernel;
-  auto ctx = Context(kClientToken);
-  ASSERT_TRUE(ClientStub()->GetKernel(ctx.get(), req, &kernel).ok());
+  ASSERT_TRUE(GetKernel(done.spec_hash(), "sm_80", &kernel).ok());
   const auto service = nlohmann::json::parse(kernel.report_json());
 
   TempDir tmp;
@@ -102,12 +94,8 @@ TEST_F(Jobs, EachArchGetsTheKernelOfItsExpert) {
   ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << Describe(done) << Logs();
   for (const auto& [arch, expert, target] :
        {std::tuple{"sm_80", "fa2_sm80", "sm_80"}, std::tuple{"sm_90", "fa3_sm90", "sm_90a"}}) {
-    v1::GetKernelRequest req;
-    req.set_spec_hash(done.spec_hash());
-    req.set_arch(arch);
     v1::Kernel kernel;
-    auto ctx = Context(kClientToken);
-    ASSERT_TRUE(ClientStub()->GetKernel(ctx.get(), req, &kernel).ok()) << arch;
+    ASSERT_TRUE(GetKernel(done.spec_hash(), arch, &kernel).ok()) << arch;
     EXPECT_THAT(kernel.cuda_source(), HasSubstr(absl::StrCat("(expert \"", expert, "\")"))) << arch;
     EXPECT_THAT(kernel.report_json(), HasSubstr(absl::StrCat("\"target\": \"", target, "\"")))
         << arch;
@@ -161,12 +149,8 @@ TEST_F(Jobs, AnInputOnlyTheWorkerCanRejectFailsTheJobOnceAndCachesNothing) {
   int failures = 0;
   for (const auto& e : done.events()) failures += e.ok() ? 0 : 1;
   EXPECT_EQ(failures, 1) << Describe(done);
-  v1::GetKernelRequest req;
-  req.set_spec_hash(done.spec_hash());
-  req.set_arch("sm_80");
   v1::Kernel kernel;
-  auto ctx = Context(kClientToken);
-  EXPECT_EQ(ClientStub()->GetKernel(ctx.get(), req, &kernel).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(GetKernel(done.spec_hash(), "sm_80", &kernel).error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
 }  // namespace

@@ -80,11 +80,7 @@ class Llm : public Cluster {
   }
 
   grpc::StatusCode KernelStatus(const std::string& spec_hash, v1::Kernel* kernel) {
-    v1::GetKernelRequest req;
-    req.set_spec_hash(spec_hash);
-    req.set_arch("sm_80");
-    auto ctx = Context(kClientToken);
-    return ClientStub()->GetKernel(ctx.get(), req, kernel).error_code();
+    return GetKernel(spec_hash, "sm_80", kernel).error_code();
   }
 
   RunResult Cli(const std::string& args) {

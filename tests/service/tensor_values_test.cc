@@ -148,13 +148,8 @@ TEST_F(TensorValues, AKernelFetchedThroughAJobNamesItsTensorsAsThatJobsSpec) {
   ASSERT_EQ(second->spec_hash(), first->spec_hash());
 
   auto names = [&](const std::string& job_id) {
-    v1::GetKernelRequest req;
-    req.set_spec_hash(first->spec_hash());
-    req.set_arch("sm_80");
-    req.set_job_id(job_id);
     v1::Kernel kernel;
-    auto ctx = Context(kClientToken);
-    const grpc::Status s = ClientStub()->GetKernel(ctx.get(), req, &kernel);
+    const grpc::Status s = GetKernel(first->spec_hash(), "sm_80", &kernel, job_id);
     EXPECT_TRUE(s.ok()) << s.error_message();
     std::vector<std::string> out;
     const auto report = nlohmann::json::parse(kernel.report_json(), nullptr, false);

@@ -2,6 +2,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "cuir/ir/bounds.h"
 #include "cuir/ir/program.h"
 #include "cuir/lower/rewrites/rewrites.h"
 
@@ -22,6 +23,7 @@ EmitScope ElementScope() {
   scope.Bind("kv_idx", "kv_idx", CType::kInt);
   scope.Bind(kQFloat, "q_f", CType::kFloat);
   scope.Bind(kKvFloat, "kv_f", CType::kFloat);
+  scope.SetBounds(cuir::ElementBoundsEnv());  // indices in [0, 2^31 - 2], as in the visitors
   return scope;
 }
 

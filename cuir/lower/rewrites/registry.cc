@@ -1,5 +1,6 @@
 #include "absl/strings/str_cat.h"
 #include "cuir/ir/status_macros.h"
+#include "cuir/lower/modular.h"
 #include "cuir/lower/rewrites/rewrites.h"
 
 namespace cubridge::lower {
@@ -29,6 +30,11 @@ const std::vector<ExprRewrite>& ExprRewrites() {
       {"fold-scale", "score + T -> T, for fmaf(raw score, qk_scale, T)",
        [](const cuir::ExprPtr& e, const EmitScope&) -> absl::StatusOr<std::string> {
          return Print(TermsBesideTheScore(e));
+       }},
+      {"reduce-modulo", "x % c with a 64-bit x -> the sum of its terms' residues, % c (modular.h)",
+       [](const cuir::ExprPtr& e, const EmitScope& types) -> absl::StatusOr<std::string> {
+         const cuir::BoundsEnv element = cuir::ElementBoundsEnv();
+         return Print(ReduceModulo(e, types.bounds() != nullptr ? *types.bounds() : element));
        }},
       {"kv-term-from-tile-start", "sum of block values * kv_idx.f -> linear in the key (yes/no)",
        [](const cuir::ExprPtr& e, const EmitScope&) -> absl::StatusOr<std::string> {

@@ -55,6 +55,7 @@ struct RowSplit {
 std::optional<RowSplit> SplitRowTerms(const cuir::ExprPtr& e, const EmitScope& row_scope);
 // fold_scale.cc: score + terms -> the terms, for fmaf(raw score, qk_scale, terms); null otherwise.
 cuir::ExprPtr TermsBesideTheScore(const cuir::ExprPtr& e);
+// reduce-modulo: ReduceModulo, cuir/lower/modular.h (its own file and tests before this folder).
 // kv_term_from_tile_start.cc: whether the terms are block values times kv_idx.f only.
 bool LinearInTheKey(const cuir::ExprPtr& terms);
 
