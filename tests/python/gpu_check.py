@@ -568,28 +568,16 @@ def check_overhead(report):
 
 
 def check_service(report):
-    import socket
-
-    def free_port():
-        with socket.socket() as so:
-            so.bind(("127.0.0.1", 0))
-            return so.getsockname()[1]
+    import local_cluster
     work = tempfile.mkdtemp(prefix="cubridge-gpu-service-")
     build = os.path.dirname(os.path.dirname(cubridge._paths.cli()))
-    env = dict(os.environ, CUBRIDGE_CLUSTER_DIR=os.path.join(work, "cluster"))
-    ports = [str(free_port()) for _ in range(3)]
-    local_cluster = os.path.join(ROOT, "scripts", "local-cluster")
-    subprocess.run(["bash", local_cluster, "start", "--workers", "1", "--arch", "cpu", "--build",
-                    build, "--port", ports[0], "--redis-port", ports[1], "--metrics-port",
-                    ports[2]], env=env, check=True, capture_output=True, timeout=180)
+    env, service = local_cluster.start(os.path.join(work, "cluster"), build)
     try:
         code = ("import sys, time; sys.path.insert(0, %r); import torch, cubridge, gpu_check as g\n"
                 "q, k = g.rand(2, 8, 700, 128), g.rand(2, 2, 700, 128)\n"
                 "t = time.monotonic(); o = cubridge.attention(q, k, k, mask_mod=g.sliding(100), "
                 "enable_gqa=True); torch.cuda.synchronize()\n"
                 "print(round(time.monotonic() - t, 3), cubridge.stats['pipeline_runs'])" % HERE)
-        service = {"CUBRIDGE_ADDRESS": "127.0.0.1:" + ports[0], "CUBRIDGE_VERIFICATION": "ir",
-                   "CUBRIDGE_TOKEN_FILE": os.path.join(work, "cluster", "client.token")}
         runs = []
         for machine in ("a", "b"):
             out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -599,7 +587,7 @@ def check_service(report):
                 raise RuntimeError(out.stderr[-3000:])
             runs.append(out.stdout.split())
     finally:
-        subprocess.run(["bash", local_cluster, "stop"], env=env, capture_output=True, timeout=120)
+        local_cluster.stop(env)
     report["service"] = {"first_machine_first_call_s": float(runs[0][0]),
                          "other_machine_first_call_s": float(runs[1][0]),
                          "pipeline_runs": [int(runs[0][1]), int(runs[1][1])]}

@@ -6,7 +6,6 @@ import atexit
 import importlib.util
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,6 +24,7 @@ for _var in ("CUBRIDGE_TORCH_CACHE", "CUBRIDGE_CACHE_DIR"):
         atexit.register(shutil.rmtree, os.environ[_var], True)
 
 import cubridge  # noqa: E402
+import local_cluster  # noqa: E402
 import variants  # noqa: E402
 from cubridge import _kernels  # noqa: E402
 
@@ -242,12 +242,6 @@ class LocalPipeline(unittest.TestCase):
             cubridge.attention(q, k, v, mask_mod=variants.causal)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class ServicePath(unittest.TestCase):
     """CUBRIDGE_ADDRESS set: the kernel comes from a real local cluster (scripts/local-cluster:
     redis-server, the coordinator, a CPU worker), through cubridge-cli submit and get; a second
@@ -257,20 +251,11 @@ class ServicePath(unittest.TestCase):
     def setUpClass(cls):
         cls.dir = tempfile.mkdtemp(prefix="cubridge-cluster-")
         build = os.path.dirname(os.path.dirname(cubridge._paths.cli()))  # <build>/client/cubridge-cli
-        cls.env = dict(os.environ, CUBRIDGE_CLUSTER_DIR=cls.dir)
-        ports = [str(free_port()) for _ in range(3)]
-        subprocess.run(["bash", os.path.join(ROOT, "scripts", "local-cluster"), "start",
-                        "--workers", "1", "--arch", "cpu", "--build", build, "--port", ports[0],
-                        "--redis-port", ports[1], "--metrics-port", ports[2]],
-                       env=cls.env, check=True, capture_output=True, timeout=180)
-        cls.service_env = {"CUBRIDGE_ADDRESS": "127.0.0.1:" + ports[0],
-                           "CUBRIDGE_TOKEN_FILE": os.path.join(cls.dir, "client.token"),
-                           "CUBRIDGE_VERIFICATION": "ir"}
+        cls.env, cls.service_env = local_cluster.start(cls.dir, build)
 
     @classmethod
     def tearDownClass(cls):
-        subprocess.run(["bash", os.path.join(ROOT, "scripts", "local-cluster"), "stop"],
-                       env=cls.env, capture_output=True, timeout=120)
+        local_cluster.stop(cls.env)
         shutil.rmtree(cls.dir, ignore_errors=True)
 
     def resolve_in_a_new_process(self, cache):
