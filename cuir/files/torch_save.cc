@@ -31,6 +31,15 @@ absl::Status Refuse(absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(what, "; ", kHow));
 }
 
+// A refusal that already says how to save the file (a dtype to convert, a Parameter to detach):
+// marked with a payload, so that the reader keeps its own fix instead of adding kHow.
+constexpr char kHasItsFix[] = "type.cubridge.dev/torch-save-refusal-with-its-fix";
+absl::Status RefuseWithFix(std::string what) {
+  absl::Status s = absl::InvalidArgumentError(std::move(what));
+  s.SetPayload(kHasItsFix, absl::Cord());
+  return s;
+}
+
 // The storage classes of the buffer dtypes, by the name torch.save pickles them under.
 constexpr std::array<std::pair<absl::string_view, cuir::TensorDType>, 6> kStorages = {{
     {"torch.FloatStorage", cuir::TensorDType::kFloat32},
@@ -97,7 +106,7 @@ class Unpickler {
       const unsigned char op = static_cast<unsigned char>(p_[pos_++]);
       if (op == '.') return Stop();
       if (auto s = Step(op); !s.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat("data.pkl byte ", at, ": ", s.message()));
+        return cuir::Prefixed(absl::StrCat("data.pkl byte ", at), s);  // every step fails INVALID_ARGUMENT
       }
     }
   }
@@ -286,7 +295,7 @@ class Unpickler {
     auto known = std::find_if(kStorages.begin(), kStorages.end(),
                               [&](const auto& s) { return s.first == type.s; });
     if (known == kStorages.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(
+      return RefuseWithFix(absl::StrCat(
           "a tensor stored as ", type.s, "; captured tensors are ", cuir::TensorDTypeNames(),
           ": convert it before saving, e.g. torch.save(t.to(torch.float32), path)"));
     }
@@ -311,8 +320,7 @@ class Unpickler {
     if (fn == "collections.OrderedDict" && a.empty()) return Push(Make(Value::Kind::kDict));
     if (fn == "torch._utils._rebuild_tensor_v2") return RebuildTensor(a);
     if (fn == "torch._utils._rebuild_parameter") {
-      return absl::InvalidArgumentError(
-          "an nn.Parameter; save the tensor it holds: torch.save(p.detach(), path)");
+      return RefuseWithFix("an nn.Parameter; save the tensor it holds: torch.save(p.detach(), path)");
     }
     return absl::InvalidArgumentError(absl::StrCat(
         "a call of ", fn, ": the file holds something else than one plain tensor (a dict, a "
@@ -497,9 +505,7 @@ absl::StatusOr<cuir::TensorValue> Parse(absl::string_view bytes, const TorchSave
   }
   auto tensor = Unpickler(*pickle).Run();
   if (!tensor.ok()) {
-    // Refusals that already say how to save the file (a dtype to convert, a Parameter to detach)
-    // keep their own fix.
-    if (absl::StrContains(tensor.status().message(), "torch.save(")) return tensor.status();
+    if (tensor.status().GetPayload(kHasItsFix).has_value()) return tensor.status();
     return Refuse(tensor.status().message());
   }
   auto storage = Entry(bytes, *entries, absl::StrCat(*prefix, "data/", (*tensor)->storage->s), o);
