@@ -1,8 +1,25 @@
 #include "cuir/pipeline/report.h"
 
-#include "cuir/pipeline/stages.h"
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace cubridge::pipeline {
+namespace {
+
+// Each of the report's kernel buffers ("lowering.buffers", in the kernel's argument order) gets
+// its canonical name ("canonical": buf0, ...), so that a cache hit can be bound to another spec of
+// the same hash (BindBuffers).
+void MarkCanonicalBuffers(nlohmann::json* report, const std::map<std::string, std::string>& canonical) {
+  if (!report->contains("lowering") || !(*report)["lowering"].contains("buffers")) return;
+  for (auto& b : (*report)["lowering"]["buffers"]) {
+    const auto it = canonical.find(b.value("name", ""));
+    if (it != canonical.end()) b["canonical"] = it->second;
+  }
+}
+
+}  // namespace
 
 nlohmann::json KernelReport::ToJson() const {
   nlohmann::json out = {
@@ -28,10 +45,37 @@ nlohmann::json KernelReport::ToJson() const {
   return out;
 }
 
-std::vector<std::string> KernelReportKeys() {
-  std::vector<std::string> keys;
-  for (const auto& [key, value] : KernelReport().ToJson().items()) keys.push_back(key);
-  return keys;
+absl::Status BindBuffers(nlohmann::json* report, const std::map<std::string, std::string>& canonical) {
+  if (!report->is_object() || !report->contains("lowering") ||
+      !(*report)["lowering"].contains("buffers") || !(*report)["lowering"]["buffers"].is_array()) {
+    return absl::OkStatus();  // a kernel without captured tensors
+  }
+  std::map<std::string, std::string> name_of;  // canonical -> this spec's name
+  for (const auto& [name, c] : canonical) name_of[c] = name;
+  auto& buffers = (*report)["lowering"]["buffers"];
+  std::vector<std::string> names;
+  for (const auto& b : buffers) {
+    const std::string name = b.contains("name") && b["name"].is_string() ? b["name"].get<std::string>() : "";
+    if (b.contains("canonical") && b["canonical"].is_string()) {
+      const auto it = name_of.find(b["canonical"].get<std::string>());
+      if (it == name_of.end()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "the kernel's buffer '", name, "' (", b["canonical"].get<std::string>(),
+            ") has no counterpart in this spec, whose buffers are ",
+            absl::StrJoin(canonical, ", ", absl::PairFormatter(" as ")),
+            ": the kernel was made for another spec; adapt this one again (--no-cache)"));
+      }
+      names.push_back(it->second);
+    } else if (canonical.count(name)) {
+      names.push_back(name);
+    } else {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the kernel names a buffer '", name, "' this spec does not declare, and it was made "
+          "before kernels recorded which buffer is which: adapt this spec again (--no-cache)"));
+    }
+  }
+  for (size_t i = 0; i < names.size(); ++i) buffers[i]["name"] = names[i];
+  return absl::OkStatus();
 }
 
 }  // namespace cubridge::pipeline

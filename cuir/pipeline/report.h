@@ -6,9 +6,10 @@
 
 #include <map>
 #include <string>
-#include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "absl/status/status.h"
 
 namespace cubridge::pipeline {
 
@@ -38,7 +39,11 @@ struct KernelReport {
   nlohmann::json ToJson() const;
 };
 
-// The top-level keys of KernelReport::ToJson (sorted, as nlohmann::json keeps them).
-std::vector<std::string> KernelReportKeys();
+// Renames a report's kernel buffers to the names `canonical` (this spec's name -> canonical
+// name, spec::CanonicalBufferNames) gives their canonical names: the kernel's argument order
+// stays, the names become this spec's. A report from before canonical names keeps its names if
+// this spec declares them all; otherwise FAILED_PRECONDITION (which buffer is which cannot be
+// told).
+absl::Status BindBuffers(nlohmann::json* report, const std::map<std::string, std::string>& canonical);
 
 }  // namespace cubridge::pipeline

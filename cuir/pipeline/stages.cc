@@ -125,47 +125,6 @@ nlohmann::json LoweringJson(const lower::LoweredKernel& k) {
           {"buffers", BuffersJson(k.buffers)}};
 }
 
-void MarkCanonicalBuffers(nlohmann::json* report, const std::map<std::string, std::string>& canonical) {
-  if (!report->contains("lowering") || !(*report)["lowering"].contains("buffers")) return;
-  for (auto& b : (*report)["lowering"]["buffers"]) {
-    const auto it = canonical.find(b.value("name", ""));
-    if (it != canonical.end()) b["canonical"] = it->second;
-  }
-}
-
-absl::Status BindBuffers(nlohmann::json* report, const std::map<std::string, std::string>& canonical) {
-  if (!report->is_object() || !report->contains("lowering") ||
-      !(*report)["lowering"].contains("buffers") || !(*report)["lowering"]["buffers"].is_array()) {
-    return absl::OkStatus();  // a kernel without captured tensors
-  }
-  std::map<std::string, std::string> name_of;  // canonical -> this spec's name
-  for (const auto& [name, c] : canonical) name_of[c] = name;
-  auto& buffers = (*report)["lowering"]["buffers"];
-  std::vector<std::string> names;
-  for (const auto& b : buffers) {
-    const std::string name = b.contains("name") && b["name"].is_string() ? b["name"].get<std::string>() : "";
-    if (b.contains("canonical") && b["canonical"].is_string()) {
-      const auto it = name_of.find(b["canonical"].get<std::string>());
-      if (it == name_of.end()) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "the kernel's buffer '", name, "' (", b["canonical"].get<std::string>(),
-            ") has no counterpart in this spec, whose buffers are ",
-            absl::StrJoin(canonical, ", ", absl::PairFormatter(" as ")),
-            ": the kernel was made for another spec; adapt this one again (--no-cache)"));
-      }
-      names.push_back(it->second);
-    } else if (canonical.count(name)) {
-      names.push_back(name);
-    } else {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the kernel names a buffer '", name, "' this spec does not declare, and it was made "
-          "before kernels recorded which buffer is which: adapt this spec again (--no-cache)"));
-    }
-  }
-  for (size_t i = 0; i < names.size(); ++i) buffers[i]["name"] = names[i];
-  return absl::OkStatus();
-}
-
 uint64_t FreshSeed() {
   std::random_device rd;
   return (static_cast<uint64_t>(rd()) << 32 | rd()) | 1;

@@ -47,15 +47,6 @@ nlohmann::json AppliedRulesJson(const transfer::TransferResult& t);
 // Where the kernel came from and which params.buffers slot holds which captured tensor.
 nlohmann::json LoweringJson(const lower::LoweredKernel& k);
 nlohmann::json BuffersJson(const std::vector<lower::LoweredBuffer>& buffers);
-// A report's kernel buffers ("lowering.buffers", in the kernel's argument order) each get their
-// canonical name ("canonical": buf0, ...; spec::CanonicalBufferNames of the spec they were
-// lowered from), so that a cache hit can be bound to another spec of the same hash.
-void MarkCanonicalBuffers(nlohmann::json* report, const std::map<std::string, std::string>& canonical);
-// Renames the report's kernel buffers to the names `canonical` (this spec's name -> canonical
-// name) gives their canonical names: the kernel's argument order stays, the names become this
-// spec's. A report from before canonical names keeps its names if this spec declares them all;
-// otherwise FAILED_PRECONDITION (which buffer is which cannot be told).
-absl::Status BindBuffers(nlohmann::json* report, const std::map<std::string, std::string>& canonical);
 uint64_t FreshSeed();  // odd, from the system's entropy
 
 }  // namespace cubridge::pipeline

@@ -9,7 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "cubridge/v1/client.grpc.pb.h"
 #include "cubridge/status_details.h"
-#include "cuir/pipeline/stages.h"
+#include "cuir/pipeline/report.h"
 #include "server/coordinator/coordinator.h"
 #include "service/contract/ids.h"
 #include "service/contract/task_contract.h"
@@ -38,7 +38,6 @@ class ClientService final : public v1::CuBridge::Service {
       if (!checked.ok()) return checked.status();
       auto archs = ResolveArchs(flow, *req);
       if (!archs.ok()) return archs.status();
-      std::map<std::string, std::string> buffers;  // a lift has no spec buffers
       if (!checked->lift) {
         // The spec is compiled in a child process: whatever it does, it cannot stop this one.
         auto spec = c_->spec_checker().Check(*req, c_->options().flow.ruleset);
@@ -46,11 +45,9 @@ class ClientService final : public v1::CuBridge::Service {
           return rpc::WithReason(spec.status(), v1::ERROR_REASON_SPEC_CHECKERS_BUSY);
         }
         if (!spec.ok()) return spec.status();
-        checked->spec_hash = spec->spec_hash;
-        checked->canonical_form = spec->canonical_form;
-        buffers = spec->canonical_buffers;
+        checked->key = *std::move(spec);
       }
-      auto job = flow.Submit(*req, {checked->spec_hash, checked->canonical_form, buffers}, *archs);
+      auto job = flow.Submit(*req, checked->key, *archs);
       if (!job.ok()) return job.status();
       spdlog::info("job={} submitted spec={} archs={} level={} proposer={} cache_hit={}",
                    job->job_id(), job->spec_hash().substr(0, 16), absl::StrJoin(*archs, ","),

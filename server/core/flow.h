@@ -23,6 +23,7 @@
 
 #include "absl/status/statusor.h"
 #include "cubridge/v1/client.pb.h"
+#include "server/core/request.h"
 #include "service/runtime/metrics.h"
 #include "server/store/jobs.h"
 #include "server/store/kernels.h"
@@ -42,15 +43,6 @@ struct FlowOptions {
 };
 
 // One coordinator thread's view of the stores (a Redis client is used by one thread at a time).
-// What the spec check made of a submitted spec: the kernel cache key, the canonical text it
-// hashes, and each buffer's canonical name (a kernel of this hash made for another spec is
-// handed to the job under its own spec's names: pipeline::BindBuffers).
-struct SpecKey {
-  std::string spec_hash;
-  std::string canonical_form;
-  std::map<std::string, std::string> canonical_buffers;
-};
-
 class JobFlow {
  public:
   JobFlow(store::RedisClient* redis, const FlowOptions& options, service::Metrics* metrics);

@@ -121,9 +121,9 @@ absl::StatusOr<CheckedRequest> CheckLift(const v1::SubmitJobRequest& r, const Li
     return absl::InvalidArgumentError(absl::StrCat(
         "kernel.name \"", out.kernel_name, "\" is not an identifier (letters, digits, _)"));
   }
-  out.canonical_form = absl::StrCat("cubridge lift 1\nname ", out.kernel_name, "\nconfig ",
+  out.key.canonical_form = absl::StrCat("cubridge lift 1\nname ", out.kernel_name, "\nconfig ",
                                     config.ToString(), "\nsource ", k.source().size(), " bytes\n");
-  out.spec_hash = spec::Sha256Hex(out.canonical_form + k.source());
+  out.key.spec_hash = spec::Sha256Hex(out.key.canonical_form + k.source());
   return out;
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -31,12 +32,22 @@ struct Limits {
   int64_t max_seqlen = 1 << 20;
 };
 
+// What a submitted spec is to the kernel cache: its key, the canonical text that key hashes, and
+// each buffer's canonical name (a kernel of this hash made for another spec is handed to the job
+// under its own spec's names: pipeline::BindBuffers). The spec checker makes it of a spec.
+struct SpecKey {
+  std::string spec_hash;
+  std::string canonical_form;
+  std::map<std::string, std::string> canonical_buffers;
+};
+
 struct CheckedRequest {
   cuir::AttentionConfig config;
   bool lift = false;        // the request carries a user kernel to lift
   std::string kernel_name;  // lift: the expert name its program declares
-  // Lift only (its key needs no compiled spec): the hash of its kernel, name and config.
-  std::string spec_hash, canonical_form;
+  // A lift's (its key needs no compiled spec): the hash of its kernel, name and config; a spec's
+  // comes from the spec checker.
+  SpecKey key;
 };
 
 // Unset sizes take the defaults `adapt --local` uses (batch 1, 8 heads, d 128, 256 tokens,

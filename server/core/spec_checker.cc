@@ -213,7 +213,7 @@ void SpecChecker::Reap(Child& child) {
   child = Child{};
 }
 
-absl::StatusOr<SpecCheckResult> SpecChecker::Check(const v1::SubmitJobRequest& request,
+absl::StatusOr<SpecKey> SpecChecker::Check(const v1::SubmitJobRequest& request,
                                                    const std::string& ruleset) {
   const auto start = Clock::now();
   const std::string file = request.spec().file_name().empty() ? "spec.py" : request.spec().file_name();
@@ -222,7 +222,7 @@ absl::StatusOr<SpecCheckResult> SpecChecker::Check(const v1::SubmitJobRequest& r
   req.set_ruleset(ruleset);
   const std::string key = CacheKey(req.request(), ruleset);
   std::string outcome = "unavailable";
-  auto observe = [&](absl::StatusOr<SpecCheckResult> result) {
+  auto observe = [&](absl::StatusOr<SpecKey> result) {
     if (observer_) observer_(outcome, std::chrono::duration<double>(Clock::now() - start).count());
     return result;
   };
@@ -255,7 +255,7 @@ absl::StatusOr<SpecCheckResult> SpecChecker::Check(const v1::SubmitJobRequest& r
     child->busy = true;
   }
   // The child's process is replaced outside the lock: starting LibTorch takes a while.
-  absl::StatusOr<SpecCheckResult> result;
+  absl::StatusOr<SpecKey> result;
   if (child->pid <= 0) {
     if (auto s = Spawn(*child); !s.ok()) result = s;
   }
@@ -278,7 +278,7 @@ absl::StatusOr<SpecCheckResult> SpecChecker::Check(const v1::SubmitJobRequest& r
   return observe(result);
 }
 
-absl::StatusOr<SpecCheckResult> SpecChecker::RunOn(Child& child, const std::string& frame,
+absl::StatusOr<SpecKey> SpecChecker::RunOn(Child& child, const std::string& frame,
                                                    const std::string& file, std::string* outcome) {
   const auto deadline = Clock::now() + options_.timeout;
   std::string payload;
@@ -290,7 +290,7 @@ absl::StatusOr<SpecCheckResult> SpecChecker::RunOn(Child& child, const std::stri
       return absl::Status(static_cast<absl::StatusCode>(response.code()), response.message());
     }
     *outcome = "ok";
-    return SpecCheckResult{response.spec_hash(), response.canonical_form(),
+    return SpecKey{response.spec_hash(), response.canonical_form(),
                            {response.canonical_buffers().begin(), response.canonical_buffers().end()}};
   }
   // The child is gone or stuck: whatever it was doing, it is replaced before the next spec.

@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "cubridge/v1/client.pb.h"
 #include "cubridge/v1/spec_check.pb.h"
+#include "server/core/request.h"
 
 namespace cubridge::core {
 
@@ -37,12 +38,6 @@ struct SpecCheckerOptions {
   int64_t memory_bytes = int64_t{4} << 30;       // RLIMIT_AS of a child
   int64_t stack_bytes = int64_t{16} << 20;       // RLIMIT_STACK of a child's main thread
   size_t cache_entries = 1024;
-};
-
-struct SpecCheckResult {
-  std::string spec_hash;
-  std::string canonical_form;
-  std::map<std::string, std::string> canonical_buffers;  // buffer -> buf0, buf1, ...
 };
 
 // What became of one check, for metrics: ok, invalid (the frontend refused the spec), crashed,
@@ -61,7 +56,7 @@ class SpecChecker {
   // The spec's hash and canonical form, or: INVALID_ARGUMENT with the frontend's
   // "file:line:col: ..." message, or saying the spec crashed the frontend; RESOURCE_EXHAUSTED when
   // it ran past the time or memory limit; UNAVAILABLE when no child was free in time.
-  absl::StatusOr<SpecCheckResult> Check(const v1::SubmitJobRequest& request,
+  absl::StatusOr<SpecKey> Check(const v1::SubmitJobRequest& request,
                                         const std::string& ruleset);
 
  private:
@@ -72,7 +67,7 @@ class SpecChecker {
   };
   absl::Status Spawn(Child& child);
   void Reap(Child& child);  // kills (if alive) and waits for it
-  absl::StatusOr<SpecCheckResult> RunOn(Child& child, const std::string& frame,
+  absl::StatusOr<SpecKey> RunOn(Child& child, const std::string& frame,
                                         const std::string& file, std::string* outcome);
 
   SpecCheckerOptions options_;
@@ -81,8 +76,8 @@ class SpecChecker {
   std::condition_variable free_;
   std::vector<Child> children_;
   // Compiled specs, most recently used first, and where each is in that order.
-  std::list<std::pair<std::string, SpecCheckResult>> lru_;
-  std::map<std::string, std::list<std::pair<std::string, SpecCheckResult>>::iterator> cached_;
+  std::list<std::pair<std::string, SpecKey>> lru_;
+  std::map<std::string, std::list<std::pair<std::string, SpecKey>>::iterator> cached_;
 };
 
 // The child side: answers frames on `fd` until it closes; a check that runs longer than
