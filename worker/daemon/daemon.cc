@@ -119,13 +119,15 @@ Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {
     ssl.pem_root_certs = ReadAll(options_.tls_ca_file);
     creds = grpc::SslCredentials(ssl);
   }
-  // A restarted coordinator is found within a second: gRPC's own reconnect backoff (1 s growing
-  // to 2 min by default) would otherwise decide when this worker leases again.
+  // A restarted coordinator is found within about half a second (the backoff, up to 20% jitter,
+  // and the connect): gRPC's own reconnect backoff (1 s growing to 2 min by default) would
+  // otherwise decide when this worker leases again. Two connect attempts a second per worker is
+  // little load on a coordinator's host.
   grpc::ChannelArguments args;
   // (GRPC_ARG_MIN_RECONNECT_BACKOFF_MS stays at its default: it is also how long one connect
   // attempt may take, and a loaded machine needs more than a fraction of a second for it.)
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
   // A lease carries the buffer values of its job (as large as the coordinator accepts them).
   args.SetMaxReceiveMessageSize(-1);
   channel_ = grpc::CreateCustomChannel(options_.coordinator, creds, args);
@@ -282,21 +284,36 @@ absl::Status Daemon::Run() {
   return absl::OkStatus();
 }
 
-void Daemon::AwaitCoordinator(std::chrono::milliseconds backoff) {
-  // A connected channel means the coordinator itself refused for now: wait out the backoff. A
-  // broken one is asked to connect and watched, so the next call goes out the moment a restarted
-  // coordinator listens: gRPC alone leaves a failed channel idle for seconds.
-  const auto until = std::chrono::system_clock::now() + backoff;
+void Daemon::AwaitCoordinator(std::chrono::milliseconds backoff,
+                              std::chrono::steady_clock::time_point give_up) {
+  // A connected channel means the coordinator itself refused for now: wait out the backoff.
   if (channel_->GetState(/*try_to_connect=*/true) == GRPC_CHANNEL_READY) {
-    std::this_thread::sleep_until(until);
+    std::this_thread::sleep_for(backoff);
     return;
   }
-  if (!unreachable_since_) unreachable_since_ = std::chrono::steady_clock::now();
-  if (channel_->WaitForConnected(until)) {
-    spdlog::info("coordinator {} reachable again after {:.2f} s", options_.coordinator,
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - *unreachable_since_)
-                     .count());
-    unreachable_since_.reset();
+  // A broken one is watched until it connects (its own reconnect backoff is capped at 1 s), so
+  // the next call goes out, and the return is logged, the moment a restarted coordinator listens.
+  // Waiting only for the call's backoff left a race: a channel that connected just after the wait
+  // ended carried the next lease as a long poll, and nothing said the coordinator was back.
+  const auto now = std::chrono::steady_clock::now();
+  if (!unreachable_since_) unreachable_since_ = now;
+  auto next_note = now + std::chrono::seconds(30);
+  while (!draining_ && std::chrono::steady_clock::now() < give_up) {
+    const auto slice = std::min(give_up, std::chrono::steady_clock::now() + std::chrono::milliseconds(500));
+    if (channel_->WaitForConnected(std::chrono::system_clock::now() +
+                                   (slice - std::chrono::steady_clock::now()))) {
+      spdlog::info("coordinator {} reachable again after {:.2f} s", options_.coordinator,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - *unreachable_since_)
+                       .count());
+      unreachable_since_.reset();
+      return;
+    }
+    if (std::chrono::steady_clock::now() >= next_note) {
+      spdlog::warn("coordinator {} still unreachable after {:.0f} s", options_.coordinator,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - *unreachable_since_)
+                       .count());
+      next_note += std::chrono::seconds(30);
+    }
   }
 }
 
@@ -520,7 +537,7 @@ void Daemon::Report(const v1::Task& task, Method method, const Request& request)
       spdlog::warn("task={}: outcome refused: {}", task.task_id(), s.error_message());
       return;
     }
-    AwaitCoordinator(backoff);
+    AwaitCoordinator(backoff, give_up);
     backoff = std::min(backoff * 2, kMaxBackoff);
   }
   spdlog::warn("task={}: coordinator unreachable; the lease will expire and the task be retried",

@@ -75,8 +75,11 @@ class Daemon {
   // Stops leasing, says why everywhere, and waits for the self-check to pass again.
   void Fence(const std::string& reason);
   void ReportHealth(v1::WorkerHealth health, const std::string& reason);
-  // The pause before a retry: ends early when the channel connects again.
-  void AwaitCoordinator(std::chrono::milliseconds backoff);
+  // Returns when the coordinator may be called again: after `backoff` if the channel is up, else
+  // when it connects, drains, or at `give_up`.
+  void AwaitCoordinator(std::chrono::milliseconds backoff,
+                        std::chrono::steady_clock::time_point give_up =
+                            std::chrono::steady_clock::time_point::max());
   template <typename Request, typename Response, typename Method>
   grpc::Status Call(Method method, const Request& request, Response* response,
                     std::chrono::milliseconds deadline);
