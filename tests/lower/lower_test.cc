@@ -400,6 +400,23 @@ TEST(Lower, AHoistedRuntimeDivisorMultipliesInTheElement) {
   }
 }
 
+// A row or column value reads the block values inside it (the divisor of q_idx // (h % 4 + 1)),
+// which may have more nodes than the value itself: they are declared before it all the same
+// (share-hoisted sorts by size, block values first).
+TEST(Lower, RowAndColumnValuesComeAfterTheBlockValuesTheyRead) {
+  for (Arch arch : {Arch::kSm80, Arch::kSm90}) {
+    const std::string mask = Unindented(RegionText(LowerOrDie("row_reads_block", arch), "mask"));
+    const size_t block = mask.find("const int invariant = ((h & 3) + 1);\n");
+    const size_t row = mask.find("q_invariant[mt][r] = cuir_udiv_by(q_idx, invariant_divisor);");
+    const size_t col = mask.find("kv_invariant[j][k] = cuir_udiv_by(kv_idx, invariant_divisor);");
+    ASSERT_NE(block, std::string::npos) << mask;
+    ASSERT_NE(row, std::string::npos) << mask;
+    ASSERT_NE(col, std::string::npos) << mask;
+    EXPECT_LT(block, row) << mask;
+    EXPECT_LT(block, col) << mask;
+  }
+}
+
 // The Hopper expert's head-dim-64 instance takes 192-row tiles (kBlockM) only where the program
 // has no block tables, whose rows are BLOCK_M-row blocks: the workspace region says which.
 TEST(Lower, TheWorkspaceRegionSaysWhetherTheProgramHasBlockTables) {

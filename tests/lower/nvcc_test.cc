@@ -37,7 +37,8 @@ constexpr int kParallelCompiles = 2;  // the build machines have two cores
 const char* kPrograms[] = {"base",          "causal",         "sliding_window",
                            "global_window", "document",       "document_batched",
                            "softcap_alibi", "gqa",            "renamed_symbols",
-                           "share_question", "position_scale", "row_terms"};
+                           "share_question", "position_scale", "row_terms",
+                           "row_reads_block"};
 
 struct CompileJob {
   std::string label;

@@ -1,11 +1,13 @@
-// The lowering's expression rewrites against their golden files (tests/lower/golden/NAME.txt,
-// input expressions beside the expected output, as MLIR's FileCheck tests keep them): every
-// rewrite has one, and every case in it gives what it says. `cuir-opt FILE` runs the same files.
+// The lowering's expression rewrites and hoisting passes against their golden files
+// (tests/lower/golden/NAME.txt, input expressions beside the expected output, as MLIR's FileCheck
+// tests keep them): every rewrite has one, and every case in it gives what it says. `cuir-opt
+// FILE` runs the same files.
 #include <filesystem>
 #include <set>
 
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "cuir/files/files.h"
 #include "cuir/lower/rewrites/rewrites.h"
 
@@ -51,7 +53,15 @@ TEST(RewriteGolden, AMalformedFileIsRefusedWithItsLine) {
   auto dangling = RunGolden("# rewrite: fold-scale\nin: score\n", "f.txt");
   EXPECT_EQ(dangling.status().message(), "f.txt:2: an `in:` without its `out:`");
   auto bad_var = RunGolden("# rewrite: fold-scale\n# vars: x double\n", "f.txt");
-  EXPECT_EQ(bad_var.status().message(), "f.txt:2: `x double`: write NAME int|float|bool");
+  EXPECT_EQ(bad_var.status().message(),
+            "f.txt:2: `x double`: write NAME int|float|bool or NAME DTYPE[RANK]");
+  // A buffer needs a dtype torch names and a rank of at least one; `# walk:` reads the same.
+  for (const char* decl : {"doc int32[0]", "doc int99[1]", "doc int32[", "doc int32[x]"}) {
+    auto bad_buffer = RunGolden(absl::StrCat("# rewrite: place-hoisted\n# walk: ", decl, "\n"),
+                                "f.txt");
+    EXPECT_EQ(bad_buffer.status().message(),
+              absl::StrCat("f.txt:2: `", decl, "`: write NAME int|float|bool or NAME DTYPE[RANK]"));
+  }
 }
 
 TEST(RewriteGolden, AnInputThatDoesNotParseIsACaseThatFails) {

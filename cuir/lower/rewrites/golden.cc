@@ -1,8 +1,10 @@
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "cuir/ir/bounds.h"
+#include "cuir/ir/dtype.h"
 #include "cuir/ir/program.h"
 #include "cuir/lower/rewrites/rewrites.h"
 
@@ -15,16 +17,49 @@ absl::Status At(absl::string_view file, int line, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(file, ":", line, ": ", what));
 }
 
-// The element visitors' names, as the lowering binds them.
-EmitScope ElementScope() {
-  EmitScope scope;
+// The element visitors' names, as the lowering binds them; the block and before-the-walk scopes
+// start empty (the file's `# vars:` and `# walk:` fill them).
+RewriteScopes GoldenScopes() {
+  RewriteScopes scopes;
+  EmitScope& scope = scopes.element;
   scope.Bind("score", "score", CType::kFloat);
   scope.Bind("q_idx", "q_idx", CType::kInt);
   scope.Bind("kv_idx", "kv_idx", CType::kInt);
   scope.Bind(kQFloat, "q_f", CType::kFloat);
   scope.Bind(kKvFloat, "kv_f", CType::kFloat);
   scope.SetBounds(cuir::ElementBoundsEnv());  // indices in [0, 2^31 - 2], as in the visitors
-  return scope;
+  return scopes;
+}
+
+// One `NAME TYPE` of a `# vars:` or `# walk:` line, bound in `scopes`: TYPE int, float or bool, or
+// (a buffer) DTYPE[RANK], whose sizes and strides are NAME_size0, ..., NAME_stride0, ....
+bool BindDecl(absl::string_view decl, const std::vector<EmitScope*>& scopes) {
+  std::vector<std::string> parts = absl::StrSplit(Trim(decl), ' ', absl::SkipEmpty());
+  if (parts.size() != 2) return false;
+  const std::string& name = parts[0];
+  const std::string& type = parts[1];
+  if (type == "int" || type == "float" || type == "bool") {
+    const CType t = type == "int" ? CType::kInt : type == "float" ? CType::kFloat : CType::kBool;
+    for (EmitScope* scope : scopes) scope->Bind(name, name, t);
+    return true;
+  }
+  const size_t open = type.find('[');
+  int rank = 0;
+  if (open == std::string::npos || type.back() != ']' ||
+      !absl::SimpleAtoi(type.substr(open + 1, type.size() - open - 2), &rank) || rank < 1) {
+    return false;
+  }
+  const std::optional<cuir::TensorDType> dtype = cuir::TensorDTypeFromName(type.substr(0, open));
+  if (!dtype) return false;
+  BufferBinding binding;
+  binding.data = name;
+  binding.dtype = *dtype;
+  for (int d = 0; d < rank; ++d) {
+    binding.sizes.push_back(absl::StrCat(name, "_size", d));
+    if (d + 1 < rank) binding.strides.push_back(absl::StrCat(name, "_stride", d));
+  }
+  for (EmitScope* scope : scopes) scope->BindBuffer(name, binding);
+  return true;
 }
 
 // CuIR has no dotted names, but the rewrites read and write the float indices q_idx.f and
@@ -54,7 +89,7 @@ absl::StatusOr<cuir::ExprPtr> ParseGoldenExpr(std::string text, absl::string_vie
 
 absl::StatusOr<GoldenRun> RunGolden(absl::string_view text, absl::string_view file) {
   GoldenRun run;
-  EmitScope scope = ElementScope();
+  RewriteScopes scopes = GoldenScopes();
   const ExprRewrite* rewrite = nullptr;
   std::optional<GoldenCase> open;
   int n = 0;
@@ -67,15 +102,17 @@ absl::StatusOr<GoldenRun> RunGolden(absl::string_view text, absl::string_view fi
       run.rewrite = Trim(rest);
       rewrite = FindExprRewrite(run.rewrite);
       if (rewrite == nullptr) return At(file, n, absl::StrCat("no rewrite named '", run.rewrite, "'"));
-    } else if (absl::ConsumePrefix(&rest, "# vars:")) {
+    } else if (absl::StartsWith(line, "# vars:") || absl::StartsWith(line, "# walk:")) {
+      // The walk's names are not known before it.
+      const bool walk = absl::ConsumePrefix(&rest, "# walk:");
+      if (!walk) absl::ConsumePrefix(&rest, "# vars:");
+      std::vector<EmitScope*> in = {&scopes.element, &scopes.block};
+      if (!walk) in.push_back(&scopes.before_walk);
       for (absl::string_view decl : absl::StrSplit(rest, ',', absl::SkipWhitespace())) {
-        std::vector<std::string> parts = absl::StrSplit(Trim(decl), ' ', absl::SkipEmpty());
-        if (parts.size() != 2 || (parts[1] != "int" && parts[1] != "float" && parts[1] != "bool")) {
-          return At(file, n, absl::StrCat("`", Trim(decl), "`: write NAME int|float|bool"));
+        if (!BindDecl(decl, in)) {
+          return At(file, n, absl::StrCat("`", Trim(decl),
+                                          "`: write NAME int|float|bool or NAME DTYPE[RANK]"));
         }
-        const CType type = parts[1] == "int" ? CType::kInt : parts[1] == "float" ? CType::kFloat
-                                                                                 : CType::kBool;
-        scope.Bind(parts[0], parts[0], type);
       }
     } else if (absl::StartsWith(line, "#")) {
       continue;  // a comment
@@ -87,8 +124,8 @@ absl::StatusOr<GoldenRun> RunGolden(absl::string_view text, absl::string_view fi
       if (rewrite == nullptr) return At(file, n, "no `# rewrite: NAME` line before the cases");
       open->want = Trim(rest);
       auto parsed = ParseGoldenExpr(open->in, file);
-      absl::StatusOr<std::string> got =
-          parsed.ok() ? rewrite->show(*parsed, scope) : absl::StatusOr<std::string>(parsed.status());
+      absl::StatusOr<std::string> got = parsed.ok() ? rewrite->show(*parsed, scopes)
+                                                    : absl::StatusOr<std::string>(parsed.status());
       open->got = got.ok() ? *got : absl::StrCat("error: ", got.status().message());
       run.cases.push_back(*std::move(open));
       open.reset();

@@ -1,7 +1,9 @@
 // The expression rewrites the lowering applies to a score_mod or mask before it emits CUDA. Each
 // is in its own file under cuir/lower/rewrites/ with its formula and why it holds; registry.cc
-// lists them by name for `cuir-opt` (cuir/lower/rewrites/cuir_opt.cc) and the golden tests
-// (tests/lower/golden/NAME.txt: input expressions beside the expected output).
+// lists them by name for `cuir-opt` (cuir/tools/cuir_opt.cc) and the golden tests
+// (tests/lower/golden/NAME.txt: input expressions beside the expected output). The hoisting
+// passes, which give lets beside an expression, have their own interface (hoisting.h) and are
+// listed here too, each shown as the hoisting pipeline up to it.
 #pragma once
 
 #include <functional>
@@ -59,12 +61,19 @@ cuir::ExprPtr TermsBesideTheScore(const cuir::ExprPtr& e);
 // kv_term_from_tile_start.cc: whether the terms are block values times kv_idx.f only.
 bool LinearInTheKey(const cuir::ExprPtr& terms);
 
+// What a rewrite's input may read, as the lowering binds it: `element` inside the element
+// visitors (the kernel's and the KV walk's names, the element's indices and its score); `block`
+// the KV walk's names around the element loop; `before_walk` the kernel's, before the KV walk.
+struct RewriteScopes {
+  EmitScope element, block, before_walk;
+};
+
 // Each rewrite by name, its result printed (CuIR text; "none" where it does not apply), for
-// cuir-opt and the golden tests. `types` binds the names the expression reads.
+// cuir-opt and the golden tests.
 struct ExprRewrite {
   const char* name;
   const char* summary;
-  std::function<absl::StatusOr<std::string>(const cuir::ExprPtr&, const EmitScope& types)> show;
+  std::function<absl::StatusOr<std::string>(const cuir::ExprPtr&, const RewriteScopes&)> show;
 };
 const std::vector<ExprRewrite>& ExprRewrites();
 const ExprRewrite* FindExprRewrite(std::string_view name);
@@ -74,6 +83,8 @@ const ExprRewrite* FindExprRewrite(std::string_view name);
 //   # vars: slope float, seqlen_q int       (score, q_idx, kv_idx and their floats are bound)
 //   in:  (kv_idx - q_idx) * slope
 //   out: (kv_idx.f - q_idx.f) * slope
+// `# vars:` also declares buffers, as NAME DTYPE[RANK] (doc int32[1]); `# walk: n_block int, ...`
+// declares names of the KV walk, which the element and the block see but not `before_walk`.
 // Each in/out pair is a case; `got` is what the rewrite gives now.
 struct GoldenCase {
   int line = 0;  // of its `in:`
