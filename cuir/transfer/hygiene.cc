@@ -40,6 +40,12 @@ void RenameIn(std::vector<Stmt>& stmts, const std::string& from, const std::stri
 // What the base declares `name` as, when that may not be renamed (params are the tile sizes the
 // lowering and the tuner look up by name).
 const char* Unrenamable(const cuir::Program& p, const std::string& name) {
+  // A spec's expressions read b and h as the batch and head indices whatever the base calls its
+  // grid axes (MapCanonicalNames), and score as the score: a parameter of that name would be
+  // read in their place. (The Python frontend refuses such names first; specs built otherwise,
+  // by a tool or a test, get the same answer here.)
+  if (name == "b" || name == "h") return "index variable";
+  if (name == "score") return "score variable";
   for (const auto& [builtin, type] : cuir::BuiltinSymbols()) {
     if (builtin == name) return "builtin symbol";
   }

@@ -56,6 +56,12 @@ const std::string& RulesetVersion() {
   return *version;
 }
 
+std::vector<std::string> RuleNames() {
+  std::vector<std::string> names;
+  for (const Rule& rule : kRules) names.emplace_back(rule.name);
+  return names;
+}
+
 absl::StatusOr<TransferResult> Transfer(const cuir::Program& base, const VariantSpec& spec,
                                         const cuir::AttentionConfig& config) {
   if (absl::Status s = cuir::ValidateConfig(config); !s.ok()) return s;

@@ -60,6 +60,10 @@ struct TransferResult {
 // Version of the ruleset; part of every spec hash and cache key.
 const std::string& RulesetVersion();
 
+// The rules' names, in the order Transfer runs them (cuir-opt --list, and the golden tests, which
+// want a file per rule).
+std::vector<std::string> RuleNames();
+
 absl::StatusOr<TransferResult> Transfer(const cuir::Program& base, const VariantSpec& spec,
                                         const cuir::AttentionConfig& config);
 
