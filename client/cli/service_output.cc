@@ -88,11 +88,12 @@ void PrintEvent(const v1::StageEvent& e) {
 void PrintJobStatus(const v1::Job& job) {
   PrintField("job", job.job_id());
   PrintField("state", StateName(job.state()) + (job.cache_hit() ? " (cache hit)" : ""));
-  if (job.kind() == "lift") {
+  const bool lift = job.job_kind() == v1::JOB_KIND_LIFT || job.kind() == "lift";  // older coordinators
+  if (lift) {
     PrintField("kind", "lift (a user kernel; cubridge-cli get " + job.job_id() +
                            " --out DIR writes the lifted program)");
   }
-  PrintField(job.kind() == "lift" ? "kernel hash" : "spec hash",
+  PrintField(lift ? "kernel hash" : "spec hash",
              job.spec_hash().empty() ? "-" : job.spec_hash());
   PrintField("archs", Archs(job));
   PrintField("verification", job.verification() == v1::VERIFICATION_LEVEL_IR ? "ir" : "gpu");

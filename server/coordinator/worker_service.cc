@@ -12,6 +12,7 @@
 #include "server/coordinator/coordinator.h"
 #include "service/contract/ids.h"
 #include "service/contract/task_contract.h"
+#include "service/contract/task_messages.h"
 
 namespace cubridge::coordinator {
 namespace {
@@ -23,6 +24,13 @@ class WorkerService final : public v1::Workers::Service {
   grpc::Status Register(grpc::ServerContext* ctx, const v1::RegisterRequest* req,
                         v1::RegisterResponse* out) override {
     return Call(ctx, [&](core::JobFlow& flow) -> absl::Status {
+      // Payloads and results of another shape would fail every task it leased.
+      if (req->task_contract() != contract::kTaskContract) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "this worker speaks task contract ", req->task_contract(), " and the coordinator ",
+            contract::kTaskContract, " (task.proto's messages): run a cubridge-worker of the "
+            "coordinator's release"));
+      }
       std::string arch = req->arch();
       if (arch != "cpu") {
         auto n = core::NormalizeArch(arch);
@@ -75,6 +83,17 @@ class WorkerService final : public v1::Workers::Service {
           if (!lease->has_value()) continue;
           const store::Lease& l = **lease;
           if (l.reclaimed) c_->metrics().LeaseExpired();
+          auto payload = contract::PayloadFromStore(l.task.payload);
+          if (!payload.ok() || payload->kind_case() != contract::PayloadCaseOf(l.task.kind)) {
+            // No worker could run it: it ends here, saying why, and the next task is leased.
+            const std::string why = payload.ok() ? absl::StrCat("the task's payload is not of its kind (", l.task.kind, ")")
+                                                 : std::string(payload.status().message());
+            auto dead = flow.tasks().Fail(l.task_id, l.fencing_token, {why, false, "spec", ""});
+            if (!dead.ok()) return dead.status();
+            spdlog::error("task={} job={}: {}", l.task_id, l.task.job_id, why);
+            c_->AdvanceSubscribers(flow, l.task_id);
+            continue;
+          }
           (void)flow.workers().Touch(worker->id, l.task_id);
           auto* t = out->mutable_task();
           t->set_task_id(l.task_id);
@@ -82,15 +101,14 @@ class WorkerService final : public v1::Workers::Service {
           t->set_kind(KindEnum(l.task.kind));
           t->set_attempt(l.attempt);
           t->set_fencing_token(l.fencing_token);
-          t->set_payload_json(l.task.payload);
           // The values its spec names by digest travel with it; one the store lost is left out,
           // and the worker fails the task saying so.
-          for (const std::string& digest :
-               contract::TensorDigests(nlohmann::json::parse(l.task.payload, nullptr, false))) {
+          for (const std::string& digest : contract::TensorDigests(*payload)) {
             auto bytes = flow.tensors().Get(digest);
             if (!bytes.ok()) return bytes.status();
             if (bytes->has_value()) (*t->mutable_tensor_data())[digest] = std::move(**bytes);
           }
+          *t->mutable_payload() = *std::move(payload);
           spdlog::info("task={} job={} kind={} leased by worker={} attempt={} token={}{}", l.task_id,
                        l.task.job_id, l.task.kind, worker->id, l.attempt, l.fencing_token,
                        l.reclaimed ? " (taken over from an expired lease)" : "");
@@ -142,14 +160,19 @@ class WorkerService final : public v1::Workers::Service {
       if (auto s = contract::CheckTaskId(req->task_id()); !s.ok()) return s;
       auto st = flow.tasks().Get(req->task_id());
       if (!st.ok()) return st.status();
-      auto done = flow.tasks().Complete(req->task_id(), req->fencing_token(), req->result_json());
+      const std::string kind = KindOf(req->task_id());
+      if (req->result().kind_case() != contract::ResultCaseOf(kind)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "task ", req->task_id(), ": the result is not a ", kind, " result (TaskResult.", kind, ")"));
+      }
+      auto done = flow.tasks().Complete(req->task_id(), req->fencing_token(),
+                                        contract::StoreText(req->result()));
       if (!done.ok()) {
         spdlog::warn("task={} result refused: {}", req->task_id(), std::string(done.message()));
         return done;
       }
-      const auto result = nlohmann::json::parse(req->result_json(), nullptr, false);
-      const double seconds = result.is_object() ? result.value("seconds", 0.0) : 0.0;
-      c_->metrics().StageSeconds(KindOf(req->task_id()), seconds);
+      const double seconds = contract::ResultSeconds(req->result());
+      c_->metrics().StageSeconds(kind, seconds);
       spdlog::info("task={} done by worker={} in {:.2f}s", req->task_id(), st->worker, seconds);
       c_->AdvanceSubscribers(flow, req->task_id());
       return absl::OkStatus();
@@ -167,7 +190,8 @@ class WorkerService final : public v1::Workers::Service {
                                  ? req->retryable()
                                  : req->failure_class() == v1::FAILURE_CLASS_INFRASTRUCTURE;
       auto state = flow.tasks().Fail(req->task_id(), req->fencing_token(),
-                                     {req->error(), retryable, cls, req->result_json()});
+                                     {req->error(), retryable, cls,
+                                      req->has_partial() ? contract::StoreText(req->partial()) : ""});
       if (!state.ok()) return state.status();
       if (!cls.empty()) c_->metrics().TaskFailed(cls);
       if (*state == "dead") {

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
@@ -22,6 +23,7 @@
 #include "cubridge/status_details.h"
 #include "server/core/request.h"
 #include "service/contract/task_contract.h"
+#include "service/contract/task_messages.h"
 
 namespace cubridge::core {
 
@@ -77,13 +79,29 @@ std::string InStage(const std::string& stage, const std::string& error) {
   return error.rfind(stage + ": ", 0) == 0 ? error : absl::StrCat(stage, ": ", error);
 }
 
+v1::VerificationLevel LevelEnum(const std::string& level) {
+  return level == kLevelIr ? v1::VERIFICATION_LEVEL_IR : v1::VERIFICATION_LEVEL_GPU;
+}
+
+// A task's stored result (the empty result of its kind while it has none). One the store cannot
+// read is reported and read as empty: the job then fails on what is missing, saying so.
+v1::TaskResult ResultOf(const std::string& task_id, const std::string& kind, const std::string& text) {
+  auto r = ResultFromStore(kind, text);
+  if (r.ok()) return *std::move(r);
+  spdlog::warn("task={}: {}", task_id, std::string(r.status().message()));
+  return ResultFromStore(kind, "").value_or(v1::TaskResult());
+}
+
+const v1::LlmUsage& UsageOf(const v1::TaskResult& r) {
+  return r.has_transfer() ? r.transfer().llm_usage() : r.lift_llm().llm_usage();
+}
+
 // "; llm: 1200 prompt + 300 completion tokens in 2 requests" for a result with LLM usage.
-std::string UsageText(const json& result) {
-  const json usage = result.is_object() ? result.value("llm_usage", json()) : json();
-  if (!usage.is_object() || usage.value("requests", 0) == 0) return "";
-  return absl::StrCat("; llm: ", usage.value("prompt_tokens", int64_t{0}), " prompt + ",
-                      usage.value("completion_tokens", int64_t{0}), " completion tokens in ",
-                      usage.value("requests", 0), " requests");
+std::string UsageText(const v1::TaskResult& result) {
+  const v1::LlmUsage& usage = UsageOf(result);
+  if (usage.requests() == 0) return "";
+  return absl::StrCat("; llm: ", usage.prompt_tokens(), " prompt + ", usage.completion_tokens(),
+                      " completion tokens in ", usage.requests(), " requests");
 }
 
 }  // namespace
@@ -289,34 +307,35 @@ absl::StatusOr<store::TaskState> JobFlow::Need(const Job& job, const std::string
 absl::Status JobFlow::Observe(const Job& job, const std::string& task_id,
                               const store::TaskState& st, const std::string& kind) {
   if (!Ended(st.state)) return absl::OkStatus();
-  json result = ParseOr(st.result, json::object());
-  if (!result.is_object()) result = json::object();
-  const double seconds = result.value("seconds", 0.0);
-  if (kind == kTransferTask || kind == kLiftLlmTask) {
+  const v1::TaskResult result = ResultOf(task_id, kind, st.result);
+  const double seconds = ResultSeconds(result);
+  if (result.has_transfer() || result.has_lift_llm()) {
     // The conversation is kept whatever came of it: a failed one shows why the model failed.
-    const json transcript = result.value("transcript", json::array());
-    if (transcript.is_array() && !transcript.empty()) {
-      if (auto s = jobs_.KeepTranscript(job.record.id, transcript.dump()); !s.ok()) return s;
+    const auto& transcript =
+        result.has_transfer() ? result.transfer().transcript() : result.lift_llm().transcript();
+    if (transcript.values_size() > 0) {
+      if (auto s = jobs_.KeepTranscript(job.record.id, ToJson(transcript).dump()); !s.ok()) return s;
     }
   }
   if (st.state == "dead") {
     return Event(job.record.id, task_id, kind == kCandidateTask ? "candidate" : kind, false,
                  seconds, st.error + UsageText(result), st.worker);
   }
-  if (kind == kTransferTask) {
-    if (auto s = Event(job.record.id, task_id, "transfer", true, result.value("transfer_seconds", 0.0),
-                       result.value("transfer_detail", ""), st.worker);
+  if (result.has_transfer()) {
+    const v1::TransferResult& t = result.transfer();
+    if (auto s = Event(job.record.id, task_id, "transfer", true, t.transfer_seconds(),
+                       t.transfer_detail(), st.worker);
         !s.ok()) {
       return s;
     }
-    return Event(job.record.id, task_id + ":verify", "verify", true,
-                 result.value("verify_seconds", 0.0), result.value("verify_detail", ""), st.worker);
+    return Event(job.record.id, task_id + ":verify", "verify", true, t.verify_seconds(),
+                 t.verify_detail(), st.worker);
   }
   const std::string stage = kind == kLiftTask || kind == kLiftLlmTask ? "lift"
                             : job.level == kLevelGpu                   ? "gpu"
                                                                        : "compile";
-  return Event(job.record.id, task_id, stage, result.value("passed", true), seconds,
-               result.value("detail", ""), st.worker);
+  return Event(job.record.id, task_id, stage, !result.has_candidate() || result.candidate().passed(),
+               seconds, ResultDetail(result), st.worker);
 }
 
 absl::Status JobFlow::Finish(const Job& job, const std::string& state, const std::string& error) {
@@ -341,28 +360,34 @@ absl::Status JobFlow::Advance(const std::string& job_id) {
   if (auto s = tensors_.Keep(digests); !s.ok()) return s;
 
   std::vector<std::pair<std::string, store::TaskState>> deps;
-  auto need = [&](const std::string& id, const std::string& kind, const json& payload,
+  auto need = [&](const std::string& id, const std::string& kind, const v1::TaskPayload& payload,
                   const std::string& cls) -> absl::Status {
-    auto state = Need(job, id, {job_id, kind, payload.dump(), cls});
+    auto state = Need(job, id, {job_id, kind, StoreText(payload), cls});
     if (!state.ok()) return state.status();
     deps.emplace_back(kind, *state);
     return absl::OkStatus();
   };
-  const json spec_json = job.input.ToJson();
   if (job.lift) return AdvanceLift(job);
+  const v1::SpecInput spec = SpecInputToProto(job.input);
   const std::string transfer_id = TransferTaskId(hash, job.proposer);
   // The rules run anywhere; a model is reachable only from workers given an endpoint.
   const bool by_rules = job.proposer == kDefaultProposer;
-  if (auto s = need(transfer_id, kTransferTask, {{"spec", spec_json}, {"proposer", job.proposer}},
-                    by_rules ? "cpu" : kLlmClass);
-      !s.ok()) {
+  v1::TaskPayload transfer;
+  *transfer.mutable_transfer()->mutable_spec() = spec;
+  transfer.mutable_transfer()->set_proposer(job.proposer);
+  if (auto s = need(transfer_id, kTransferTask, transfer, by_rules ? "cpu" : kLlmClass); !s.ok()) {
     return s;
   }
   for (const std::string& arch : job.archs) {
     auto a = lower::ParseArch(arch);
     if (!a.ok()) return a.status();
     const std::string expert = pipeline::ExpertFor(*a);
-    json payload = {{"expert", expert}, {"arch", arch}, {"level", job.level}, {"spec", spec_json}};
+    v1::TaskPayload payload;
+    v1::LiftPayload& lift = *payload.mutable_lift();
+    lift.set_expert(expert);
+    lift.set_arch(arch);
+    lift.set_level(LevelEnum(job.level));
+    *lift.mutable_spec() = spec;
     const std::string id = absl::StrCat("lift-", expert, "-", arch, "-", job.level, "-", options_.ruleset);
     if (auto s = need(id, kLiftTask, payload, ClassFor(job.level, arch)); !s.ok()) return s;
   }
@@ -377,9 +402,9 @@ absl::Status JobFlow::Advance(const std::string& job_id) {
 
   auto transfer_state = tasks_.Get(transfer_id);
   if (!transfer_state.ok()) return transfer_state.status();
-  const json transferred = ParseOr(transfer_state->result, json::object());
-  auto program = Field(transferred, "program", "transfer result");
-  if (!program.ok()) return Finish(job, "failed", std::string(program.status().message()));
+  const v1::TaskResult transferred = ResultOf(transfer_id, kTransferTask, transfer_state->result);
+  const std::string& program = transferred.transfer().program();
+  if (program.empty()) return Finish(job, "failed", "transfer: its result has no program");
 
   bool all_cached = true;
   for (const std::string& arch : job.archs) {
@@ -395,9 +420,14 @@ absl::Status JobFlow::Advance(const std::string& job_id) {
       // Another proposer's program is other work, even for the same spec and tile.
       const std::string id = absl::StrCat("cand-", hash, "-", arch, "-", job.level, "-", tile.Name(),
                                           by_rules ? "" : "-" + job.proposer);
-      json payload = {{"spec", spec_json}, {"program", *program}, {"arch", arch},
-                      {"tile", tile.Name()}, {"level", job.level}};
-      auto state = Need(job, id, {job_id, kCandidateTask, payload.dump(), ClassFor(job.level, arch)});
+      v1::TaskPayload payload;
+      v1::CandidatePayload& c = *payload.mutable_candidate();
+      *c.mutable_spec() = spec;
+      c.set_program(program);
+      c.set_arch(arch);
+      c.set_tile(tile.Name());
+      c.set_level(LevelEnum(job.level));
+      auto state = Need(job, id, {job_id, kCandidateTask, StoreText(payload), ClassFor(job.level, arch)});
       if (!state.ok()) return state.status();
       all_ended = all_ended && Ended(state->state);
       ids.emplace_back(id, tile.Name());
@@ -407,7 +437,7 @@ absl::Status JobFlow::Advance(const std::string& job_id) {
                                                 job.input.config.ToString(), " on ", arch));
     }
     if (!all_ended) continue;
-    auto stored = Select(job, arch, ids, transferred);
+    auto stored = Select(job, arch, ids, transferred.transfer());
     // The store failing is not the job's fault: the next advance tries again.
     if (!store::StoreError(stored.status()).empty()) return stored.status();
     if (!stored.ok()) return Finish(job, "failed", std::string(stored.status().message()));
@@ -421,9 +451,12 @@ absl::Status JobFlow::AdvanceLift(const Job& job) {
   const std::string& job_id = job.record.id;
   bool ready = true, started = false;
   for (const std::string& arch : job.archs) {
-    const json payload = {{"spec", job.input.ToJson()}, {"arch", arch}, {"kernel_name", job.kernel_name}};
+    v1::TaskPayload payload;
+    *payload.mutable_lift_llm()->mutable_spec() = SpecInputToProto(job.input);
+    payload.mutable_lift_llm()->set_arch(arch);
+    payload.mutable_lift_llm()->set_kernel_name(job.kernel_name);
     auto state = Need(job, LiftLlmTaskId(job.record.spec_hash, arch),
-                      {job_id, kLiftLlmTask, payload.dump(), LlmGpuClass(arch)});
+                      {job_id, kLiftLlmTask, StoreText(payload), LlmGpuClass(arch)});
     if (!state.ok()) return state.status();
     if (state->state == "dead") return Finish(job, "failed", InStage("lift", state->error));
     ready = ready && state->state == "done";
@@ -435,17 +468,17 @@ absl::Status JobFlow::AdvanceLift(const Job& job) {
 
 absl::StatusOr<bool> JobFlow::Select(const Job& job, const std::string& arch,
                                      const std::vector<std::pair<std::string, std::string>>& ids,
-                                     const json& transferred) {
+                                     const v1::TransferResult& transferred) {
   json candidates = json::array();
-  std::vector<json> results;
+  std::vector<v1::CandidateResult> results;
   std::vector<std::string> errors;
   for (const auto& [id, tile] : ids) {
     auto st = tasks_.Get(id);
     if (!st.ok()) return st.status();
-    json result = ParseOr(st->result, json::object());
-    json check = result.value("check", json::object());
+    v1::CandidateResult result = ResultOf(id, kCandidateTask, st->result).candidate();
+    json check = ToJson(result.check());
     if (st->state == "dead") check = {{"passed", false}, {"error", st->error}};
-    check["name"] = result.value("tile", tile);
+    check["name"] = result.tile().empty() ? tile : result.tile();
     check["worker_id"] = st->worker;
     if (!check.value("passed", false)) {
       errors.push_back(absl::StrCat(check["name"].get<std::string>(), ": ",
@@ -459,7 +492,7 @@ absl::StatusOr<bool> JobFlow::Select(const Job& job, const std::string& arch,
     return absl::InternalError(absl::StrCat("no candidate verified for ", arch, " (", ids.size(),
                                             " tried): ", absl::StrJoin(errors, "; ")));
   }
-  const json& best_result = results[best];
+  const v1::CandidateResult& best_result = results[best];
   auto key = KeyOf(job.record.id);
   if (!key.ok()) return key.status();
   pipeline::KernelReport account;
@@ -468,18 +501,18 @@ absl::StatusOr<bool> JobFlow::Select(const Job& job, const std::string& arch,
   account.canonical_form = key->canonical_form;
   account.ruleset = options_.ruleset;
   account.arch = arch;
-  account.expert = best_result.value("expert", "");
+  account.expert = best_result.expert();
   account.config = pipeline::ConfigJson(job.input.config);
-  account.proposer = transferred.value("proposer", job.proposer);
-  account.transfer = transferred.value("transfer", json::array());
-  account.verification = transferred.value("verification", json::object());
+  account.proposer = transferred.proposer().empty() ? job.proposer : transferred.proposer();
+  account.transfer = ToJson(transferred.transfer());
+  account.verification = ToJson(transferred.verification());
   account.verification_level = job.level;
-  account.lowering = best_result.value("lowering", json::object());
+  account.lowering = ToJson(best_result.lowering());
   account.gpu = {{"candidates", candidates}, {"best", candidates[best]["name"]}};
   if (job.level != kLevelGpu) {
     account.gpu["skipped"] = "verification level ir: the candidates were lowered and compiled, not run";
   }
-  if (const json usage = transferred.value("llm_usage", json()); usage.is_object()) account.llm = usage;
+  if (const json usage = ToJson(transferred.llm_usage()); usage.is_object()) account.llm = usage;
   // The job's events (GetJob) are the service's stages; the report keeps the key empty.
   account.job_id = job.record.id;
   account.canonical_buffers = key->canonical_buffers;
@@ -488,19 +521,17 @@ absl::StatusOr<bool> JobFlow::Select(const Job& job, const std::string& arch,
                         arch,
                         options_.ruleset,
                         job.level,
-                        best_result.value("cuir", ""),
-                        best_result.value("kernel_cu", ""),
-                        best_result.value("kernel_h", ""),
+                        best_result.cuir(),
+                        best_result.kernel_cu(),
+                        best_result.kernel_h(),
                         report.dump(2) + "\n"};
   // The candidate's compiled module, when its worker sent one (IR-level candidates do).
-  if (const json module = best_result.value("module", json::object()); module.is_object()) {
-    std::string image;
-    if (absl::Base64Unescape(module.value("image_base64", ""), &image) && !image.empty() &&
-        module.contains("symbols") && module["symbols"].is_object()) {
-      k.module_file = module.value("file", "");
-      k.module_image = std::move(image);
-      k.module_symbols_json = module["symbols"].dump();
-    }
+  if (const v1::ModuleImage& module = best_result.module(); !module.image_base64().empty()) {
+    k.module_file = module.file();
+    k.module_image = module.image_base64();
+    k.module_symbols_json = json(std::map<std::string, std::string>(module.symbols().begin(),
+                                                                     module.symbols().end()))
+                                .dump();
   }
   if (auto s = kernels_.Put(k); !s.ok()) return s;
   const std::string detail =
@@ -602,14 +633,17 @@ absl::StatusOr<v1::Job> JobFlow::Describe(const std::string& job_id, bool with_t
                                                      : v1::VERIFICATION_LEVEL_GPU);
   out.set_cache_hit((*extra)["cache_hit"] == "1");
   out.set_proposer((*extra)["proposer"].empty() ? kDefaultProposer : (*extra)["proposer"]);
-  out.set_kind((*extra)["kind"] == "lift" ? "lift" : "adapt");
-  if (out.kind() == "lift" && rec->state == "succeeded" && out.archs_size() > 0) {
+  const bool lift = (*extra)["kind"] == "lift";
+  out.set_job_kind(lift ? v1::JOB_KIND_LIFT : v1::JOB_KIND_ADAPT);
+  out.set_kind(lift ? "lift" : "adapt");
+  if (lift && rec->state == "succeeded" && out.archs_size() > 0) {
     // Each arch's GPU accepted a program; the first arch's is the job's answer.
     auto task = tasks_.Get(LiftLlmTaskId(rec->spec_hash, out.archs(0)));
     if (!task.ok()) return task.status();
-    const json result = ParseOr(task->result, json::object());
-    out.set_lifted_cuir(result.value("program", ""));
-    out.set_lift_report_json(result.value("report", json::object()).dump());
+    const v1::LiftLlmResult result =
+        ResultOf(LiftLlmTaskId(rec->spec_hash, out.archs(0)), kLiftLlmTask, task->result).lift_llm();
+    out.set_lifted_cuir(result.program());
+    out.set_lift_report_json(ToJson(result.report()).dump());
   }
   if (with_transcript) {
     auto transcript = jobs_.Transcript(job_id);

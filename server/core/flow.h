@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
+#include "cubridge/v1/task.pb.h"
 #include "cubridge/v1/client.pb.h"
 #include "server/core/request.h"
 #include "service/runtime/metrics.h"
@@ -85,7 +86,7 @@ class JobFlow {
   // The arch's candidates all ended: the best verified one goes to the cache.
   absl::StatusOr<bool> Select(const Job& job, const std::string& arch,
                               const std::vector<std::pair<std::string, std::string>>& candidates,
-                              const nlohmann::json& transfer_result);
+                              const v1::TransferResult& transfer_result);
   absl::Status Finish(const Job& job, const std::string& state, const std::string& error);
   absl::StatusOr<std::string> WaitingFor(const std::string& job_id);
   absl::Status Event(const std::string& job_id, const std::string& key, const std::string& stage,

@@ -200,18 +200,6 @@ absl::StatusOr<CheckedRequest> CheckRequest(const v1::SubmitJobRequest& r, const
   return out;
 }
 
-std::optional<cuir::TensorDType> TensorDTypeFromProto(int dtype) {
-  static_assert(v1::TENSOR_DTYPE_INT32 == static_cast<int>(cuir::TensorDType::kInt32) + 1 &&
-                v1::TENSOR_DTYPE_FLOAT16 == static_cast<int>(cuir::TensorDType::kFloat16) + 1 &&
-                v1::TensorDType_MAX == cuir::kTensorDTypeCount);
-  if (dtype < 1 || dtype > cuir::kTensorDTypeCount) return std::nullopt;
-  return static_cast<cuir::TensorDType>(dtype - 1);
-}
-
-v1::TensorDType TensorDTypeToProto(cuir::TensorDType dtype) {
-  return static_cast<v1::TensorDType>(static_cast<int>(dtype) + 1);
-}
-
 absl::StatusOr<cuir::TensorValue> TensorValueFromProto(const v1::TensorValue& t, const std::string& what) {
   const auto dtype = TensorDTypeFromProto(t.dtype());
   if (!dtype) {

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "cubridge/v1/client.pb.h"
+#include "service/contract/dtype_proto.h"
 #include "cuir/ir/config.h"
 #include "cuir/ir/tensor_value.h"
 
@@ -59,10 +60,9 @@ absl::StatusOr<CheckedRequest> CheckRequest(const v1::SubmitJobRequest& request,
 // sha256 of the request without its idempotency key: one key may name only one request.
 std::string RequestFingerprint(const v1::SubmitJobRequest& request);
 
-// The proto's TensorDType as the IR's (the launcher ABI's code + 1); nullopt for UNSPECIFIED or a
-// code this build does not know.
-std::optional<cuir::TensorDType> TensorDTypeFromProto(int dtype);
-v1::TensorDType TensorDTypeToProto(cuir::TensorDType dtype);
+// The proto's TensorDType as the IR's (service/contract/dtype_proto.h).
+using contract::TensorDTypeFromProto;
+using contract::TensorDTypeToProto;
 // A TensorValue as the IR's, bytes copied; INVALID_ARGUMENT naming `what` for an unknown dtype.
 // Its data is not checked here (CheckRequest did, or cuir::CheckTensorValue does).
 absl::StatusOr<cuir::TensorValue> TensorValueFromProto(const v1::TensorValue& t, const std::string& what);

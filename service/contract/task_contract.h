@@ -1,17 +1,6 @@
-// What the coordinator asks of a worker, task by task, and what comes back: the JSON of each
-// task kind's payload and result. The coordinator writes payloads and reads results; the worker
-// (worker/daemon/execute.h) reads payloads and writes results. docs/service.md lists the fields.
-//
-//   lift       {expert, arch, level, spec}           -> {detail, seconds[, gpu]}
-//   transfer   {spec, proposer}                      -> {detail, seconds, program, transfer,
-//                                                        verification, proposer, transcript,
-//                                                        llm_usage}; a failed transfer leaves
-//                                                        {proposer, transcript, llm_usage}
-//   candidate  {spec, program, arch, tile, level}    -> {detail, seconds, passed, tile, cuir,
-//                                                        kernel_cu, kernel_h, lowering, check}
-//   lift_llm   {kernel: {file_name, source, name},   -> {detail, seconds, program, report,
-//               config, arch, seed}                      transcript, llm_usage}; a failed lift
-//                                                        leaves {transcript, llm_usage}
+// What the coordinator and its workers agree on about tasks: the task kinds, the default
+// proposer, the verification levels as the store spells them, and a job's spec input. Each kind's
+// payload and result are typed messages (proto/cubridge/v1/task.proto; task_messages.h).
 #pragma once
 
 #include <cstdint>
@@ -46,7 +35,7 @@ inline constexpr char kLevelIr[] = "ir";
 
 // A buffer given by value as the service passes it around: its dtype and shape, and the sha256
 // (hex) of its bytes, under which the store keeps them (server/store/tensors.h). The bytes are
-// here only where a worker resolved them (ResolveTensors).
+// here only where a worker resolved them (SpecInputFromProto).
 struct TensorRef {
   cuir::TensorDType dtype = cuir::TensorDType::kInt32;
   std::vector<int64_t> shape;
@@ -54,9 +43,9 @@ struct TensorRef {
   std::optional<std::string> data;
 };
 
-// A job's variant as a worker rebuilds it: the spec's text, its overrides and the config.
-// As JSON, `buffers` maps each name to its source string, or for a value to
-// {"dtype", "shape", "sha256"} (and "data_base64" once resolved).
+// A job's variant: the spec's text, its overrides and the config. A payload carries it as
+// v1::SpecInput; the job's record in the store as JSON, where `buffers` maps each name to its
+// source string, or for a value to {"dtype", "shape", "sha256"}.
 struct SpecInput {
   std::string file_name;
   std::string source;
@@ -71,17 +60,5 @@ struct SpecInput {
   // FAILED_PRECONDITION naming the buffer when a value's bytes were not resolved.
   absl::StatusOr<std::map<std::string, spec::BufferSource>> BufferSources() const;
 };
-
-// The digests of the values a task payload's spec names: the bytes a lease sends with the task.
-std::vector<std::string> TensorDigests(const nlohmann::json& payload);
-// Puts into the payload's spec the bytes of each value it names, from `lookup` (digest -> the
-// bytes that came with the lease, or null), each checked against its digest. NOT_FOUND naming the
-// buffer when they did not come (the store no longer had them), DATA_LOSS when they do not match.
-absl::Status ResolveTensors(nlohmann::json& payload,
-                            const std::function<const std::string*(const std::string&)>& lookup);
-
-// A payload or result field that must be there; INVALID_ARGUMENT naming the task kind otherwise.
-absl::StatusOr<nlohmann::json> Field(const nlohmann::json& doc, const std::string& name,
-                                     const std::string& what);
 
 }  // namespace cubridge::contract

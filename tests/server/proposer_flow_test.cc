@@ -11,6 +11,7 @@
 #include "server/core/flow.h"
 #include "server/core/request.h"
 #include "service/contract/task_contract.h"
+#include "service/contract/task_messages.h"
 #include "tests/server/redis_server.h"
 
 namespace cubridge::core {
@@ -56,9 +57,9 @@ TEST_F(ProposerFlow, EachProposerHasItsOwnTransferAndTheModelsGoToTheLlmClass) {
   EXPECT_EQ(TaskField("transfer-h1", "class"), "cpu");
   EXPECT_EQ(TaskField("transfer-h1-llm", "class"), "llm");
   EXPECT_EQ(TaskField("transfer-h1-hybrid", "class"), "llm");
-  EXPECT_EQ(json::parse(TaskField("transfer-h1", "payload")).value("proposer", ""), "rules");
-  EXPECT_EQ(json::parse(TaskField("transfer-h1-llm", "payload")).value("proposer", ""), "llm");
-  EXPECT_EQ(json::parse(TaskField("transfer-h1-hybrid", "payload")).value("proposer", ""), "hybrid");
+  EXPECT_EQ(contract::PayloadFromStore(TaskField("transfer-h1", "payload"))->transfer().proposer(), "rules");
+  EXPECT_EQ(contract::PayloadFromStore(TaskField("transfer-h1-llm", "payload"))->transfer().proposer(), "llm");
+  EXPECT_EQ(contract::PayloadFromStore(TaskField("transfer-h1-hybrid", "payload"))->transfer().proposer(), "hybrid");
   // The lift is everyone's: one task.
   EXPECT_EQ(*flow.tasks().Depth("cpu"), 2);
   EXPECT_EQ(*flow.tasks().Depth("llm"), 2);

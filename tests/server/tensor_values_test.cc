@@ -15,6 +15,7 @@
 #include "server/core/request.h"
 #include "server/core/spec_check.h"
 #include "service/contract/task_contract.h"
+#include "service/contract/task_messages.h"
 #include "tests/server/redis_server.h"
 
 namespace cubridge::core {
@@ -216,7 +217,9 @@ TEST_F(TensorValueFlow, AJobKeepsItsValuesOnceByDigestAndALeaseGetsThemBack) {
   EXPECT_GT(client_->Command({"PTTL", "cubridge:tensor:" + digest})->integer, 0);
   const std::string payload = Field("cubridge:task:transfer-h1", "payload");
   EXPECT_LT(payload.size(), 4096u);
-  EXPECT_EQ(contract::TensorDigests(json::parse(payload)), std::vector<std::string>{digest});
+  auto typed = contract::PayloadFromStore(payload);
+  ASSERT_TRUE(typed.ok()) << typed.status();
+  EXPECT_EQ(contract::TensorDigests(*typed), std::vector<std::string>{digest});
 
   // Another coordinator (or this one restarted) advances the job and leases its task: the values
   // come from the store by digest, and rebuild the tensor the client sent.
@@ -224,12 +227,14 @@ TEST_F(TensorValueFlow, AJobKeepsItsValuesOnceByDigestAndALeaseGetsThemBack) {
   ASSERT_TRUE(again.Advance(job->job_id()).ok());
   auto lease = again.tasks().LeaseNext("cpu", "w-test");
   ASSERT_TRUE(lease.ok() && lease->has_value());
-  json leased = json::parse((*lease)->task.payload);
+  auto leased = contract::PayloadFromStore((*lease)->task.payload);
+  ASSERT_TRUE(leased.ok()) << leased.status();
   auto kept = again.tensors().Get(digest);
   ASSERT_TRUE(kept.ok() && kept->has_value());
   const std::string sent = **kept;
-  ASSERT_TRUE(contract::ResolveTensors(leased, [&](const std::string& d) { return d == digest ? &sent : nullptr; }).ok());
-  auto rebuilt = contract::SpecInput::FromJson(leased["spec"]);
+  const contract::TensorLookup came = [&](const std::string& d) { return d == digest ? &sent : nullptr; };
+  ASSERT_TRUE(contract::CheckTensors(*leased, came).ok());
+  auto rebuilt = contract::SpecInputFromProto(*contract::SpecOf(*leased), came);
   ASSERT_TRUE(rebuilt.ok()) << rebuilt.status();
   auto sources = rebuilt->BufferSources();
   ASSERT_TRUE(sources.ok()) << sources.status();
@@ -238,17 +243,15 @@ TEST_F(TensorValueFlow, AJobKeepsItsValuesOnceByDigestAndALeaseGetsThemBack) {
   EXPECT_EQ(sources->at("slopes").value->shape, std::vector<int64_t>{static_cast<int64_t>(many.size())});
 
   // Bytes that did not come, or came damaged, are not used.
-  json missing = json::parse((*lease)->task.payload);
-  const absl::Status gone = contract::ResolveTensors(missing, [](const std::string&) { return nullptr; });
+  const contract::TensorLookup none = [](const std::string&) { return nullptr; };
+  const absl::Status gone = contract::CheckTensors(*leased, none);
   EXPECT_EQ(gone.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(gone.message()), AllOf(HasSubstr("buffer `slopes`"), HasSubstr("submit the job again")));
+  EXPECT_EQ(contract::SpecInputFromProto(*contract::SpecOf(*leased), none).status().code(),
+            absl::StatusCode::kNotFound);
   const std::string damaged = bytes.substr(1);
-  EXPECT_EQ(contract::ResolveTensors(missing, [&](const std::string&) { return &damaged; }).code(),
+  EXPECT_EQ(contract::CheckTensors(*leased, [&](const std::string&) { return &damaged; }).code(),
             absl::StatusCode::kDataLoss);
-  auto unresolved = contract::SpecInput::FromJson(missing["spec"]);
-  ASSERT_TRUE(unresolved.ok());
-  EXPECT_THAT(std::string(unresolved->BufferSources().status().message()),
-              HasSubstr("did not come with the task"));
 
   // A second job with the same values shares the stored copy.
   auto second = flow.Submit(request, {"h1", "canonical"}, {"sm_80"});

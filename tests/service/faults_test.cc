@@ -9,12 +9,15 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "server/store/redis.h"
+#include "service/contract/task_messages.h"
 #include "tests/service/cluster.h"
 
 namespace cubridge::testing {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 using namespace std::chrono_literals;
 
@@ -80,6 +83,21 @@ TEST_F(Faults, ARedisRestartLosesNoAcceptedJob) {
   }
 }
 
+TEST_F(Faults, AWorkerOfAnotherTaskContractIsRefusedAtRegistration) {
+  StartCoordinator();
+  for (int version : {0, contract::kTaskContract + 1}) {
+    v1::RegisterRequest r;
+    r.set_arch("cpu");
+    r.set_task_contract(version);
+    v1::RegisterResponse resp;
+    auto ctx = Context(kWorkerToken);
+    const grpc::Status s = WorkerStub()->Register(ctx.get(), r, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << version;
+    EXPECT_THAT(s.error_message(), AllOf(HasSubstr(absl::StrCat("task contract ", version)),
+                                         HasSubstr("release")));
+  }
+}
+
 TEST_F(Faults, ALateResultWithAStaleFencingTokenIsRefused) {
   StartCoordinator();
   auto job = Submit(Request("causal"));
@@ -89,6 +107,7 @@ TEST_F(Faults, ALateResultWithAStaleFencingTokenIsRefused) {
   auto reg = [&]() {
     v1::RegisterRequest r;
     r.set_arch("cpu");
+    r.set_task_contract(contract::kTaskContract);
     v1::RegisterResponse resp;
     auto ctx = Context(kWorkerToken);
     EXPECT_TRUE(stub->Register(ctx.get(), r, &resp).ok());
@@ -116,12 +135,29 @@ TEST_F(Faults, ALateResultWithAStaleFencingTokenIsRefused) {
   v1::CompleteTaskRequest late;
   late.set_task_id(first.task_id());
   late.set_fencing_token(first.fencing_token());
-  late.set_result_json(R"({"program": "stale"})");
+  // A result of the task's kind (the oneofs number their members alike), with the old token.
+  ASSERT_NE(first.payload().kind_case(), v1::TaskPayload::KIND_NOT_SET);
+  late.mutable_result()->GetReflection()->MutableMessage(
+      late.mutable_result(),
+      v1::TaskResult::descriptor()->FindFieldByNumber(static_cast<int>(first.payload().kind_case())));
   v1::CompleteTaskResponse unused;
   auto ctx = Context(kWorkerToken);
   const grpc::Status refused = stub->CompleteTask(ctx.get(), late, &unused);
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_THAT(refused.error_message(), HasSubstr("stale"));
+  // A result of another kind is the worker's bug: refused as such, whatever its token.
+  v1::CompleteTaskRequest wrong_kind;
+  wrong_kind.set_task_id(second.task_id());
+  wrong_kind.set_fencing_token(second.fencing_token());
+  if (second.payload().has_candidate()) {
+    wrong_kind.mutable_result()->mutable_lift();
+  } else {
+    wrong_kind.mutable_result()->mutable_candidate()->set_passed(true);
+  }
+  auto ctx3 = Context(kWorkerToken);
+  const grpc::Status mismatched = stub->CompleteTask(ctx3.get(), wrong_kind, &unused);
+  EXPECT_EQ(mismatched.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(mismatched.error_message(), HasSubstr("is not a"));
   v1::HeartbeatRequest hb;
   hb.set_worker_id(slow);
   hb.set_task_id(first.task_id());

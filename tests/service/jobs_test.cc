@@ -26,6 +26,7 @@ TEST_F(Jobs, AJobRunsEveryStageAndItsKernelIsServedFromTheCache) {
   auto job = Submit(Request("causal"));
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_FALSE(job->cache_hit());
+  EXPECT_EQ(job->job_kind(), v1::JOB_KIND_ADAPT);
   const v1::Job done = WaitEnded(job->job_id(), 240s);
   ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << Describe(done) << Logs();
   std::vector<std::string> stages;

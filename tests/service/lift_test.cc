@@ -79,6 +79,7 @@ TEST_F(Lift, AJobWaitsForAWorkerWithAModelAndAGpuOfItsArch) {
   auto job = Submit(LiftRequest("sm_90"));
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->kind(), "lift");
+  EXPECT_EQ(job->job_kind(), v1::JOB_KIND_LIFT);
   EXPECT_EQ(job->proposer(), "llm");
   const v1::Job seen = WaitUntil(
       job->job_id(), [](const v1::Job& j) { return !j.waiting_for().empty(); }, 20s);

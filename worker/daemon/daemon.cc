@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "cuir/files/files.h"
 #include "service/contract/task_contract.h"
+#include "service/contract/task_messages.h"
 #include "worker/daemon/execute.h"
 #include "worker/gpu/autotune.h"
 #include "worker/gpu/isolate.h"
@@ -98,16 +99,24 @@ propose::LlmFlags LlmFlagsFromJson(const json& j) {
 }
 
 // What a task's LLM conversation cost, from its (possibly partial) result; nothing without one.
-void CountLlmUsage(service::Metrics& metrics, const json& result) {
-  if (!result.is_object()) return;
-  const json usage = result.value("llm_usage", json());
-  if (!usage.is_object()) return;
-  try {
-    metrics.LlmUsage(usage.value("requests", int64_t{0}), usage.value("prompt_tokens", int64_t{0}),
-                     usage.value("completion_tokens", int64_t{0}));
-  } catch (const json::exception&) {
-    // A usage document of the wrong shape is a bug in the child, not a reason to lose the task.
-  }
+void CountLlmUsage(service::Metrics& metrics, const v1::TaskResult& result) {
+  const v1::LlmUsage& u = result.has_transfer() ? result.transfer().llm_usage() : result.lift_llm().llm_usage();
+  if (u.requests() > 0) metrics.LlmUsage(u.requests(), u.prompt_tokens(), u.completion_tokens());
+}
+
+// The task's files in its folder: the task as leased (payload and values) for the child, and the
+// result it leaves for the daemon; protobuf's binary form, as on the wire.
+constexpr char kTaskFile[] = "task.pb";
+constexpr char kResultFile[] = "result.pb";
+
+bool WriteMessage(const google::protobuf::Message& m, const std::string& path) {
+  std::ofstream out(path, std::ios::binary);
+  return m.SerializeToOstream(&out) && out.flush().good();
+}
+
+bool ReadMessage(const std::string& path, google::protobuf::Message* m) {
+  std::ifstream in(path, std::ios::binary);
+  return in.good() && m->ParseFromIstream(&in);
 }
 
 }  // namespace
@@ -180,6 +189,7 @@ absl::Status Daemon::Register() {
   if (arch_ != "cpu") req.add_capabilities("gpu-verify");
   if (options_.llm) req.add_capabilities(contract::kLlmClass);
   req.set_hostname(Hostname());
+  req.set_task_contract(contract::kTaskContract);
   auto backoff = std::chrono::milliseconds(200);
   while (!draining_) {
     v1::RegisterResponse resp;
@@ -378,7 +388,8 @@ v1::FailureClass Daemon::RunTask(const v1::Task& task) {
   spdlog::info("task={} job={} attempt={} token={}: running", task.task_id(), task.job_id(),
                task.attempt(), task.fencing_token());
   // Every failure names this worker and says what happened, for the user who reads the job.
-  auto fail = [&](v1::FailureClass c, const std::string& why, const std::string& partial = "") {
+  auto fail = [&](v1::FailureClass c, const std::string& why,
+                  const std::optional<v1::TaskResult>& partial = std::nullopt) {
     if (c == v1::FAILURE_CLASS_INFRASTRUCTURE) last_failure_ = why;
     Fail(task, c, absl::StrCat(why, " (worker ", worker_id_, ")"), partial);
     return c;
@@ -392,9 +403,8 @@ v1::FailureClass Daemon::RunTask(const v1::Task& task) {
                 absl::StrCat("cannot create the task folder ", dir.string(), ": ", ec.message()));
   }
   const std::string progress_path = (dir / "progress.txt").string();
-  // The buffers the spec gives by value came with the lease, keyed by digest: into the payload.
-  json payload = json::parse(task.payload_json(), nullptr, false);
-  const auto resolved = contract::ResolveTensors(payload, [&](const std::string& digest) {
+  // The buffers the spec gives by value came with the lease, keyed by digest.
+  const auto resolved = contract::CheckTensors(task.payload(), [&](const std::string& digest) {
     auto it = task.tensor_data().find(digest);
     return it == task.tensor_data().end() ? nullptr : &it->second;
   });
@@ -405,8 +415,12 @@ v1::FailureClass Daemon::RunTask(const v1::Task& task) {
     return fail(absl::IsNotFound(resolved) ? v1::FAILURE_CLASS_SPEC : v1::FAILURE_CLASS_INFRASTRUCTURE,
                 std::string(resolved.message()));
   }
+  if (!WriteMessage(task, (dir / kTaskFile).string())) {
+    metrics_.WorkerTask(kind, "failed", 0);
+    return fail(v1::FAILURE_CLASS_INFRASTRUCTURE,
+                absl::StrCat("cannot write ", (dir / kTaskFile).string(), ": ", std::strerror(errno)));
+  }
   json request = {{"kind", kind},
-                  {"payload", std::move(payload)},
                   {"gpu_timeout_seconds", options_.gpu_timeout_seconds},
                   {"work_dir", dir.string()},
                   {"progress", progress_path}};
@@ -475,16 +489,20 @@ v1::FailureClass Daemon::RunTask(const v1::Task& task) {
     metrics_.WorkerTask(kind, "handed_back", seconds);
     failed = fail(v1::FAILURE_CLASS_INFRASTRUCTURE,
                   "the worker was drained before the task finished; handed back");
-  } else if (outcome->ok) {
+  } else if (v1::TaskResult result;
+             outcome->ok && ReadMessage((dir / kResultFile).string(), &result)) {
     metrics_.WorkerTask(kind, "ok", seconds);
-    CountLlmUsage(metrics_, outcome->result["result"]);
-    Complete(task, outcome->result["result"].dump());
+    CountLlmUsage(metrics_, result);
+    Complete(task, result);
   } else if (outcome->result.contains("failure_class")) {  // the task itself failed
     metrics_.WorkerTask(kind, "failed", seconds);
-    const json partial = outcome->result.value("result", json());
+    v1::TaskResult partial;
+    const bool has_partial = outcome->result.value("partial", false) &&
+                             ReadMessage((dir / kResultFile).string(), &partial);
     CountLlmUsage(metrics_, partial);
     failed = fail(ClassFromName(outcome->result.value("failure_class", "")),
-                  outcome->result.value("error", "failed"), partial.is_null() ? "" : partial.dump());
+                  outcome->result.value("error", "failed"),
+                  has_partial ? std::optional<v1::TaskResult>(partial) : std::nullopt);
   } else {  // crashed, hung, or could not write its result: this machine's problem
     metrics_.WorkerTask(kind, "crashed", seconds);
     failed = fail(v1::FAILURE_CLASS_INFRASTRUCTURE,
@@ -496,23 +514,23 @@ v1::FailureClass Daemon::RunTask(const v1::Task& task) {
   return failed;
 }
 
-void Daemon::Complete(const v1::Task& task, const std::string& result) {
+void Daemon::Complete(const v1::Task& task, const v1::TaskResult& result) {
   v1::CompleteTaskRequest req;
   req.set_task_id(task.task_id());
   req.set_fencing_token(task.fencing_token());
-  req.set_result_json(result);
+  *req.mutable_result() = result;
   Report<v1::CompleteTaskRequest, v1::CompleteTaskResponse>(task, &v1::Workers::Stub::CompleteTask, req);
 }
 
 void Daemon::Fail(const v1::Task& task, v1::FailureClass failure_class, const std::string& error,
-                  const std::string& partial_result) {
+                  const std::optional<v1::TaskResult>& partial_result) {
   v1::FailTaskRequest req;
   req.set_task_id(task.task_id());
   req.set_fencing_token(task.fencing_token());
   req.set_error(error);
   req.set_failure_class(failure_class);
   req.set_retryable(failure_class == v1::FAILURE_CLASS_INFRASTRUCTURE);  // for older coordinators
-  req.set_result_json(partial_result);
+  if (partial_result) *req.mutable_partial() = *partial_result;
   spdlog::warn("task={}: failed ({}): {}", task.task_id(), v1::FailureClass_Name(failure_class),
                error.substr(0, 300));
   Report<v1::FailTaskRequest, v1::FailTaskResponse>(task, &v1::Workers::Stub::FailTask, req);
@@ -546,10 +564,12 @@ void Daemon::Report(const v1::Task& task, Method method, const Request& request)
 
 int RunTaskChild(const std::string& request_path, const std::string& result_path) {
   const json request = json::parse(ReadAll(request_path), nullptr, false);
+  const fs::path dir = request.is_discarded() ? fs::path() : fs::path(request.value("work_dir", ""));
+  v1::Task task;
   json result;
-  if (request.is_discarded()) {
+  if (request.is_discarded() || !ReadMessage((dir / kTaskFile).string(), &task)) {
     result = {{"ok", false},
-              {"error", "the task request " + request_path + " is unreadable"},
+              {"error", absl::StrCat("the task request ", request_path, " or its task file is unreadable")},
               {"failure_class", ClassName(v1::FAILURE_CLASS_INFRASTRUCTURE)}};
   } else {
     // Fault injection for the service tests (docs/service.md): a task slow enough to kill its
@@ -557,29 +577,35 @@ int RunTaskChild(const std::string& request_path, const std::string& result_path
     if (const char* ms = std::getenv("CUBRIDGE_TEST_TASK_DELAY_MS"); ms != nullptr) {
       std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(ms)));
     }
+    const std::string kind = request.value("kind", "");
     // ("*": every kind, a worker whose every task dies.)
-    if (const char* kind = std::getenv("CUBRIDGE_TEST_TASK_CRASH");
-        kind && (request.value("kind", "") == kind || std::string(kind) == "*")) {
+    if (const char* crash = std::getenv("CUBRIDGE_TEST_TASK_CRASH");
+        crash && (kind == crash || std::string(crash) == "*")) {
       std::abort();
     }
     ExecuteOptions o;
-    o.work_dir = request.value("work_dir", fs::temp_directory_path().string());
+    o.work_dir = dir.string();
     o.gpu_timeout_seconds = request.value("gpu_timeout_seconds", 120.0);
     if (request.contains("llm") && request["llm"].is_object()) o.llm = LlmFlagsFromJson(request["llm"]);
     std::ofstream progress(request.value("progress", "/dev/null"), std::ios::app);
-    json partial;
-    const std::string kind = request.value("kind", "");
-    auto r = ExecuteTask(kind, request["payload"], o,
-                         [&](const std::string& line) { progress << line << std::endl; }, &partial);
+    v1::TaskResult partial;
+    auto r = ExecuteTask(task, o, [&](const std::string& line) { progress << line << std::endl; },
+                         &partial);
+    const v1::TaskResult* kept = r.ok() ? &*r : partial.kind_case() != v1::TaskResult::KIND_NOT_SET ? &partial : nullptr;
+    if (kept != nullptr && !WriteMessage(*kept, (dir / kResultFile).string())) {
+      std::cerr << "cannot write the task result " << (dir / kResultFile).string() << ": "
+                << std::strerror(errno) << "\n";
+      return 3;
+    }
     if (r.ok()) {
-      result = {{"ok", true}, {"result", *r}};
+      result = {{"ok", true}};
     } else {
       const v1::FailureClass c = Classify(kind, r.status());
       result = {{"ok", false},
                 {"error", std::string(r.status().message())},
                 {"failure_class", ClassName(c)},
-                {"retryable", c == v1::FAILURE_CLASS_INFRASTRUCTURE}};
-      if (!partial.is_null()) result["result"] = partial;
+                {"retryable", c == v1::FAILURE_CLASS_INFRASTRUCTURE},
+                {"partial", kept != nullptr}};
     }
   }
   std::ofstream out(result_path);

@@ -64,10 +64,10 @@ class Daemon {
   // Runs the task; returns the class of its failure (UNSPECIFIED when it did not fail).
   v1::FailureClass RunTask(const v1::Task& task);
   // Sends a finished task's outcome, riding out a coordinator restart; gives up on a refusal.
-  // A failure carries its class and what the attempt produced before it failed (JSON).
-  void Complete(const v1::Task& task, const std::string& result);
+  // A failure carries its class and what the attempt produced before it failed, if anything.
+  void Complete(const v1::Task& task, const v1::TaskResult& result);
   void Fail(const v1::Task& task, v1::FailureClass failure_class, const std::string& error,
-            const std::string& partial_result = "");
+            const std::optional<v1::TaskResult>& partial_result = std::nullopt);
   template <typename Request, typename Response, typename Method>
   void Report(const v1::Task& task, Method method, const Request& request);
   // Work dir and runner in order; FAILED_PRECONDITION saying what is wrong otherwise.

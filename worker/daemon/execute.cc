@@ -16,6 +16,7 @@
 #include "cuir/propose/llm_lifter.h"
 #include "cuir/propose/llm_proposer.h"
 #include "service/contract/task_contract.h"
+#include "service/contract/task_messages.h"
 #include "worker/gpu/autotune.h"
 #include "worker/gpu/module.h"
 #include "worker/gpu/nvrtc.h"
@@ -50,12 +51,11 @@ struct GpuJob {
   std::map<std::string, spec::BufferSource> buffers;
 };
 
-absl::StatusOr<GpuJob> PrepareGpu(const json& payload, const ExecuteOptions& o) {
-  auto spec_json = contract::Field(payload, "spec", "task payload");
-  if (!spec_json.ok()) return spec_json.status();
-  auto input = contract::SpecInput::FromJson(*spec_json);
+absl::StatusOr<GpuJob> PrepareGpu(const v1::SpecInput& spec, const std::string& arch_name,
+                                  const contract::TensorLookup& tensors, const ExecuteOptions& o) {
+  auto input = contract::SpecInputFromProto(spec, tensors);
   if (!input.ok()) return input.status();
-  auto arch = lower::ParseArch(payload.value("arch", ""));
+  auto arch = lower::ParseArch(arch_name);
   if (!arch.ok()) return arch.status();
   auto buffers = input->BufferSources();
   if (!buffers.ok()) return buffers.status();
@@ -97,15 +97,15 @@ absl::StatusOr<propose::LlmSettings> LlmSettingsOf(const ExecuteOptions& o, cons
 
 // The job's proposer (rules, llm or hybrid: pipeline::Proposer) proposes the program and the CPU
 // verifier accepts or rejects it; whoever proposed it, a mismatch is not retried.
-absl::StatusOr<json> RunTransfer(const json& payload, const ExecuteOptions& o,
-                                 const std::function<void(const std::string&)>& progress,
-                                 json* partial) {
+absl::StatusOr<v1::TransferResult> RunTransfer(const v1::TransferPayload& payload,
+                                               const contract::TensorLookup& tensors,
+                                               const ExecuteOptions& o,
+                                               const std::function<void(const std::string&)>& progress,
+                                               v1::TaskResult* partial) {
   Clock clock;
-  auto spec_json = contract::Field(payload, "spec", "transfer payload");
-  if (!spec_json.ok()) return spec_json.status();
-  auto input = contract::SpecInput::FromJson(*spec_json);
+  auto input = contract::SpecInputFromProto(payload.spec(), tensors);
   if (!input.ok()) return input.status();
-  const std::string name = payload.value("proposer", std::string(contract::kDefaultProposer));
+  const std::string name = payload.proposer().empty() ? contract::kDefaultProposer : payload.proposer();
   if (auto s = pipeline::CheckProposerName(name); !s.ok()) return In("transfer", s);
   std::string detail;
   auto buffers = input->BufferSources();
@@ -131,40 +131,43 @@ absl::StatusOr<json> RunTransfer(const json& payload, const ExecuteOptions& o,
                                          input->seed, {},    {lower::Arch::kSm80, lower::Arch::kSm90},
                                          progress};
   pipeline::Proposal p = (*proposer)->Propose(request);
-  json result = {{"proposer", p.proposer.empty() ? name : p.proposer},
-                 {"transcript", p.transcript},
-                 {"llm_usage", p.llm_usage},
-                 {"transfer_detail", p.transfer_detail},
-                 {"transfer_seconds", p.transfer_seconds},
-                 {"detail", p.transfer_detail},
-                 {"seconds", clock.Seconds()}};
+  v1::TransferResult result;
+  result.set_proposer(p.proposer.empty() ? name : p.proposer);
+  *result.mutable_transcript() = contract::ToList(p.transcript);
+  *result.mutable_llm_usage() = contract::UsageToProto(p.llm_usage);
+  result.set_transfer_detail(p.transfer_detail);
+  result.set_transfer_seconds(p.transfer_seconds);
+  result.set_detail(p.transfer_detail);
+  result.set_seconds(clock.Seconds());
   if (!p.status.ok()) {
-    if (partial != nullptr) *partial = result;
+    if (partial != nullptr) *partial->mutable_transfer() = result;
     // A mismatch is a fact about this spec and this program, not bad luck: no retry.
     if (p.failed_stage == pipeline::Proposal::Stage::kVerify) {
       return absl::FailedPreconditionError(p.status.message());
     }
     return p.status;  // "transfer: ..." with its own code (a spent budget is not retried)
   }
-  result["program"] = cuir::PrintProgram(p.transfer.program);
-  result["transfer"] = pipeline::AppliedRulesJson(p.transfer);
-  result["verification"] = p.verification.ToJson();
-  result["verify_detail"] = p.verify_detail;
-  result["verify_seconds"] = p.verify_seconds;
+  result.set_program(cuir::PrintProgram(p.transfer.program));
+  *result.mutable_transfer() = contract::ToList(pipeline::AppliedRulesJson(p.transfer));
+  *result.mutable_verification() = contract::ToStruct(p.verification.ToJson());
+  result.set_verify_detail(p.verify_detail);
+  result.set_verify_seconds(p.verify_seconds);
   return result;
 }
 
-absl::StatusOr<json> RunLift(const json& payload, const ExecuteOptions& o,
-                             const std::function<void(const std::string&)>& progress) {
+absl::StatusOr<v1::LiftResult> RunLift(const v1::LiftPayload& payload,
+                                       const contract::TensorLookup& tensors, const ExecuteOptions& o,
+                                       const std::function<void(const std::string&)>& progress) {
   Clock clock;
-  auto arch = lower::ParseArch(payload.value("arch", ""));
+  auto arch = lower::ParseArch(payload.arch());
   if (!arch.ok()) return arch.status();
   std::string detail;
   auto base = pipeline::LiftStage(*arch, &detail);
   if (!base.ok()) return In("lift", base.status());
-  json result = {{"expert", pipeline::ExpertFor(*arch)}};
-  if (payload.value("level", "") == contract::kLevelGpu) {
-    auto g = PrepareGpu(payload, o);
+  v1::LiftResult result;
+  result.set_expert(pipeline::ExpertFor(*arch));
+  if (payload.level() == v1::VERIFICATION_LEVEL_GPU) {
+    auto g = PrepareGpu(payload.spec(), payload.arch(), tensors, o);
     if (!g.ok()) return g.status();
     gpu::GpuAutotuner tuner(TunerOptions(o));
     auto device = tuner.Probe(*arch);
@@ -177,21 +180,23 @@ absl::StatusOr<json> RunLift(const json& payload, const ExecuteOptions& o,
           "lift: the expert kernel and its base CuIR disagree on ", *device, ": ",
           check->value("error", check->value("failure", std::string("see the report")))));
     }
-    result["gpu"] = *check;
+    *result.mutable_gpu() = contract::ToStruct(*check);
     detail += absl::StrCat("; on ", *device, " the compiled expert and the interpreted base agree");
   }
-  result["detail"] = detail;
-  result["seconds"] = clock.Seconds();
+  result.set_detail(detail);
+  result.set_seconds(clock.Seconds());
   return result;
 }
 
 // A user's kernel lifted by the model: proposals checked on this worker's GPU against the
 // compiled kernel (worker/gpu/user_kernel.h). The transcript comes back also on failure.
-absl::StatusOr<json> RunLiftLlm(const json& payload, const ExecuteOptions& o,
-                                const std::function<void(const std::string&)>& progress,
-                                json* partial) {
+absl::StatusOr<v1::LiftLlmResult> RunLiftLlm(const v1::LiftLlmPayload& payload,
+                                             const contract::TensorLookup& tensors,
+                                             const ExecuteOptions& o,
+                                             const std::function<void(const std::string&)>& progress,
+                                             v1::TaskResult* partial) {
   Clock clock;
-  auto g = PrepareGpu(payload, o);  // the kernel travels as the job's input file
+  auto g = PrepareGpu(payload.spec(), payload.arch(), tensors, o);  // the kernel: the input file
   if (!g.ok()) return g.status();
   auto settings = LlmSettingsOf(o, "lift");
   if (!settings.ok()) return settings.status();
@@ -203,38 +208,45 @@ absl::StatusOr<json> RunLiftLlm(const json& payload, const ExecuteOptions& o,
   propose::LiftRequest r;
   r.kernel_path = g->input.file_name;
   r.kernel_source = g->input.source;
-  r.name = payload.value("kernel_name", lower::KernelNameFromPath(g->input.file_name));
+  r.name = payload.kernel_name().empty() ? lower::KernelNameFromPath(g->input.file_name)
+                                         : payload.kernel_name();
   r.config = g->input.config;
   r.seed = g->input.seed;
   r.gpu = &comparator;
   r.progress = progress;
   propose::LiftOutcome outcome = propose::LiftWithModel(*settings, r);
-  json result = {{"transcript", outcome.transcript}, {"llm_usage", outcome.usage}};
+  v1::LiftLlmResult result;
+  *result.mutable_transcript() = contract::ToList(outcome.transcript);
+  *result.mutable_llm_usage() = contract::UsageToProto(outcome.usage);
   if (!outcome.status.ok()) {
-    if (partial != nullptr) *partial = result;
+    if (partial != nullptr) *partial->mutable_lift_llm() = result;
     return outcome.status;  // no GPU here is UNAVAILABLE: another worker of the arch may have one
   }
-  result["program"] = absl::StrCat("# Lifted by CuBridge from ", r.kernel_path, " (round ",
-                                   outcome.accepted_round, "); it agreed with the compiled kernel on ",
-                                   comparator.device(), ".\n", cuir::PrintProgram(outcome.program));
-  result["report"] = propose::LiftReport(r, outcome, comparator.device());
-  result["detail"] = absl::StrFormat("%s lifted as expert \"%s\": accepted at round %d, agrees with "
-                                     "the kernel on %s", r.kernel_path, r.name,
-                                     outcome.accepted_round, comparator.device());
-  result["seconds"] = clock.Seconds();
+  result.set_program(absl::StrCat("# Lifted by CuBridge from ", r.kernel_path, " (round ",
+                                  outcome.accepted_round, "); it agreed with the compiled kernel on ",
+                                  comparator.device(), ".\n", cuir::PrintProgram(outcome.program)));
+  *result.mutable_report() = contract::ToStruct(propose::LiftReport(r, outcome, comparator.device()));
+  result.set_detail(absl::StrFormat("%s lifted as expert \"%s\": accepted at round %d, agrees with "
+                                    "the kernel on %s", r.kernel_path, r.name,
+                                    outcome.accepted_round, comparator.device()));
+  result.set_seconds(clock.Seconds());
   return result;
 }
 
 // A candidate's compiled module as its result carries it to the kernel cache (server/core/flow.cc).
-json ModuleJson(const std::string& file, const gpu::CompiledModule& m) {
-  return {{"file", file}, {"image_base64", absl::Base64Escape(m.image)}, {"symbols", m.symbols}};
+v1::ModuleImage ModuleOf(const std::string& file, const gpu::CompiledModule& m) {
+  v1::ModuleImage out;
+  out.set_file(file);
+  out.set_image_base64(m.image);
+  for (const auto& [expr, lowered] : m.symbols) (*out.mutable_symbols())[expr] = lowered;
+  return out;
 }
 
 // The `ir` level: lowered and compiled for the arch with NVRTC (the GPU path's compiler), not run.
 // The cubin goes with the result (base64, `module`), for the kernel cache: a GPU of the arch then
 // loads the kernel without compiling it.
 json CompileCheck(const lower::LoweredKernel& k, const cuir::AttentionConfig& config,
-                  lower::Arch arch, const std::string& name, json* module) {
+                  lower::Arch arch, const std::string& name, v1::ModuleImage* module) {
   gpu::CompileOptions copt;
   copt.arch = arch;
   const int dtype = config.dtype == cuir::DType::kBF16 ? 0 : 1;
@@ -246,8 +258,8 @@ json CompileCheck(const lower::LoweredKernel& k, const cuir::AttentionConfig& co
   if (!compiled.ok()) {
     return {{"passed", false}, {"error", absl::StrCat("compile: ", compiled.status().message())}};
   }
-  *module = ModuleJson(gpu::ModuleFileName(arch == lower::Arch::kSm90 ? 90 : 80, compiled->ptx),
-                       *compiled);
+  *module = ModuleOf(gpu::ModuleFileName(arch == lower::Arch::kSm90 ? 90 : 80, compiled->ptx),
+                     *compiled);
   return {{"passed", true},
           {"compiler", absl::StrCat("NVRTC ", gpu::NvrtcVersion())},
           {"compile_seconds", compiled->seconds},
@@ -269,26 +281,29 @@ absl::StatusOr<cuir::Program> OnExpertOf(const cuir::Program& program, lower::Ar
   return lower::Rebase(program, from->base, to->base);
 }
 
-absl::StatusOr<json> RunCandidate(const json& payload, const ExecuteOptions& o,
-                                  const std::function<void(const std::string&)>& progress) {
+absl::StatusOr<v1::CandidateResult> RunCandidate(
+    const v1::CandidatePayload& payload, const contract::TensorLookup& tensors,
+    const ExecuteOptions& o, const std::function<void(const std::string&)>& progress) {
   Clock clock;
-  auto g = PrepareGpu(payload, o);
+  auto g = PrepareGpu(payload.spec(), payload.arch(), tensors, o);
   if (!g.ok()) return g.status();
-  auto transferred = cuir::ParseProgram(payload.value("program", ""), "transferred.cuir");
+  auto transferred = cuir::ParseProgram(payload.program(), "transferred.cuir");
   if (!transferred.ok()) return In("candidate", transferred.status());
   // The transfer is shared by every arch of a spec; each arch lowers from its own expert.
   auto program = OnExpertOf(*transferred, g->arch);
   if (!program.ok()) return In("candidate", program.status());
-  auto tile = experts::ParseTile(payload.value("tile", ""));
+  auto tile = experts::ParseTile(payload.tile());
   if (!tile.ok()) return tile.status();
   auto tiled = experts::WithTile(*program, *tile);
   if (!tiled.ok()) return In("candidate", tiled.status());
   const std::string arch_name = lower::ArchName(g->arch);
-  json result = {{"tile", tile->Name()}, {"expert", pipeline::ExpertFor(g->arch)},
-                 {"cuir", cuir::PrintProgram(*tiled)}};
+  v1::CandidateResult result;
+  result.set_tile(tile->Name());
+  result.set_expert(pipeline::ExpertFor(g->arch));
+  result.set_cuir(cuir::PrintProgram(*tiled));
   lower::LoweredKernel kernel;
   json check;
-  if (payload.value("level", "") == contract::kLevelGpu) {
+  if (payload.level() == v1::VERIFICATION_LEVEL_GPU) {
     gpu::GpuAutotuner tuner(TunerOptions(o));
     auto device = tuner.Probe(g->arch);
     if (!device.ok()) return absl::UnavailableError(absl::StrCat("candidate: ", device.status().message()));
@@ -298,50 +313,78 @@ absl::StatusOr<json> RunCandidate(const json& payload, const ExecuteOptions& o,
     if (!checked.ok()) return In("candidate", checked.status());
     check = *checked;
     check["device"] = *device;
-    if (auto m = tuner.ModuleOf(tile->Name())) result["module"] = ModuleJson(m->first, m->second);
+    if (auto m = tuner.ModuleOf(tile->Name())) *result.mutable_module() = ModuleOf(m->first, m->second);
     const double score = pipeline::CandidateScore(check);
-    result["detail"] =
+    result.set_detail(
         score > 0 ? absl::StrFormat("%s on %s: verified, %.1f TFLOP/s on kept elements", tile->Name(),
                                     *device, score)
         : score == 0 ? absl::StrFormat("%s on %s: verified", tile->Name(), *device)
                      : absl::StrFormat("%s on %s: FAILED: %s", tile->Name(), *device,
-                                       check.value("error", check.value("failure", std::string("?"))));
+                                       check.value("error", check.value("failure", std::string("?")))));
   } else {
     std::string detail;
     auto lowered = pipeline::LowerStage(*tiled, g->input.config, g->arch, &detail);
     if (!lowered.ok()) return In("lower", lowered.status());
     kernel = *lowered;
-    json module;
-    check = CompileCheck(kernel, g->input.config, g->arch, tile->Name(), &module);
-    if (!module.empty()) result["module"] = module;
-    result["detail"] =
+    check = CompileCheck(kernel, g->input.config, g->arch, tile->Name(), result.mutable_module());
+    result.set_detail(
         check.value("passed", false)
             ? absl::StrFormat("%s lowered and compiled for %s with %s (%d-byte cubin); not run: "
                               "IR-level verification",
                               tile->Name(), arch_name, check.value("compiler", ""),
                               check.value("cubin_bytes", 0))
-            : absl::StrFormat("%s for %s: %s", tile->Name(), arch_name, check.value("error", ""));
+            : absl::StrFormat("%s for %s: %s", tile->Name(), arch_name, check.value("error", "")));
   }
-  result["passed"] = check.value("passed", false);
-  result["check"] = check;
-  result["kernel_cu"] = kernel.cuda_source;
-  result["kernel_h"] = kernel.launcher_header;
-  result["lowering"] = pipeline::LoweringJson(kernel);
-  result["seconds"] = clock.Seconds();
+  result.set_passed(check.value("passed", false));
+  *result.mutable_check() = contract::ToStruct(check);
+  result.set_kernel_cu(kernel.cuda_source);
+  result.set_kernel_h(kernel.launcher_header);
+  *result.mutable_lowering() = contract::ToStruct(pipeline::LoweringJson(kernel));
+  result.set_seconds(clock.Seconds());
   return result;
 }
 
 }  // namespace
 
-absl::StatusOr<json> ExecuteTask(const std::string& kind, const json& payload,
-                                 const ExecuteOptions& o,
-                                 const std::function<void(const std::string&)>& progress,
-                                 json* partial_result) {
-  if (kind == contract::kTransferTask) return RunTransfer(payload, o, progress, partial_result);
-  if (kind == contract::kLiftTask) return RunLift(payload, o, progress);
-  if (kind == contract::kCandidateTask) return RunCandidate(payload, o, progress);
-  if (kind == contract::kLiftLlmTask) return RunLiftLlm(payload, o, progress, partial_result);
-  return absl::InvalidArgumentError(absl::StrCat("unknown task kind \"", kind, "\""));
+absl::StatusOr<v1::TaskResult> ExecuteTask(const v1::Task& task, const ExecuteOptions& o,
+                                           const std::function<void(const std::string&)>& progress,
+                                           v1::TaskResult* partial_result) {
+  const contract::TensorLookup tensors = [&](const std::string& digest) -> const std::string* {
+    auto it = task.tensor_data().find(digest);
+    return it == task.tensor_data().end() ? nullptr : &it->second;
+  };
+  const v1::TaskPayload& p = task.payload();
+  v1::TaskResult out;
+  switch (p.kind_case()) {
+    case v1::TaskPayload::kTransfer: {
+      auto r = RunTransfer(p.transfer(), tensors, o, progress, partial_result);
+      if (!r.ok()) return r.status();
+      *out.mutable_transfer() = *std::move(r);
+      return out;
+    }
+    case v1::TaskPayload::kLift: {
+      auto r = RunLift(p.lift(), tensors, o, progress);
+      if (!r.ok()) return r.status();
+      *out.mutable_lift() = *std::move(r);
+      return out;
+    }
+    case v1::TaskPayload::kCandidate: {
+      auto r = RunCandidate(p.candidate(), tensors, o, progress);
+      if (!r.ok()) return r.status();
+      *out.mutable_candidate() = *std::move(r);
+      return out;
+    }
+    case v1::TaskPayload::kLiftLlm: {
+      auto r = RunLiftLlm(p.lift_llm(), tensors, o, progress, partial_result);
+      if (!r.ok()) return r.status();
+      *out.mutable_lift_llm() = *std::move(r);
+      return out;
+    }
+    case v1::TaskPayload::KIND_NOT_SET: break;
+  }
+  return absl::FailedPreconditionError(
+      "the task came without a payload of its kind: the coordinator is older than this worker "
+      "(its tasks carried JSON payloads; run workers and coordinator of one release)");
 }
 
 v1::FailureClass Classify(const std::string& kind, const absl::Status& s) {

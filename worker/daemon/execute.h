@@ -7,9 +7,8 @@
 #include <optional>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
 #include "absl/status/statusor.h"
+#include "cubridge/v1/task.pb.h"
 #include "cubridge/v1/worker.pb.h"
 #include "cuir/propose/llm_flags.h"
 
@@ -24,16 +23,16 @@ struct ExecuteOptions {
   std::optional<propose::LlmFlags> llm;
 };
 
-// The task's result document. Errors are the task's failure; Classify() says whose fault it was
+// The task's result (the member of its kind), from its payload and the values that came with it.
+// Errors are the task's failure; Classify() says whose fault it was
 // (a bad spec or a mismatch: the spec's; a candidate that does not lower or compile: the
 // candidate's; a missing GPU or an unwritable folder: this machine's, which another worker may
 // not share).
 // A failure may still have produced something worth keeping (a transfer's LLM transcript and
-// token usage): it goes to `partial_result` when that is given, else it stays null.
-absl::StatusOr<nlohmann::json> ExecuteTask(const std::string& kind, const nlohmann::json& payload,
-                                           const ExecuteOptions& options,
+// token usage): it goes to `partial_result` when that is given, else it stays unset.
+absl::StatusOr<v1::TaskResult> ExecuteTask(const v1::Task& task, const ExecuteOptions& options,
                                            const std::function<void(const std::string&)>& progress,
-                                           nlohmann::json* partial_result = nullptr);
+                                           v1::TaskResult* partial_result = nullptr);
 v1::FailureClass Classify(const std::string& kind, const absl::Status& status);
 
 }  // namespace cubridge::workerd
