@@ -22,6 +22,7 @@
 #include "cuir/files/files.h"
 #include "cuir/files/torch_save.h"
 #include "cuir/llm/transcript.h"
+#include "service/contract/proto_values.h"
 
 namespace cubridge::cli {
 namespace {
@@ -289,22 +290,10 @@ absl::Status AddBuffer(const std::string& name, const std::string& source, v1::V
                         absl::StrCat("--buffer ", name, "=", source, ": ", value.status().message()));
   }
   v1::TensorValue& t = (*spec.mutable_tensors())[name];
-  // The proto's codes are the IR's plus one (common.proto, TensorDType).
-  t.set_dtype(static_cast<v1::TensorDType>(static_cast<int>(value->dtype) + 1));
+  t.set_dtype(contract::TensorDTypeToProto(value->dtype));
   for (int64_t d : value->shape) t.add_shape(d);
   t.set_data(std::move(value->data));
   return absl::OkStatus();
-}
-
-void SetConfig(const cuir::AttentionConfig& c, v1::AttentionConfig& out) {
-  out.set_batch(c.batch);
-  out.set_heads_q(c.heads_q);
-  out.set_heads_kv(c.heads_kv);
-  out.set_head_dim(c.head_dim);
-  out.set_seqlen_q(c.seqlen_q);
-  out.set_seqlen_kv(c.seqlen_kv);
-  out.set_dtype(cuir::DTypeName(c.dtype));
-  out.set_softmax_scale(c.softmax_scale);
 }
 
 absl::StatusOr<v1::SubmitJobRequest> BuildRequest(const SubmitFlags& f) {
@@ -323,7 +312,7 @@ absl::StatusOr<v1::SubmitJobRequest> BuildRequest(const SubmitFlags& f) {
   if (!f.kernel.empty() && (!config->params.empty() || !config->buffers.empty())) {
     return absl::InvalidArgumentError("--param and --buffer belong to specs; a lifted kernel takes neither");
   }
-  SetConfig(config->attention, *request->mutable_config());
+  *request->mutable_config() = contract::ConfigToProto(config->attention);
   auto& spec = *request->mutable_spec();
   for (const auto& [name, value] : config->params) (*spec.mutable_params())[name] = value;
   for (const auto& [name, source] : config->buffers) {

@@ -13,7 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "cubridge/v1/client.pb.h"
-#include "service/contract/dtype_proto.h"
+#include "service/contract/proto_values.h"
 #include "cuir/ir/config.h"
 #include "cuir/ir/tensor_value.h"
 
@@ -60,7 +60,7 @@ absl::StatusOr<CheckedRequest> CheckRequest(const v1::SubmitJobRequest& request,
 // sha256 of the request without its idempotency key: one key may name only one request.
 std::string RequestFingerprint(const v1::SubmitJobRequest& request);
 
-// The proto's TensorDType as the IR's (service/contract/dtype_proto.h).
+// The proto's TensorDType as the IR's (service/contract/proto_values.h).
 using contract::TensorDTypeFromProto;
 using contract::TensorDTypeToProto;
 // A TensorValue as the IR's, bytes copied; INVALID_ARGUMENT naming `what` for an unknown dtype.

@@ -14,19 +14,6 @@ namespace cubridge::contract {
 using nlohmann::json;
 namespace pb = google::protobuf;
 
-v1::AttentionConfig PayloadConfigToProto(const cuir::AttentionConfig& c) {
-  v1::AttentionConfig p;
-  p.set_batch(c.batch);
-  p.set_heads_q(c.heads_q);
-  p.set_heads_kv(c.heads_kv);
-  p.set_head_dim(c.head_dim);
-  p.set_seqlen_q(c.seqlen_q);
-  p.set_seqlen_kv(c.seqlen_kv);
-  p.set_dtype(cuir::DTypeName(c.dtype));
-  p.set_softmax_scale(c.softmax_scale);
-  return p;
-}
-
 absl::StatusOr<cuir::AttentionConfig> PayloadConfigFromProto(const v1::AttentionConfig& p) {
   const std::pair<const char*, bool> sizes[] = {
       {"batch", p.has_batch()},       {"heads_q", p.has_heads_q()},   {"heads_kv", p.has_heads_kv()},
@@ -63,7 +50,7 @@ v1::SpecInput SpecInputToProto(const SpecInput& in) {
     for (int64_t d : t.shape) r.add_shape(d);
     r.set_sha256(t.sha256);
   }
-  *p.mutable_config() = PayloadConfigToProto(in.config);
+  *p.mutable_config() = ConfigToProto(in.config);
   p.set_seed(in.seed);
   return p;
 }

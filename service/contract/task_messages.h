@@ -17,7 +17,7 @@
 #include "cubridge/v1/task.pb.h"
 #include "cuir/ir/config.h"
 #include "cubridge/v1/worker.pb.h"
-#include "service/contract/dtype_proto.h"
+#include "service/contract/proto_values.h"
 
 namespace cubridge::contract {
 
@@ -27,7 +27,6 @@ struct SpecInput;  // task_contract.h (which brings LibTorch's headers: the test
 // coordinator and its workers must agree on it.
 inline constexpr int kTaskContract = 1;
 
-v1::AttentionConfig PayloadConfigToProto(const cuir::AttentionConfig& c);
 // Every size must be set (a payload's config is complete); INVALID_ARGUMENT naming the field.
 absl::StatusOr<cuir::AttentionConfig> PayloadConfigFromProto(const v1::AttentionConfig& c);
 

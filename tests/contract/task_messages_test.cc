@@ -114,7 +114,7 @@ TEST(TaskMessages, LlmUsageRoundTripsAndNoRequestsIsNoUsage) {
 }
 
 TEST(TaskMessages, APayloadConfigMustBeComplete) {
-  v1::AttentionConfig c = PayloadConfigToProto(cuir::AttentionConfig{});
+  v1::AttentionConfig c = ConfigToProto(cuir::AttentionConfig{});
   EXPECT_TRUE(PayloadConfigFromProto(c).ok());
   c.clear_seqlen_kv();
   EXPECT_THAT(std::string(PayloadConfigFromProto(c).status().message()), HasSubstr("config.seqlen_kv"));
