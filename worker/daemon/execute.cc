@@ -355,31 +355,23 @@ absl::StatusOr<v1::TaskResult> ExecuteTask(const v1::Task& task, const ExecuteOp
   };
   const v1::TaskPayload& p = task.payload();
   v1::TaskResult out;
+  // The kind's result into its member of `out`, or the kind's failure.
+  auto into = [&](auto result, auto* member) -> absl::StatusOr<v1::TaskResult> {
+    if (!result.ok()) return result.status();
+    *member = *std::move(result);
+    return out;
+  };
   switch (p.kind_case()) {
-    case v1::TaskPayload::kTransfer: {
-      auto r = RunTransfer(p.transfer(), tensors, o, progress, partial_result);
-      if (!r.ok()) return r.status();
-      *out.mutable_transfer() = *std::move(r);
-      return out;
-    }
-    case v1::TaskPayload::kLift: {
-      auto r = RunLift(p.lift(), tensors, o, progress);
-      if (!r.ok()) return r.status();
-      *out.mutable_lift() = *std::move(r);
-      return out;
-    }
-    case v1::TaskPayload::kCandidate: {
-      auto r = RunCandidate(p.candidate(), tensors, o, progress);
-      if (!r.ok()) return r.status();
-      *out.mutable_candidate() = *std::move(r);
-      return out;
-    }
-    case v1::TaskPayload::kLiftLlm: {
-      auto r = RunLiftLlm(p.lift_llm(), tensors, o, progress, partial_result);
-      if (!r.ok()) return r.status();
-      *out.mutable_lift_llm() = *std::move(r);
-      return out;
-    }
+    case v1::TaskPayload::kTransfer:
+      return into(RunTransfer(p.transfer(), tensors, o, progress, partial_result),
+                  out.mutable_transfer());
+    case v1::TaskPayload::kLift:
+      return into(RunLift(p.lift(), tensors, o, progress), out.mutable_lift());
+    case v1::TaskPayload::kCandidate:
+      return into(RunCandidate(p.candidate(), tensors, o, progress), out.mutable_candidate());
+    case v1::TaskPayload::kLiftLlm:
+      return into(RunLiftLlm(p.lift_llm(), tensors, o, progress, partial_result),
+                  out.mutable_lift_llm());
     case v1::TaskPayload::KIND_NOT_SET: break;
   }
   return absl::FailedPreconditionError(
