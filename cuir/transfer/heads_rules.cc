@@ -13,12 +13,8 @@ absl::Status ApplyHeadsGqa(cuir::Program& program, RuleContext& ctx) {
   const cuir::AttentionConfig& c = ctx.config;
   // MHA: the expert's head mapping is already right; leaving it untouched lets the lowering copy
   // the expert's region verbatim.
+  // (Transfer validated the config first: heads_q is a positive multiple of heads_kv.)
   if (c.heads_q == c.heads_kv) return absl::OkStatus();
-  if (c.heads_kv <= 0 || c.heads_q % c.heads_kv != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("heads_q (", c.heads_q,
-                                                   ") must be a multiple of heads_kv (", c.heads_kv,
-                                                   "); set --heads-q / --heads-kv accordingly"));
-  }
   absl::StatusOr<Layout> layout = FindLayout(program);
   if (!layout.ok()) return layout.status();
   if (layout->kv_head->kind != ExprKind::kVar) {

@@ -1,5 +1,6 @@
 // heads.gqa: query head h reads kv head h // (heads_q // heads_kv); MHA stays the expert's program.
 #include "cuir/ir/eval.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/transfer/transfer_test_util.h"
 
@@ -73,10 +74,12 @@ TEST(HeadsGqa, CombinesWithAMask) {
   ExpectValidRoundTrip(r->program);
 }
 
-TEST(HeadsGqa, RejectsHeadCountsThatDoNotDivide) {
+// The engine validates the config before any rule runs, so the rule never sees 6 / 4.
+TEST(HeadsGqa, HeadCountsThatDoNotDivideAreRefusedBeforeAnyRule) {
   absl::StatusOr<TransferResult> r = TransferOnBase(VariantSpec{}, Heads(6, 4));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), ::testing::HasSubstr("heads-q (6) must be a multiple of heads-kv (4)"));
 }
 
 }  // namespace
