@@ -1,4 +1,6 @@
 // Keeping the spec's names and the base program's names apart.
+#include <functional>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -56,6 +58,38 @@ const char* Unrenamable(const cuir::Program& p, const std::string& name) {
 }
 
 }  // namespace
+
+absl::Status CheckSpecReads(const VariantSpec& spec, const Layout& layout) {
+  // The grid axes and a mask's `score` are the rules' to decline (not covered: a model may
+  // handle them); what is left is a name of the kernel's own.
+  std::set<std::string> known = {"b", "h", "q_idx", "kv_idx", "score"};
+  known.insert(layout.grid_axes.begin(), layout.grid_axes.end());
+  for (const auto& [builtin, type] : cuir::BuiltinSymbols()) known.insert(builtin);
+  for (const VariantSpec::Const& c : spec.consts) known.insert(c.name);
+  for (const VariantSpec::Buffer& b : spec.buffers) known.insert(b.name);
+  // The first variable of `e` that is none of them, where it stands; null when there is none.
+  std::function<const cuir::Expr*(const cuir::ExprPtr&)> unknown =
+      [&](const cuir::ExprPtr& e) -> const cuir::Expr* {
+    if (!e) return nullptr;
+    if (e->kind == cuir::ExprKind::kVar && known.count(e->name) == 0) return e.get();
+    for (const cuir::ExprPtr& a : e->args) {
+      if (const cuir::Expr* found = unknown(a)) return found;
+    }
+    return nullptr;
+  };
+  auto check = [&](const cuir::ExprPtr& e, const cuir::SourceLoc& loc,
+                   const char* what) -> absl::Status {
+    const cuir::Expr* v = unknown(e);
+    if (v == nullptr) return absl::OkStatus();
+    // A name of the kernel's own (kv_lo, n_block, ...) would be read from the kernel.
+    return absl::InvalidArgumentError(absl::StrCat(
+        (v->loc.line > 0 ? v->loc : loc).ToString(), ": the ", what, " reads `", v->name,
+        "`, which is none of its arguments, the spec's parameters and buffers, or the builtins ("
+        "batch, heads_q, heads_kv, head_dim, seqlen_q, seqlen_kv, softmax_scale)"));
+  };
+  if (auto s = check(spec.mask, spec.mask_loc, "mask_mod"); !s.ok()) return s;
+  return check(spec.score, spec.score_loc, "score_mod");
+}
 
 absl::Status AvoidNameClashes(cuir::Program& program, const VariantSpec& spec) {
   std::vector<std::pair<std::string, cuir::SourceLoc>> names;

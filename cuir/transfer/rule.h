@@ -38,6 +38,13 @@ size_t AfterLast(const std::vector<cuir::Stmt>& stmts, cuir::StmtKind kind, size
 // A name not declared by the program, the spec or the builtins, starting from `wanted`.
 std::string FreshName(const Layout& layout, const VariantSpec& spec, const std::string& wanted);
 
+// INVALID_ARGUMENT at the expression when the mask or score expression reads a name that is none
+// of the variant's arguments (b, h, q_idx, kv_idx, score), its consts and buffers, the builtins
+// or the grid axes (which the rules decline by name): such a name would be read from the kernel
+// (`kv_lo`, a loop variable). The Python frontend never produces one; specs built otherwise get
+// the same answer.
+absl::Status CheckSpecReads(const VariantSpec& spec, const Layout& layout);
+
 // Renames the base program's own names (tiles, lets, loop and grid variables) that a spec const
 // or buffer also uses, so the spec keeps its names; a spec name equal to a param or builtin is an
 // INVALID_ARGUMENT naming where it is declared.

@@ -73,6 +73,7 @@ absl::StatusOr<TransferResult> Transfer(const cuir::Program& base, const Variant
   }
   absl::StatusOr<Layout> layout = FindLayout(base);
   if (!layout.ok()) return layout.status();
+  if (absl::Status s = CheckSpecReads(spec, *layout); !s.ok()) return s;
   VariantSpec mapped = MapCanonicalNames(spec, *layout);
   RuleContext ctx{mapped, config, Constructs(mapped), {}};
   cuir::Program program = base;
