@@ -426,7 +426,7 @@ TEST(Lower, TheWorkspaceRegionSaysWhetherTheProgramHasBlockTables) {
   EXPECT_THAT(RegionText(causal, "workspace"),
               HasSubstr("constexpr bool variant_has_tables() { return false; }"));
   EXPECT_THAT(causal.cuda_source,
-              HasSubstr("constexpr int kBlockM = D == 64 && kTileN<D> <= 128 && "
+              HasSubstr("static constexpr int kBlockM = D == 64 && kTileN <= 128 && "
                         "!variant_has_tables() ? 192 : BLOCK_M;"));
 }
 

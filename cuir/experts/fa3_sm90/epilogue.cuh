@@ -74,7 +74,8 @@ __device__ __forceinline__ void store_output(const float (&o)[D / 2],
     T* const dst = o_row0 + 8 * r * o_row_stride;
     // Column pair 8j + 2t of the row, scaled (an empty row is 0 whatever the accumulator holds).
     auto pair = [&](int j) {
-      return pack2<T>(empty ? 0.f : o[4 * j + 2 * r] * inv, empty ? 0.f : o[4 * j + 2 * r + 1] * inv);
+      return pack2<T>(empty ? 0.f : o[acc_index(j, r, 0)] * inv,
+                      empty ? 0.f : o[acc_index(j, r, 1)] * inv);
     };
     if (wide) {
 #pragma unroll
@@ -107,7 +108,7 @@ __device__ __forceinline__ void store_partial(const float (&o)[D / 2],
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) {
       *reinterpret_cast<float2*>(dst + 8 * j + 2 * t) =
-          make_float2(o[4 * j + 2 * r] * res.inv, o[4 * j + 2 * r + 1] * res.inv);
+          make_float2(o[acc_index(j, r, 0)] * res.inv, o[acc_index(j, r, 1)] * res.inv);
     }
     if (t == 0) slot_lse[row_local + 8 * r] = res.lse;
   }

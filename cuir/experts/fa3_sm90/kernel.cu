@@ -107,8 +107,10 @@ constexpr int WARPS = 12;
 // 256, where a 128-key score tile next to the 256-wide output accumulator would not fit, 64, or
 // the whole block of an 80-key tile (S 40 + P 20 + O 128 registers). A block wider than its tile
 // is walked tile by tile, the last one cut at the block's end.
-template <int D>
-constexpr int kTileN = D > 128 ? (BLOCK_N == 80 ? 80 : 64) : (BLOCK_N <= 176 ? BLOCK_N : 128);
+constexpr int score_tile_keys(int head_dim, int block_n) {
+  if (head_dim > 128) return block_n == 80 ? 80 : 64;
+  return block_n <= 176 ? block_n : 128;
+}
 static_assert(BLOCK_N == 64 || BLOCK_N == 80 || BLOCK_N == 176 || BLOCK_N % 128 == 0,
               "BLOCK_N: 64, 80, 176 or a multiple of 128 (score tiles of 64, 80, 128 or 176 keys)");
 static_assert(WARPS == 12,
@@ -184,63 +186,70 @@ constexpr int kStagedBytes = 0;
 // The block-table kernels (classify, then compact), on the regions above.
 #include "../common/table_kernels.cuh"
 
-// Query rows per work tile: BLOCK_M, except at head dim 64 without block tables from
-// kWideFromRows query rows on, where a work tile has 192 rows for three consumer warpgroups.
-// There one exponential costs about as long as its share of the two products, and two consumers
-// (two warps per scheduler) left the tensor pipe at 46% and the issue slots at 43% (ncu, 0.61
-// eligible warps per scheduler: latency-bound); FlashAttention-3 runs head dim 64 the same way.
-// Short sequences keep 128 rows (the third consumer idles): at S = 1k, 192-row tiles ran 13%
-// slower (5.33 tiles per sequence, a third of the last one padding); from 2k on they gain
-// (Llama2-head causal: 2k +1%, 4k +2.5%, 8k +4.6..6.4%; docs/benchmarks.md, 2026-11-25).
-// Block tables keep BLOCK_M: their rows are the lowering's BLOCK_M-row blocks (the table
-// kernels' code is generated with it). So do score tiles over 128 keys: S, P and O of a 176-key
-// tile do not fit a third consumer's 160 registers (ptxas: spills, wgmma serialised).
-// kBlockM sizes the instance (threads, shared memory); rows_per_tile is one call's choice.
-template <int D>
-constexpr int kBlockM = D == 64 && kTileN<D> <= 128 && !variant_has_tables() ? 192 : BLOCK_M;
-constexpr int kWideFromRows = 2048;
-template <int D>
-__host__ __device__ __forceinline__ int rows_per_tile(int seqlen_q) {
-  return kBlockM<D> > BLOCK_M && seqlen_q >= kWideFromRows ? kBlockM<D> : BLOCK_M;
-}
+// What an instance of head dim D is built with: its score tile, its work tile's rows, whether a
+// streamed tensor's tile lives in shared memory, its K/V stages and Q buffers, and whether its
+// CTAs are persistent and may split the last wave. Every choice below is a function of D and the
+// tile parameters, made once here.
+//
+// kBlockM: query rows per work tile: BLOCK_M, except at head dim 64 without block tables from
+// kWideFromRows query rows on, where a work tile has 192 rows for three consumer warpgroups (one
+// exponential costs about as long as its share of the two products there, and two consumers left
+// the tensor pipe latency-bound; FlashAttention-3 runs head dim 64 the same way; bench/NOTES.md).
+// Short sequences keep 128 rows (rows_per_tile: the third consumer idles). Block tables keep
+// BLOCK_M: their rows are the lowering's BLOCK_M-row blocks (the table kernels' code is generated
+// with it). So do score tiles over 128 keys: S, P and O of a 176-key tile do not fit a third
+// consumer's 160 registers (ptxas: spills, wgmma serialised). kBlockM sizes the instance
+// (threads, shared memory); rows_per_tile is one call's choice.
+//
 // Shared memory: STAGES K/V stages where they fit (three do up to head dim 128), else two; and a
 // second Q buffer where it fits beside them, so that a persistent CTA's next Q lands while the
 // current tile runs instead of after its last Q K^T. At head dim 128 it fits beside two stages
-// only: STAGES = 2 (tile 128x128w12s2) trades the third stage for it, an autotuning candidate
-// (faster on document masks, slower on long dense rows: docs/benchmarks.md).
+// only: STAGES = 2 (tile 128x128w12s2) trades the third stage for it, an autotuning candidate.
 // A streamed tensor's tile (stream.cuh) takes a slot per stage beside K where two stages and one
 // Q buffer leave room for it (up to 32 KB a tile: bf16 at 128 x 128) and two consumer
-// warpgroups run (a third one's 160 registers have none to spare: ptxas spilled 344 bytes at
-// head dim 64); otherwise the instance reads it per score from global memory.
+// warpgroups run (a third one's 160 registers have none to spare); otherwise the instance reads
+// it per score from global memory.
+//
+// kPersistent: persistent CTAs (cubridge_attn_fwd_make_plan), except at head dim 256 with
+// 64-key tiles, where one CTA per work tile is faster. kSplits: the tail tiles' walks may be
+// split across idle CTAs (TailSplit), where every tile walks the whole KV range.
 template <int D>
-using StreamL = cubridge::fa3::StreamLayout<StreamElem, kBlockM<D>, kTileN<D>, 32 * 1024>;
-template <int D, int S, int QB, int SB>
-constexpr bool kFitsWith =
-    cubridge::fa3::Geometry<__nv_bfloat16, D, kBlockM<D>, kTileN<D>, S, QB, SB, kStagedBytes>::kSmemBytes <=
-    227 * 1024;
+struct HeadDim {
+  static constexpr int kTileN = score_tile_keys(D, BLOCK_N);
+  static constexpr int kBlockM = D == 64 && kTileN <= 128 && !variant_has_tables() ? 192 : BLOCK_M;
+  using Stream = cubridge::fa3::StreamLayout<StreamElem, kBlockM, kTileN, 32 * 1024>;
+  template <int S, int QB, int SB>
+  static constexpr bool kFitsWith =
+      cubridge::fa3::Geometry<__nv_bfloat16, D, kBlockM, kTileN, S, QB, SB, kStagedBytes>::kSmemBytes <=
+      227 * 1024;
+  static constexpr int kStreamWant =
+      kStreamBuffer >= 0 && Stream::kInSmem && kBlockM == 128 ? Stream::kBytes : 0;
+  static constexpr int kStreamBytes = kFitsWith<2, 1, kStreamWant> ? kStreamWant : 0;
+  static constexpr bool kStream = kStreamBytes > 0;
+  template <int S, int QB>
+  static constexpr bool kFits = kFitsWith<S, QB, kStreamBytes>;
+  static constexpr int kStages = kFits<STAGES, 1> ? STAGES : 2;
+  static constexpr int kQBuffers = kFits<kStages, 2> ? 2 : 1;
+  static constexpr bool kPersistent = !(D == 256 && kTileN != 80);
+  static constexpr bool kSplits = variant_kv_walk_is_whole() && kPersistent;
+};
+constexpr int kWideFromRows = 2048;
 template <int D>
-constexpr int kStreamWant =
-    kStreamBuffer >= 0 && StreamL<D>::kInSmem && kBlockM<D> == 128 ? StreamL<D>::kBytes : 0;
+__host__ __device__ __forceinline__ int rows_per_tile(int seqlen_q) {
+  return HeadDim<D>::kBlockM > BLOCK_M && seqlen_q >= kWideFromRows ? HeadDim<D>::kBlockM : BLOCK_M;
+}
 template <int D>
-constexpr int kStreamBytes = kFitsWith<D, 2, 1, kStreamWant<D>> ? kStreamWant<D> : 0;
-template <int D>
-constexpr bool kStream = kStreamBytes<D> > 0;
-template <int D, int S, int QB>
-constexpr bool kFits = kFitsWith<D, S, QB, kStreamBytes<D>>;
-template <int D>
-constexpr int kStages = kFits<D, STAGES, 1> ? STAGES : 2;
-template <int D>
-constexpr int kQBuffers = kFits<D, kStages<D>, 2> ? 2 : 1;
-template <typename T, int D>
-using Geo = cubridge::fa3::Geometry<T, D, kBlockM<D>, kTileN<D>, kStages<D>, kQBuffers<D>,
-                                    kStreamBytes<D>, kStagedBytes>;
+using StreamL = typename HeadDim<D>::Stream;
+template <typename T, int D, typename H = HeadDim<D>>
+using Geo = cubridge::fa3::Geometry<T, D, H::kBlockM, H::kTileN, H::kStages, H::kQBuffers,
+                                    H::kStreamBytes, kStagedBytes>;
 
 // Whether this call's streamed tensor comes by TMA: an instance with the tile in shared memory
 // and a tensor TMA can take (16-byte aligned, every outer stride a positive multiple of 16 bytes
 // below 2^40); other calls fill the tile from global memory (stream_fill_rows).
 template <int D>
 __host__ __device__ __forceinline__ bool stream_tma_ok(const cubridge_attn_fwd_params& p) {
-  if constexpr (!kStream<D> || !StreamL<D>::kTmaShape) {
+  if constexpr (!HeadDim<D>::kStream || !StreamL<D>::kTmaShape) {
     (void)p;
     return false;
   } else {
@@ -256,11 +265,6 @@ __host__ __device__ __forceinline__ bool stream_tma_ok(const cubridge_attn_fwd_p
     return b.sizes[kStreamRank - 1] >= 1 && b.sizes[kStreamRank - 1] < (int64_t(1) << 32);
   }
 }
-
-// Whether the instance runs persistent CTAs (cubridge_attn_fwd_make_plan): not at head dim 256
-// with 64-key tiles, where one CTA per work tile measured faster.
-template <int D>
-constexpr bool kPersistent = !(D == 256 && kTileN<256> != 80);
 
 // The work tiles' order (scheduler.cuh), the same for the attention and the combine kernel.
 template <int D>
@@ -288,10 +292,8 @@ __host__ __device__ __forceinline__ size_t split_slot_floats(int block_m) {
   return static_cast<size_t>(block_m) * (D + 1);
 }
 template <int D>
-constexpr bool kSplits = variant_kv_walk_is_whole() && kPersistent<D>;
-template <int D>
 __host__ __device__ __forceinline__ size_t split_workspace_bytes(const cubridge_attn_fwd_params& p) {
-  if (!kSplits<D>) return 0;
+  if (!HeadDim<D>::kSplits) return 0;
   return kSplitHeaderBytes + cubridge::fa3::kMaxSplitUnits *
                                  split_slot_floats<D>(rows_per_tile<D>(p.seqlen_q)) * sizeof(float);
 }
@@ -325,14 +327,15 @@ __global__ void __launch_bounds__(Geo<T, D>::kThreads, 1)
                     const __grid_constant__ cubridge_attn_fwd_tma_maps maps) {
   using namespace cubridge::fa3;
   using G = Geo<T, D>;
-  constexpr int TILE_N = kTileN<D>;
+  using H = HeadDim<D>;
+  constexpr int TILE_N = H::kTileN;
   constexpr int MT = 1, NT = TILE_N / 8;  // a thread's score slots: 1 x 2 rows, NT x 2 columns
   (void)MT;  // sizes the hoisted row arrays of generated regions
   constexpr float kLog2e = 1.4426950408889634f;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   constexpr int NSTAGE = G::kStages;
   const SmemPlan<G> sp(smem_raw);
-  using StreamTileT = StreamTile<StreamElem, kBlockM<D>, TILE_N, kStream<D>>;
+  using StreamTileT = StreamTile<StreamElem, H::kBlockM, TILE_N, H::kStream>;
   const bool stream_tma = stream_tma_ok<D>(p);  // else a streamed tile is filled by the warps
   typename G::Bars* const bars = sp.bars();
 
@@ -368,7 +371,7 @@ __global__ void __launch_bounds__(Geo<T, D>::kThreads, 1)
   // grid m_block < cdiv(seqlen_q, BLOCK_M), h < heads_q, b < batch schedule longest_first
   const LongestFirst work = work_order<D>(p, BLOCK_M);
   // for ... split: the last partial wave's tiles walk their KV blocks in parts (TailSplit).
-  char* const split_ws = kSplits<D> ? split_area<D>(p, workspace) : nullptr;
+  char* const split_ws = H::kSplits ? split_area<D>(p, workspace) : nullptr;
   const TailSplit split =
       call_split<D>(p, work, split_ws != nullptr ? static_cast<int>(gridDim.x) : 0);
   if (split_ws != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
@@ -379,7 +382,7 @@ __global__ void __launch_bounds__(Geo<T, D>::kThreads, 1)
   // ptxas gives it that role's register budget.
   auto work_tile = [&](const int unit, auto role) {
     const int w = split.tile_of(unit);
-    const int part = kSplits<D> ? split.part_of(unit) : -1;  // -1: the whole walk
+    const int part = H::kSplits ? split.part_of(unit) : -1;  // -1: the whole walk
     const int part_lo = split.first_block(part), part_hi = split.end_block(part);
     const Tile tile = work.tile(w);
     const RingPos<G::kQBuffers> q_at(work_round);  // this work tile's Q buffer
@@ -577,11 +580,11 @@ __global__ void __launch_bounds__(Geo<T, D>::kThreads, 1)
           // A streamed tensor's tile rides with K: k_full covers it, k_empty frees it.
           load(map_k, sp.k(at.slot), &bars->k_full[at.slot], &bars->k_empty[at.slot],
                stream_tma ? G::kStreamBytes : 0);
-          if (kStream<D> && stream_tma) {
+          if (H::kStream && stream_tma) {
             using SL = StreamL<D>;
 #pragma unroll
             for (int c = 0; c < SL::kPanels; ++c)
-              tma_load_4d(sp.stream(at.slot) + c * (kBlockM<D> * SL::kPanelBytes), maps.map[3],
+              tma_load_4d(sp.stream(at.slot) + c * (H::kBlockM * SL::kPanelBytes), maps.map[3],
                           &bars->k_full[at.slot], lo + c * SL::kPanelCols, q_lo, stream_c2,
                           stream_c3);
           }
@@ -639,15 +642,15 @@ __global__ void __launch_bounds__(Geo<T, D>::kThreads, 1)
           }
           reg_fence(s);
           // K's slot is free once Q K^T retired, unless a streamed tile in it is still to be read.
-          if (!kStream<D> && lane == 0) mbar_arrive(&bars->k_empty[at.slot]);
+          if (!H::kStream && lane == 0) mbar_arrive(&bars->k_empty[at.slot]);
           if (tile_hi - lo < TILE_N) mask_columns_from<TILE_N>(s, lo + 2 * t, tile_hi);
-          if (kStream<D> && !stream_tma) {
-            stream_fill_rows<StreamElem, kBlockM<D>, TILE_N>(sp.stream(at.slot), stream_src, q_lo,
-                                                            lo, cw * 64 + warp * 16, lane);
+          if (H::kStream && !stream_tma) {
+            stream_fill_rows<StreamElem, H::kBlockM, TILE_N>(sp.stream(at.slot), stream_src, q_lo,
+                                                             lo, cw * 64 + warp * 16, lane);
           }
           const TileScale scale =
               apply_variant(s, lo + 2 * t, row0, tile_hi, StreamTileT{sp.stream(at.slot), stream_src, q_lo, lo});
-          if (kStream<D> && lane == 0) mbar_arrive(&bars->k_empty[at.slot]);
+          if (H::kStream && lane == 0) mbar_arrive(&bars->k_empty[at.slot]);
           // P = softmax.online S, under the previous P V; then that P V retires (a no-op wait on the
           // first tile, kept unconditional so that no wgmma wait sits on a branch).
           softmax.update(s, corr, scale);
@@ -692,7 +695,7 @@ __global__ void __launch_bounds__(Geo<T, D>::kThreads, 1)
       // @cuir-region epilogue_rows
       // @cuir-end epilogue_rows
       // Row terms shift every part's LSE alike, so the merged LSE carries them once.
-      if (kSplits<D> && part >= 0) {
+      if (H::kSplits && part >= 0) {
         const size_t slot_floats = split_slot_floats<D>(BLOCK_M);
         float* const slot = reinterpret_cast<float*>(split_ws + kSplitHeaderBytes) +
                             static_cast<size_t>(unit - split.whole) * slot_floats;
@@ -739,11 +742,12 @@ template <int D>
 __host__ __device__ __forceinline__ int main_launch(const cubridge_attn_fwd_params& p,
                                                     cubridge_attn_fwd_launch_plan* plan) {
   using G = Geo<__nv_bfloat16, D>;
+  using H = HeadDim<D>;
   plan->threads = G::kThreads;
   plan->smem_bytes = G::kSmemBytes;
   // Q, K and V as 64-column (128-byte) swizzled panels of kBlockM / kTileN rows.
-  const cubridge_attn_fwd_tma_request q{0, 64, kBlockM<D>, 3}, k{1, 64, kTileN<D>, 3},
-      v{2, 64, kTileN<D>, 3};
+  const cubridge_attn_fwd_tma_request q{0, 64, H::kBlockM, 3}, k{1, 64, H::kTileN, 3},
+      v{2, 64, H::kTileN, 3};
   plan->tma_count = 3;
   plan->tma[0] = q;
   plan->tma[1] = k;
@@ -751,7 +755,7 @@ __host__ __device__ __forceinline__ int main_launch(const cubridge_attn_fwd_para
   if (stream_tma_ok<D>(p)) {  // the streamed tensor's panels (stream.cuh)
     plan->tma[3] = cubridge_attn_fwd_tma_request{CUBRIDGE_TMA_BUFFER0 + kStreamBuffer,
                                                  static_cast<uint32_t>(StreamL<D>::kPanelCols),
-                                                 static_cast<uint32_t>(kBlockM<D>),
+                                                 static_cast<uint32_t>(H::kBlockM),
                                                  StreamL<D>::kSwizzle};
     plan->tma_count = 4;
   }
@@ -874,11 +878,10 @@ __host__ __device__ __forceinline__ void cubridge_attn_fwd_make_plan(
         cuir_min<long long>(work * cubridge::fa3::kMaxSplitParts, cubridge::fa3::kMaxSplitUnits));
   }
   plan->grid[1] = plan->grid[2] = 1;
-  // Not at head dim 256 with 64-key tiles: there a persistent CTA ran causal 8k 10% slower than
-  // one CTA per tile (same-run A/B, docs/benchmarks.md; its 256-wide epilogue stays unhidden
-  // either way, and the hardware's dispatch then balances the tiles better), while hdim 64 / 128
-  // gained 2-24%. With 80-key tiles it gains there too (causal 1k +16%, 8k +2%).
-  plan->resident_ctas_per_sm = p.head_dim == 256 && !kPersistent<256> ? 0 : 1;
+  // Persistent CTAs except where HeadDim<256> says not (64-key tiles at head dim 256: the 256-wide
+  // epilogue stays unhidden either way, and the hardware's dispatch balances the tiles better;
+  // bench/NOTES.md has the A/B).
+  plan->resident_ctas_per_sm = p.head_dim == 256 && !HeadDim<256>::kPersistent ? 0 : 1;
   // The combine of a split last wave (for ... split): 264 CTAs of four warps, a warp per split
   // row in a grid-stride loop (at most 80 tail tiles of 192 rows). Where the loader told its SM
   // count, only if the launch it will make splits.

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "../common/cuir_platform.cuh"
+#include "wgmma.cuh"
 
 namespace cubridge {
 namespace fa3 {
@@ -16,8 +17,8 @@ __device__ __forceinline__ void mask_columns_from(float (&s)[TILE_N / 2], int co
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       if (col0 + 8 * j + e >= limit) {
-        s[4 * j + e] = -INFINITY;
-        s[4 * j + 2 + e] = -INFINITY;
+        s[acc_index(j, 0, e)] = -INFINITY;
+        s[acc_index(j, 1, e)] = -INFINITY;
       }
     }
   }
@@ -32,7 +33,7 @@ __device__ __forceinline__ void for_each_element(float (&s)[TILE_N / 2], F&& f) 
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
 #pragma unroll
-      for (int r = 0; r < 2; ++r) f(j, e, r, s[4 * j + 2 * r + e]);
+      for (int r = 0; r < 2; ++r) f(j, e, r, s[acc_index(j, r, e)]);
     }
   }
 }

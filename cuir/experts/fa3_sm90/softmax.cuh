@@ -50,8 +50,8 @@ __device__ __forceinline__ float row_max_of(const float (&s)[TILE_N / 2]) {
   float v[kN];
 #pragma unroll
   for (int j = 0; j < TILE_N / 8; ++j) {
-    v[2 * j] = s[4 * j + 2 * R];
-    v[2 * j + 1] = s[4 * j + 2 * R + 1];
+    v[2 * j] = s[acc_index(j, R, 0)];
+    v[2 * j + 1] = s[acc_index(j, R, 1)];
   }
   // Fold the part above the largest power of two P <= kN onto the first, then halve.
   constexpr int P = kN >= 32 ? 32 : kN >= 16 ? 16 : 8;
@@ -104,10 +104,10 @@ struct OnlineSoftmax {
     for (int j = 0; j < TILE_N / 8; ++j) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        s[4 * j + e] = fast_exp2(fmaf(s[4 * j + e], c, neg_m[0]));
-        s[4 * j + 2 + e] = fast_exp2(fmaf(s[4 * j + 2 + e], c, neg_m[1]));
-        sum[0] += s[4 * j + e];
-        sum[1] += s[4 * j + 2 + e];
+        s[acc_index(j, 0, e)] = fast_exp2(fmaf(s[acc_index(j, 0, e)], c, neg_m[0]));
+        s[acc_index(j, 1, e)] = fast_exp2(fmaf(s[acc_index(j, 1, e)], c, neg_m[1]));
+        sum[0] += s[acc_index(j, 0, e)];
+        sum[1] += s[acc_index(j, 1, e)];
       }
     }
     row_sum[0] = fmaf(row_sum[0], corr[0], sum[0]);
@@ -117,10 +117,10 @@ struct OnlineSoftmax {
   __device__ __forceinline__ static void rescale(float (&o)[D / 2], const float (&corr)[2]) {
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) {
-      o[4 * j] *= corr[0];
-      o[4 * j + 1] *= corr[0];
-      o[4 * j + 2] *= corr[1];
-      o[4 * j + 3] *= corr[1];
+      o[acc_index(j, 0, 0)] *= corr[0];
+      o[acc_index(j, 0, 1)] *= corr[0];
+      o[acc_index(j, 1, 0)] *= corr[1];
+      o[acc_index(j, 1, 1)] *= corr[1];
     }
   }
 

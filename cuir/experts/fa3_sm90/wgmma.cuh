@@ -23,6 +23,13 @@
 namespace cubridge {
 namespace fa3 {
 
+// The one spelling of the layout above: the index in a thread's m64nN accumulator of n-tile j,
+// row half r (0: row g, 1: row g+8) and column e of the thread's pair (0: 2t, 1: 2t+1). The
+// softmax, the masks, the score visitors and the epilogue all index through it.
+__host__ __device__ __forceinline__ constexpr int acc_index(int j, int r, int e) {
+  return 4 * j + 2 * r + e;
+}
+
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
