@@ -92,13 +92,9 @@ v1::TaskResult ResultOf(const std::string& task_id, const std::string& kind, con
   return ResultFromStore(kind, "").value_or(v1::TaskResult());
 }
 
-const v1::LlmUsage& UsageOf(const v1::TaskResult& r) {
-  return r.has_transfer() ? r.transfer().llm_usage() : r.lift_llm().llm_usage();
-}
-
 // "; llm: 1200 prompt + 300 completion tokens in 2 requests" for a result with LLM usage.
 std::string UsageText(const v1::TaskResult& result) {
-  const v1::LlmUsage& usage = UsageOf(result);
+  const v1::LlmUsage& usage = ResultUsage(result);
   if (usage.requests() == 0) return "";
   return absl::StrCat("; llm: ", usage.prompt_tokens(), " prompt + ", usage.completion_tokens(),
                       " completion tokens in ", usage.requests(), " requests");
@@ -309,13 +305,9 @@ absl::Status JobFlow::Observe(const Job& job, const std::string& task_id,
   if (!Ended(st.state)) return absl::OkStatus();
   const v1::TaskResult result = ResultOf(task_id, kind, st.result);
   const double seconds = ResultSeconds(result);
-  if (result.has_transfer() || result.has_lift_llm()) {
-    // The conversation is kept whatever came of it: a failed one shows why the model failed.
-    const auto& transcript =
-        result.has_transfer() ? result.transfer().transcript() : result.lift_llm().transcript();
-    if (transcript.values_size() > 0) {
-      if (auto s = jobs_.KeepTranscript(job.record.id, ToJson(transcript).dump()); !s.ok()) return s;
-    }
+  // The conversation is kept whatever came of it: a failed one shows why the model failed.
+  if (const auto& transcript = ResultTranscript(result); transcript.values_size() > 0) {
+    if (auto s = jobs_.KeepTranscript(job.record.id, ToJson(transcript).dump()); !s.ok()) return s;
   }
   if (st.state == "dead") {
     return Event(job.record.id, task_id, kind == kCandidateTask ? "candidate" : kind, false,

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "cuir/pipeline/verify.h"
 #include "cuir/spec/buffer_json.h"
@@ -16,7 +15,6 @@ nlohmann::json SpecInput::ToJson() const {
   for (const auto& [name, t] : tensors) {
     nlohmann::json v = spec::TensorHeaderJson(t.dtype, t.shape);
     v["sha256"] = t.sha256;
-    if (t.data) v["data_base64"] = absl::Base64Escape(*t.data);
     bufs[name] = std::move(v);
   }
   return {{"file_name", file_name}, {"source", source}, {"params", params},
@@ -35,21 +33,14 @@ absl::StatusOr<SpecInput> SpecInput::FromJson(const nlohmann::json& j) {
         in.buffers[name] = src.get<std::string>();
         continue;
       }
-      const std::string what = absl::StrCat("task payload: buffer `", name, "`");
-      auto head = spec::TensorHeaderFromJson(src, what);
+      auto head = spec::TensorHeaderFromJson(src, absl::StrCat("job input: buffer `", name, "`"));
       if (!head.ok()) return head.status();
-      TensorRef t{head->dtype, head->shape, src.at("sha256").get<std::string>(), std::nullopt};
-      if (src.contains("data_base64")) {
-        t.data.emplace();
-        if (!absl::Base64Unescape(src["data_base64"].get<std::string>(), &*t.data)) {
-          return absl::InvalidArgumentError(absl::StrCat(what, ": data_base64 is not base64"));
-        }
-      }
-      in.tensors[name] = std::move(t);
+      // The values themselves are stored apart, by digest; a worker gets them with its lease.
+      in.tensors[name] = {head->dtype, head->shape, src.at("sha256").get<std::string>(), std::nullopt};
     }
     in.seed = j.at("seed").get<uint64_t>();
   } catch (const nlohmann::json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("task payload: bad spec input: ", e.what()));
+    return absl::InvalidArgumentError(absl::StrCat("job input: bad spec input: ", e.what()));
   }
   auto config = pipeline::ConfigFromJson(j.value("config", nlohmann::json::object()));
   if (!config.ok()) return config.status();

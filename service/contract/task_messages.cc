@@ -162,6 +162,14 @@ std::string ResultDetail(const v1::TaskResult& r) {
   return "";
 }
 
+const v1::LlmUsage& ResultUsage(const v1::TaskResult& r) {
+  return r.has_transfer() ? r.transfer().llm_usage() : r.lift_llm().llm_usage();
+}
+
+const pb::ListValue& ResultTranscript(const v1::TaskResult& r) {
+  return r.has_transfer() ? r.transfer().transcript() : r.lift_llm().transcript();
+}
+
 std::string StoreText(const pb::Message& m) {
   pb::util::JsonPrintOptions o;
   o.preserve_proto_field_names = true;

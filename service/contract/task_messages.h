@@ -53,6 +53,9 @@ v1::TaskResult::KindCase ResultCaseOf(const std::string& kind);
 // What every kind's result has: how long it took and what it says (0 and "" for no member).
 double ResultSeconds(const v1::TaskResult& r);
 std::string ResultDetail(const v1::TaskResult& r);
+// The model conversation of a transfer or a lift by a model (empty for the other kinds).
+const v1::LlmUsage& ResultUsage(const v1::TaskResult& r);
+const google::protobuf::ListValue& ResultTranscript(const v1::TaskResult& r);
 
 // The store's form of a payload or result: protobuf's JSON with the proto's field names.
 std::string StoreText(const google::protobuf::Message& m);

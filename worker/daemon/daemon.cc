@@ -100,7 +100,7 @@ propose::LlmFlags LlmFlagsFromJson(const json& j) {
 
 // What a task's LLM conversation cost, from its (possibly partial) result; nothing without one.
 void CountLlmUsage(service::Metrics& metrics, const v1::TaskResult& result) {
-  const v1::LlmUsage& u = result.has_transfer() ? result.transfer().llm_usage() : result.lift_llm().llm_usage();
+  const v1::LlmUsage& u = contract::ResultUsage(result);
   if (u.requests() > 0) metrics.LlmUsage(u.requests(), u.prompt_tokens(), u.completion_tokens());
 }
 
