@@ -25,13 +25,11 @@ RegionWriter::RegionWriter(const LoweringPlan& plan, const cuir::Program& base,
       kv_split_scores_(expert.code_identifiers.count("for_each_raw_score_kv_split") > 0),
       kv_walk_region_(expert.source.Find("kv_walk") != nullptr),
       stream_regions_(expert.source.Find("tile_stream") != nullptr &&
-                      expert.source.Find("stream_coords") != nullptr),
-      stage_regions_(expert.source.Find("staged_tables") != nullptr &&
-                     expert.source.Find("stage_tables") != nullptr) {}
+                      expert.source.Find("stream_coords") != nullptr) {}
 
 // The families in the order their regions read each other: params and consts (read by every
 // later expression), buffers (read by the tables and the elements), tables (read by the loop),
-// top lets, the work tile's streamed and staged tensors (read by the elements), the loop and its
+// top lets, the work tile's streamed tensor (read by the elements), the loop and its
 // elements, then the epilogue, the host checks and the bindings. The order also fixes which uses
 // of a name Fresh suffixes (`c` -> `c_2`), so it is part of the generated text.
 absl::StatusOr<std::map<std::string, std::string>> RegionWriter::Run() {
@@ -41,7 +39,6 @@ absl::StatusOr<std::map<std::string, std::string>> RegionWriter::Run() {
   CUBRIDGE_RETURN_IF_ERROR(Tables());
   CUBRIDGE_RETURN_IF_ERROR(TopLets());
   CUBRIDGE_RETURN_IF_ERROR(TileStreamRegions());
-  CUBRIDGE_RETURN_IF_ERROR(StagedTableRegions());
   CUBRIDGE_RETURN_IF_ERROR(LoopHeader());
   CUBRIDGE_RETURN_IF_ERROR(LoopBody());
   CUBRIDGE_RETURN_IF_ERROR(EpilogueSink());

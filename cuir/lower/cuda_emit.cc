@@ -162,7 +162,7 @@ class Emitter {
     // reads each column at an immediate offset from it; `data + (i0 * s0 + kv_idx)` was a 64-bit
     // multiply-add and a carry per score (an unstructured keep mask, bench/NOTES.md).
     const std::string at = offset.empty() ? buffer->data : absl::StrCat(buffer->data, " + ", offset);
-    return CExpr{Call(buffer->shared ? "cuir_lds" : "cuir_ld", at), ValueCType(buffer->dtype)};
+    return CExpr{Call("cuir_ld", at), ValueCType(buffer->dtype)};
   }
 
   absl::StatusOr<CExpr> EmitUnary(const ExprPtr& e, const SourceLoc& loc) {

@@ -43,8 +43,6 @@ struct BufferBinding {
   // A tile stream's view (tile_stream.h): `data` names the expert's view, read as
   // data.at(q_idx, kv_idx); sizes and strides are unused.
   bool tile_view = false;
-  // A table staged in shared memory (staged_tables.h): read with cuir_lds, not through L1.
-  bool shared = false;
 };
 // The C pointee type of a dtype (`int`, `long long`, `bool`, `float`, `__nv_bfloat16`, `__half`)
 // and the C type a read gives (int, long long, bool or float).

@@ -76,7 +76,6 @@ absl::StatusOr<RegionWriter::ElementCode> RegionWriter::Element(const Stmt& s, b
   ElementCode code;
   // The expression rewrites (rewrites.h), in order.
   ExprPtr streamed = stream_ ? StreamTheTile(s.value, *stream_) : s.value;
-  if (!staged_.empty()) streamed = StageTheTables(streamed, staged_);
   const ExprPtr residues = ReduceModulo(streamed, element_bounds_);
   CUBRIDGE_ASSIGN_OR_RETURN(auto rewritten,
                             FloatIndices(ReciprocalOfInvariantDivisors(residues), scope));

@@ -6,7 +6,7 @@
 //   codegen.cc         symbols and declarations every family uses
 //   region_decls.cc    tile_params, variant_consts, the buffers' names, head_map, program_lets
 //   region_tables.cc   block tables: table_kernel (rows, classifier), workspace
-//   region_work_tile.cc  tile_stream, stream_coords, staged_tables, stage_tables
+//   region_work_tile.cc  tile_stream, stream_coords
 //   region_loop.cc     kv_walk, kv_range, kv_loop, block_class, qk_scale
 //   region_element.cc  score_mod, mask, epilogue_rows (called by the loop's body): element
 //                      expressions through the rewrites (rewrites/rewrites.h) and the hoisting
@@ -29,7 +29,6 @@
 #include "cuir/lower/names.h"
 #include "cuir/lower/plan.h"
 #include "cuir/lower/rewrites/hoisting.h"
-#include "cuir/lower/staged_tables.h"
 #include "cuir/lower/tile_stream.h"
 
 namespace cubridge::lower {
@@ -99,7 +98,6 @@ class RegionWriter {
 
   // ---- region_work_tile.cc ----
   absl::Status TileStreamRegions();
-  absl::Status StagedTableRegions();
   std::vector<const cuir::Stmt*> ElementStmts() const;
   static std::vector<std::string> ElementSymbols();
   std::optional<std::string> WorkTileIndex(const cuir::ExprPtr& arg,
@@ -147,8 +145,6 @@ class RegionWriter {
   const bool kv_walk_region_;   // the expert has a `kv_walk` region (variant_kv_walk_is_whole)
   const bool stream_regions_;   // ... regions `tile_stream` and `stream_coords` (StreamTheTile)
   std::optional<TileStream> stream_;  // the tensor that comes tile by tile, if any
-  const bool stage_regions_;    // ... regions `staged_tables` and `stage_tables` (StageTheTables)
-  std::vector<StagedTable> staged_;  // the tables copied into shared memory per work tile
   EmitScope ns_;      // namespace scope: params, consts
   EmitScope kernel_;  // kernel body before the loop
   EmitScope loop_;    // inside the KV loop

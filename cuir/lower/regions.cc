@@ -154,8 +154,6 @@ const std::vector<RegionKind>& RegionKinds() {
       {"epilogue_rows", "a score_mod's row terms, moved to the LSE"},
       {"tile_stream", "a captured tensor read per score, streamed tile by tile"},
       {"stream_coords", "that tensor's leading indices for a work tile"},
-      {"staged_tables", "small tables looked up per score, staged in shared memory"},
-      {"stage_tables", "the copy of those tables per work tile"},
   };
   return kRegions;
 }

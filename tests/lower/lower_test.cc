@@ -29,8 +29,7 @@ const std::set<std::string> kAllRegions = {
     "abi",          "tile_params", "variant_consts", "table_kernel", "workspace",
     "buffer_check", "variant_bind", "head_map",      "head_check",   "program_lets", "kv_range",
     "kv_loop",      "block_class", "qk_scale",       "score_mod",    "mask",
-    "epilogue_sink", "epilogue_rows", "tile_stream",  "stream_coords", "staged_tables",
-    "stage_tables"};
+    "epilogue_sink", "epilogue_rows", "tile_stream",  "stream_coords"};
 
 LoweredKernel LowerOrDie(const std::string& name, Arch arch = Arch::kSm80) {
   auto program = LoadTestProgram(name);

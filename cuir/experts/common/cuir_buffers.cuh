@@ -28,12 +28,6 @@ __device__ __forceinline__ bool cuir_value(bool v) {
   return *reinterpret_cast<const unsigned char*>(&v) != 0;
 }
 
-// A read of a table the expert staged in shared memory (docs/lowering.md, StageTheTables).
-template <typename T>
-__device__ __forceinline__ auto cuir_lds(const T* p) {
-  return cuir_value(*p);
-}
-
 // Python indexing: a negative index counts from the end of its dimension.
 __host__ __device__ __forceinline__ long long cuir_wrap(long long i, long long n) {
   return i < 0 ? i + n : i;

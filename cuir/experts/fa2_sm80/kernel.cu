@@ -145,12 +145,6 @@ constexpr int kStreamRank = 2;
 using StreamElem = unsigned char;
 // @cuir-end tile_stream
 
-// @cuir-region staged_tables
-// The bytes of the small tables a score_mod or mask looks up per score, which the kernel copies
-// into shared memory once per work tile (stage_tables); 0: none.
-constexpr int kStagedBytes = 0;
-// @cuir-end staged_tables
-
 // The block-table kernels (classify, then compact), on the regions above.
 #include "../common/table_kernels.cuh"
 
@@ -169,9 +163,7 @@ struct Tiling {
       kStreamBuffer >= 0 &&
       kBaseBytes + cubridge::fa2::StreamTile80<StreamElem, BLOCK_M, BLOCK_N, true>::kBytes <= 160 * 1024;
   using Stream = cubridge::fa2::StreamTile80<StreamElem, BLOCK_M, BLOCK_N, kStream>;
-  // Then the variant's small tables (stage_tables), 16-byte aligned.
-  static constexpr size_t kStagedOffset = (kBaseBytes + Stream::kBytes + 15) / 16 * 16;
-  static constexpr size_t kSmemBytes = kStagedOffset + kStagedBytes;
+  static constexpr size_t kSmemBytes = kBaseBytes + Stream::kBytes;
   static_assert(MT >= 1 && BLOCK_M == MT * 16 * kWarps, "BLOCK_M must be 16 * warps * m-tiles");
   static_assert(BLOCK_N % 16 == 0, "BLOCK_N must be a multiple of 16");
 };
@@ -216,15 +208,6 @@ __global__ void __launch_bounds__(kThreadsFor<D>)
   // rank - 3 and rank - 4): none here.
   const int stream_c2 = 0, stream_c3 = 0;
   // @cuir-end stream_coords
-  // @cuir-region stage_tables
-  // Copies the tables the variant looks up into shared memory (dst), threads i0, i0 + n, ...:
-  // none here.
-  auto stage_tables = [&](uint8_t* __restrict__ dst, const int i0, const int n) {
-    (void)dst, (void)i0, (void)n;
-  };
-  // @cuir-end stage_tables
-  (void)stage_tables;
-  uint8_t* const staged_area = smem + Tiling<D>::kStagedOffset;
   using Stream = typename Tiling<D>::Stream;
   uint8_t* const s_stream = smem + Tiling<D>::kBaseBytes;
   const CuirStreamSource<StreamElem> stream_src =
@@ -235,9 +218,6 @@ __global__ void __launch_bounds__(kThreadsFor<D>)
       stream_src.row_stride * static_cast<long long>(sizeof(StreamElem)) % 16 == 0;
 
   const int tid = threadIdx.x, lane = tid & 31, warp_row0 = (tid >> 5) * MT * 16;
-  // The variant's tables, copied once (one work tile per CTA); the KV loop's first barrier
-  // publishes the copy before any score reads it.
-  if constexpr (kStagedBytes > 0) stage_tables(staged_area, tid, kThreads);
   // load Q = q[b, h, q_lo:q_hi]
   const T* q_ptr = static_cast<const T*>(p.q) + b * p.q_batch_stride + h * p.q_head_stride +
                    static_cast<int64_t>(q_lo) * p.q_row_stride;

@@ -177,12 +177,6 @@ constexpr int kStreamRank = 2;
 using StreamElem = unsigned char;
 // @cuir-end tile_stream
 
-// @cuir-region staged_tables
-// The bytes of the small tables a score_mod or mask looks up per score, which the kernel copies
-// into shared memory once per work tile (stage_tables); 0: none.
-constexpr int kStagedBytes = 0;
-// @cuir-end staged_tables
-
 // The block-table kernels (classify, then compact), on the regions above.
 #include "../common/table_kernels.cuh"
 
@@ -220,7 +214,7 @@ struct HeadDim {
   using Stream = cubridge::fa3::StreamLayout<StreamElem, kBlockM, kTileN, 32 * 1024>;
   template <int S, int QB, int SB>
   static constexpr bool kFitsWith =
-      cubridge::fa3::Geometry<__nv_bfloat16, D, kBlockM, kTileN, S, QB, SB, kStagedBytes>::kSmemBytes <=
+      cubridge::fa3::Geometry<__nv_bfloat16, D, kBlockM, kTileN, S, QB, SB>::kSmemBytes <=
       227 * 1024;
   static constexpr int kStreamWant =
       kStreamBuffer >= 0 && Stream::kInSmem && kBlockM == 128 ? Stream::kBytes : 0;
@@ -242,7 +236,7 @@ template <int D>
 using StreamL = typename HeadDim<D>::Stream;
 template <typename T, int D, typename H = HeadDim<D>>
 using Geo = cubridge::fa3::Geometry<T, D, H::kBlockM, H::kTileN, H::kStages, H::kQBuffers,
-                                    H::kStreamBytes, kStagedBytes>;
+                                    H::kStreamBytes>;
 
 // Whether this call's streamed tensor comes by TMA: an instance with the tile in shared memory
 // and a tensor TMA can take (16-byte aligned, every outer stride a positive multiple of 16 bytes
@@ -402,17 +396,6 @@ __global__ void __launch_bounds__(Geo<T, D>::kThreads, 1)
     const int stream_c2 = 0, stream_c3 = 0;
     // @cuir-end stream_coords
     (void)stream_c2, (void)stream_c3;
-    // @cuir-region stage_tables
-    // Copies the tables the variant looks up into shared memory (dst), threads i0, i0 + n, ...:
-    // none here.
-    auto stage_tables = [&](uint8_t* __restrict__ dst, const int i0, const int n) {
-      (void)dst, (void)i0, (void)n;
-    };
-    // @cuir-end stage_tables
-    (void)stage_tables;
-    // This consumer group's copy (the producer's index is unused).
-    const uint8_t* const staged_area = sp.staged(wg > 0 ? wg - 1 : 0);
-    (void)staged_area;
 
     // The walk over the visited KV blocks: body(n_block, kv_lo, kv_hi, apply_variant) per block,
     // ascending. apply_variant(s, col0, row0, tile_hi) runs the program's score_mods and masks on
@@ -615,12 +598,6 @@ __global__ void __launch_bounds__(Geo<T, D>::kThreads, 1)
       int pv_slot = -1;        // the ring slot of the tile whose P V is still to issue (-1: none)
       uint32_t pv_parity = 0;
 
-      if constexpr (kStagedBytes > 0) {
-        // The group's last work tile is done with its copy of the tables: refill it for this one.
-        warpgroup_bar_sync(kBarStage0 + cw);
-        stage_tables(sp.staged(cw), threadIdx.x % 128, 128);
-        warpgroup_bar_sync(kBarStage0 + cw);
-      }
       mbar_wait(&bars->q_full[q_at.slot], q_at.full_parity());
 
       for_each_kv_block([&](int, int kv_lo, int kv_hi, auto&& apply_variant) {

@@ -33,9 +33,7 @@ struct Barriers {
 };
 
 // STREAM_BYTES: one stage's tile of a streamed tensor (stream.cuh), in K's ring slot; 0: none.
-// STAGED_BYTES: each consumer warpgroup's copy of the variant's small tables (16-byte multiple).
-template <typename T, int D, int BLOCK_M, int TILE_N, int STAGES, int QBUFS, int STREAM_BYTES = 0,
-          int STAGED_BYTES = 0>
+template <typename T, int D, int BLOCK_M, int TILE_N, int STAGES, int QBUFS, int STREAM_BYTES = 0>
 struct Geometry {
   static_assert(D == 64 || D == 128 || D == 256, "head dim 64, 128 or 256");
   static_assert(sizeof(T) == 2, "16-bit inputs");
@@ -71,9 +69,7 @@ struct Geometry {
   static constexpr int kVOffset = kKOffset + STAGES * kKVBytes;
   static constexpr int kStreamBytes = STREAM_BYTES;
   static constexpr int kStreamOffset = kVOffset + STAGES * kKVBytes;  // 1024-aligned: swizzled
-  static constexpr int kStagedBytes = (STAGED_BYTES + 15) / 16 * 16;
-  static constexpr int kStagedOffset = kStreamOffset + STAGES * kStreamBytes;
-  static constexpr int kBarOffset = kStagedOffset + kConsumerWGs * kStagedBytes;
+  static constexpr int kBarOffset = kStreamOffset + STAGES * kStreamBytes;
   // Dynamic shared memory is only guaranteed 16-byte alignment; the swizzle needs 1024.
   static constexpr int kSmemBytes = kBarOffset + static_cast<int>(sizeof(Bars)) + 1024;
 };
@@ -91,9 +87,6 @@ struct SmemPlan {
   __device__ __forceinline__ uint8_t* v(int s) const { return base + G::kVOffset + s * G::kKVBytes; }
   __device__ __forceinline__ uint8_t* stream(int s) const {
     return base + G::kStreamOffset + s * G::kStreamBytes;
-  }
-  __device__ __forceinline__ uint8_t* staged(int consumer) const {
-    return base + G::kStagedOffset + consumer * G::kStagedBytes;
   }
   __device__ __forceinline__ typename G::Bars* bars() const {
     return reinterpret_cast<typename G::Bars*>(base + G::kBarOffset);
@@ -128,13 +121,6 @@ struct RingPos {
   __device__ __forceinline__ bool reused() const { return round > 0; }
   __device__ __forceinline__ uint32_t empty_parity() const { return (round - 1) & 1; }
 };
-
-// Named hardware barriers (id 0 is __syncthreads): consumer warpgroup cw's own barrier (its 128
-// threads) around its copy of the staged tables.
-enum : int { kBarStage0 = 3 };
-__device__ __forceinline__ void warpgroup_bar_sync(int id) {
-  asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory");
-}
 
 }  // namespace fa3
 }  // namespace cubridge
