@@ -35,6 +35,8 @@ constexpr const char* kReserved[] = {
     // row / column slots and their counts, which generated lambdas and arrays use: a program
     // symbol spelled so would be shadowed there
     "mt", "r", "j", "k", "MT", "NT",
+    // what a block-table walk (kv_loop) and the bindings (variant_bind) define for the expert
+    "n_next", "block_full", "variant_table",
 };
 
 bool IdentStart(char c) { return absl::ascii_isalpha(c) || c == '_'; }

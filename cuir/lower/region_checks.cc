@@ -82,15 +82,10 @@ absl::Status RegionWriter::KernelBindings() {
   std::string text;
   for (const BufferInfo& b : buffers_) absl::StrAppend(&text, Origin(*b.decl));
   absl::StrAppend(&text, BufferLocals("p", ""));
-  if (!tables_.empty()) {
-    const std::string offsets = Fresh("table_offsets");
-    absl::StrAppend(&text, "size_t ", offsets, "[", tables_.size(), "];\nvariant_workspace(p, ",
-                    offsets, ");\n");
-    for (const TableInfo& t : tables_) {
-      absl::StrAppend(&text, Origin(*t.decl), "const int* __restrict__ const ", t.cpp,
-                      " = reinterpret_cast<const int*>(workspace + ", offsets, "[", t.slot,
-                      "]);\n");
-    }
+  // Declarations only: the expert may hold them as members of its call's context.
+  for (const TableInfo& t : tables_) {
+    absl::StrAppend(&text, Origin(*t.decl), "const int* __restrict__ const ", t.cpp,
+                    " = variant_table(p, workspace, ", t.slot, ");\n");
   }
   out_["variant_bind"] = text;
   return absl::OkStatus();

@@ -74,8 +74,10 @@ absl::Status RegionWriter::TableLoop(const Stmt& loop) {
   }
   const std::string row_var = Fresh(t->cpp + "_row"), entries = Fresh(t->cpp + "_entries"),
                     count = Fresh(t->cpp + "_count"), i = Fresh(t->cpp + "_i"),
-                    entry = Fresh(t->cpp + "_entry"), full = Fresh(loop.full_var);
-  loop_.Bind(loop.full_var, full, CType::kBool);
+                    entry = Fresh(t->cpp + "_entry");
+  // `block_full` (and `n_block`, `n_next`) are the names the expert's walk hands on with the
+  // block (docs/lowering.md, "Variant hooks").
+  loop_.Bind(loop.full_var, "block_full", CType::kBool);
   out_["kv_range"] = absl::StrCat("// table form: the blocks come from table ", loop.table,
                                   " (kv_loop)\n");
   out_["kv_loop"] = absl::StrCat(
@@ -87,7 +89,7 @@ absl::Status RegionWriter::TableLoop(const Stmt& loop) {
       "for (int ", i, " = 0; ", i, " < ", count, "; ++", i, ") {\n",
       "  const int ", entry, " = __ldg(", entries, " + ", i, ");\n",
       "  const int ", loop.name, " = ", entry, " >> 1;\n",
-      "  const bool ", full, " = (", entry, " & 1) != 0;\n",
+      "  const bool block_full = (", entry, " & 1) != 0;\n",
       // The expert's pipelined mainloop prefetches the next visited block (INT_MAX: none).
       "  const int n_next = ", i, " + 1 < ", count, " ? __ldg(", entries, " + ", i,
       " + 1) >> 1 : INT_MAX;\n");

@@ -213,7 +213,7 @@ TEST(Lower, DocumentMaskReadsTheBufferOncePerRowAndColumn) {
   EXPECT_THAT(cols, HasSubstr("doc_kv[j][k] = cuir_ld(doc + kv_idx);"));
   EXPECT_EQ(Count(mask, "cuir_ld("), 2u) << mask;
   // Only partial blocks pay for the reads: they are inside the `when`.
-  EXPECT_LT(mask.find("if ((!full)) {"), mask.find("doc_q[MT]"));
+  EXPECT_LT(mask.find("if ((!block_full)) {"), mask.find("doc_q[MT]"));
   // The expert keeps the slots of a ragged tile's missing rows / columns inside the buffers.
   EXPECT_THAT(k.cuda_source, HasSubstr("min(at.row(mt, r), q_hi - 1)"));
   EXPECT_THAT(k.cuda_source, HasSubstr("min(at.col(j, k), kv_hi - 1)"));
@@ -243,7 +243,7 @@ TEST(Lower, ShareQuestionMaskReadsEachBufferOncePerRowAndColumn) {
 // and the comparison with it stays in the element loop.
 TEST(Lower, BlockInvariantPartsOfColumnValuesRunOncePerBlock) {
   const std::string mask = Unindented(RegionText(LowerOrDie("document_batched"), "mask"));
-  EXPECT_THAT(mask, HasSubstr("if ((!full)) {\n  const int invariant = cuir_ld(prefix + b);\n"));
+  EXPECT_THAT(mask, HasSubstr("if ((!block_full)) {\n  const int invariant = cuir_ld(prefix + b);\n"));
   // The row offset b * seqlen_kv too (any block-invariant operation is hoisted).
   EXPECT_THAT(mask, HasSubstr("const long long invariant_2 = (static_cast<long long>(b) * "
                               "seqlen_kv);\n"));
@@ -534,7 +534,9 @@ TEST(Lower, DocumentTableIsBuiltByAPreKernelAndReadByTheLoop) {
   const LoweredKernel k = LowerOrDie("document");
   const std::string bind = RegionText(k, "variant_bind");
   EXPECT_THAT(bind, HasSubstr("const int* __restrict__ const doc = static_cast<const int*>(p.buffers[0].data);"));
-  EXPECT_THAT(bind, HasSubstr("reinterpret_cast<const int*>(workspace + table_offsets[0])"));
+  EXPECT_THAT(bind, HasSubstr("const int* __restrict__ const T_2 = variant_table(p, workspace, 0);"));
+  // Declarations only, so that an expert may hold them as members of its call's context.
+  EXPECT_THAT(bind, Not(HasSubstr("variant_workspace(")));
   const std::string classify = RegionText(k, "table_kernel");
   EXPECT_THAT(classify, HasSubstr("__device__ __forceinline__ void T_classify("));
   EXPECT_THAT(classify,
@@ -553,7 +555,9 @@ TEST(Lower, DocumentTableIsBuiltByAPreKernelAndReadByTheLoop) {
   EXPECT_THAT(workspace, HasSubstr("return cuir_compact_row("));
   const std::string loop = RegionText(k, "kv_loop");
   EXPECT_THAT(loop, HasSubstr("const int n_block = "));
-  EXPECT_THAT(loop, HasSubstr("const bool full = "));
+  // The table's `full` is the walk's `block_full`, which the expert hands on with the block.
+  EXPECT_THAT(loop, HasSubstr("const bool block_full = (T_2_entry & 1) != 0;"));
+  EXPECT_THAT(workspace, HasSubstr("const int* variant_table("));
 }
 
 TEST(Lower, TablePerAxisDecodesTheAxisInThePreKernel) {

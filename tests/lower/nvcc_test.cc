@@ -17,6 +17,7 @@
 #include "cuir/ir/eval.h"
 #include "cuir/lower/cuda_emit.h"
 #include "cuir/lower/expert.h"
+#include "cuir/lower/lift.h"
 #include "cuir/lower/lower.h"
 #include "gtest/gtest.h"
 #include "tests/lower/lower_test_util.h"
@@ -67,6 +68,12 @@ std::vector<std::string> RunJobs(const std::vector<CompileJob>& jobs) {
   return failures;
 }
 
+// nvcc's target flag: sm_80, or sm_90a alone (-arch=sm_90a also builds compute_90 PTX, which
+// the Hopper expert's wgmma and setmaxnreg code cannot be).
+std::string ArchFlag(Arch arch) {
+  return arch == Arch::kSm90 ? "-gencode=arch=compute_90a,code=sm_90a" : "-arch=sm_80";
+}
+
 TEST(Nvcc, EveryLoweredProgramCompilesForItsArch) {
   const std::string nvcc = FindNvcc();
   if (nvcc.empty()) GTEST_SKIP() << "no nvcc (CUBRIDGE_NVCC unset, /usr/local/cuda/bin/nvcc absent)";
@@ -82,10 +89,9 @@ TEST(Nvcc, EveryLoweredProgramCompilesForItsArch) {
       const std::string stem = absl::StrCat(dir, "/", name, "_", ArchName(arch));
       WriteFile(stem + ".cu", k->cuda_source);
       WriteFile(stem + ".h", k->launcher_header);
-      // -arch=sm_80 / sm_90; warnings of the generated code are errors, so none slip in.
-      const std::string sm = std::string(ArchName(arch)).substr(3);
+      // Warnings of the generated code are errors, so none slip in.
       jobs.push_back({absl::StrCat(name, " for ", ArchName(arch)),
-                      absl::StrCat(nvcc, " -c -std=c++17 -arch=sm_", sm,
+                      absl::StrCat(nvcc, " -c -std=c++17 ", ArchFlag(arch),
                                    " -Werror all-warnings -o ", stem, ".o ", stem, ".cu")});
     }
   }
@@ -136,17 +142,24 @@ TEST(Nvcc, EpilogueSinkProgramCompiles) {
   ASSERT_TRUE(program.ok()) << program.status();
   const std::string dir = MakeTempDir("cubridge_sink_");
   ASSERT_FALSE(dir.empty());
+  // On the sm_80 expert's base, and moved onto the Hopper expert's (whose sink is a hook of its
+  // VariantTile, handed the softmax, the accumulator and the lane).
+  auto sm80 = LiftExpert("fa2_sm80");
+  auto hopper = LiftExpert("fa3_sm90");
+  ASSERT_TRUE(sm80.ok() && hopper.ok());
+  auto moved = Rebase(*program, sm80->base, hopper->base);
+  ASSERT_TRUE(moved.ok()) << moved.status();
   std::vector<CompileJob> jobs;
   for (Arch arch : {Arch::kSm80, Arch::kSm90}) {
-    auto k = Lower(*program, cuir::AttentionConfig{}, arch);
+    auto k = Lower(arch == Arch::kSm80 ? *program : *moved, cuir::AttentionConfig{}, arch);
     ASSERT_TRUE(k.ok()) << k.status();
     ASSERT_NE(std::find(k->generated_regions.begin(), k->generated_regions.end(), "epilogue_sink"),
               k->generated_regions.end());
+    EXPECT_EQ(k->expert, arch == Arch::kSm80 ? "fa2_sm80" : "fa3_sm90");
     const std::string stem = absl::StrCat(dir, "/sink_", ArchName(arch));
     WriteFile(stem + ".cu", k->cuda_source);
-    const std::string sm = std::string(ArchName(arch)).substr(3);
     jobs.push_back({absl::StrCat("sink for ", ArchName(arch)),
-                    absl::StrCat(nvcc, " -c -std=c++17 -arch=sm_", sm,
+                    absl::StrCat(nvcc, " -c -std=c++17 ", ArchFlag(arch),
                                  " -Werror all-warnings -o ", stem, ".o ", stem, ".cu")});
   }
   for (const std::string& failure : RunJobs(jobs)) ADD_FAILURE() << failure;

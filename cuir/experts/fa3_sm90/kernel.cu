@@ -12,16 +12,19 @@
 // S = Q K^T and O += P V on wgmma (P from registers). Each consumer overlaps the softmax of
 // tile n with the P V product of tile n-1 (intra-warpgroup overlap). (Turns at the tensor cores
 // through named barriers, FA3's ping-pong, measured 0-4% slower here and were removed: the two
-// consumers fall into alternation on their own; docs/benchmarks.md.) The tile pieces are in
+// consumers fall into alternation on their own; docs/benchmarks.md.) The collectives: the
+// producer's copies (producer.cuh), the consumers' products, softmax and epilogue
+// (consumer.cuh), the variant's score visitors (score_tile.cuh), on the tile pieces in
 // pipeline.cuh (smem plan, ring), tma.cuh, wgmma.cuh, mainloop.cuh (the two products),
-// softmax.cuh, mask.cuh, epilogue.cuh and scheduler.cuh, inlined into every lowered kernel.
+// softmax.cuh, mask.cuh, epilogue.cuh and scheduler.cuh, all inlined into every lowered kernel.
 //
 // Regions: each `// @cuir-region NAME` ... `// @cuir-end NAME` pair implements one CuIR construct
 // of base.cuir, as in every expert (docs/lowering.md): copied when the program's construct equals
-// the base program's, regenerated otherwise. The generated code reads the CuIR names (m_block, h,
-// b, kv_h, q_lo, q_hi, n_block, kv_lo, kv_hi, BLOCK_M, ..., the builtins) and the score visitors
-// (for_each_score, ...). The visited KV blocks are one walk (for_each_kv_block) that the producer
-// and the consumers both run, so a changed range or a block table reaches both the same way.
+// the base program's, regenerated otherwise. None sits inside a function of the kernel: those the
+// device runs are members and hook bodies of the variant's contexts (VariantCall, VariantTile,
+// VariantBlock, below), which the collectives call at named hooks; the generated code reads the
+// CuIR names (m_block, h, b, kv_h, q_lo, q_hi, n_block, kv_lo, kv_hi, BLOCK_M, ..., the builtins)
+// as members, and the score visitors (for_each_score, ...) as the hooks' arguments.
 //
 // The GPU target the code is written for (the lowering refuses an older one):
 // @cuir-arch sm_90a
@@ -84,6 +87,7 @@ int cubridge_attn_fwd_attention(const cubridge_attn_fwd_params* p, struct CUstre
 #include "mask.cuh"
 #include "pipeline.cuh"
 #include "scheduler.cuh"
+#include "score_tile.cuh"
 #include "softmax.cuh"
 #include "stream.cuh"
 #include "tma.cuh"
@@ -179,6 +183,108 @@ using StreamElem = unsigned char;
 
 // The block-table kernels (classify, then compact), on the regions above.
 #include "../common/table_kernels.cuh"
+
+// The variant at named hooks (docs/lowering.md, "Variant hooks"): three contexts, each the one
+// before plus what it adds. VariantCall: the call's builtins, params and workspace, and the
+// program's buffers and tables (variant_bind). VariantTile: one work tile's grid indices, its
+// head map, the program's values hoisted to the tile, the streamed tensor's coordinates, the walk
+// over the visited KV blocks, and the epilogue hooks. VariantBlock: one KV block's bounds,
+// whether its table entry marked it full, the block lets, qk_scale, and the hooks that change
+// scores. Generated regions are member declarations and hook bodies, reading every name of their
+// context unqualified; the defaults here are the base program's.
+struct VariantCall {
+  const cubridge_attn_fwd_params& p;
+  char* workspace;
+  int BLOCK_M;  // this call's rows per work tile (rows_per_tile), which block tables' rows follow
+  int batch, heads_q, heads_kv, head_dim, seqlen_q, seqlen_kv;
+  float softmax_scale;
+  // @cuir-region variant_bind
+  // @cuir-end variant_bind
+};
+
+struct VariantTile : VariantCall {
+  int m_block, h, b, q_lo, q_hi;
+  // @cuir-region head_map
+  const int kv_h = h;
+  // @cuir-end head_map
+  // @cuir-region program_lets
+  // @cuir-end program_lets
+  // @cuir-region stream_coords
+  // The streamed tensor's indices before [q_idx, kv_idx] for this work tile (dimensions
+  // rank - 3 and rank - 4): none here.
+  const int stream_c2 = 0, stream_c3 = 0;
+  // @cuir-end stream_coords
+
+  // body(n_block, block_full) per visited KV block within [part_lo, part_hi), ascending: the one
+  // walk that the producer and the consumers both run, so a changed range or a block table
+  // reaches both alike. (n_next, the block after, is for experts that prefetch; TMA runs ahead.)
+  template <typename F>
+  __device__ __forceinline__ void for_each_kv_block(int part_lo, int part_hi, F&& body) const {
+    // @cuir-region kv_range
+    const KvUnion<1> kv_blocks = {{0}, {cuir_cdiv(seqlen_kv, BLOCK_N)}};
+    // @cuir-end kv_range
+    // @cuir-region kv_loop
+    for (int n_block = kv_blocks.first(), n_next; n_block != kv_blocks.kEnd; n_block = n_next) {
+      n_next = kv_blocks.next(n_block + 1);
+      const bool block_full = false;
+    // @cuir-end kv_loop
+      (void)n_next;
+      if (n_block < part_lo) continue;
+      if (n_block >= part_hi) break;
+      body(n_block, block_full);
+    }
+  }
+
+  // A sink's mass, into the softmax's row sums and this thread's accumulator (softmax.add_sink,
+  // in log2 units).
+  template <typename Softmax, typename Acc>
+  __device__ __forceinline__ void epilogue_sink(Softmax& softmax, Acc& acc, int lane) const {
+    constexpr float kLog2e = 1.4426950408889634f;
+    (void)softmax, (void)acc, (void)lane, (void)kLog2e;
+    // @cuir-region epilogue_sink
+    // @cuir-end epilogue_sink
+  }
+  // A score_mod's terms that are the same along a row, added to that row's LSE only
+  // (docs/lowering.md, SplitRowTerms): shift_lse_rows(f) with f(q_idx, q_f) in score units.
+  template <typename ShiftRows>
+  __device__ __forceinline__ void epilogue_rows(ShiftRows&& shift_lse_rows) const {
+    (void)shift_lse_rows;
+    // @cuir-region epilogue_rows
+    // @cuir-end epilogue_rows
+  }
+};
+
+struct VariantBlock : VariantTile {
+  int n_block, kv_lo, kv_hi;
+  bool block_full;
+  // @cuir-region block_class
+  // @cuir-end block_class
+  // @cuir-region qk_scale
+  const float qk_scale = softmax_scale;
+  // @cuir-end qk_scale
+
+  // The program's score_mods, then its masks, on one score tile (score_tile.cuh: the visitors
+  // and NT, a thread's column slots; MT, its row slots, is 1) and the streamed tensor's tile.
+  template <int NT, typename Visitors, typename Stream>
+  __device__ __forceinline__ void score_mod(Visitors&& v, const Stream& stream_tile) const {
+    constexpr int MT = 1;
+    [[maybe_unused]] auto& [for_each_score, for_each_score_at, for_each_raw_score,
+                            for_each_raw_score_at, for_each_raw_score_kv_split,
+                            for_each_score_row, for_each_score_col] = v;
+    (void)MT, (void)stream_tile;
+    // @cuir-region score_mod
+    // @cuir-end score_mod
+  }
+  template <int NT, typename Visitors, typename Stream>
+  __device__ __forceinline__ void mask(Visitors&& v, const Stream& stream_tile) const {
+    constexpr int MT = 1;
+    [[maybe_unused]] auto& [for_each_score, for_each_score_at, for_each_score_row,
+                            for_each_score_col] = v;
+    (void)MT, (void)stream_tile;
+    // @cuir-region mask
+    // @cuir-end mask
+  }
+};
 
 // What an instance of head dim D is built with: its score tile, its work tile's rows, whether a
 // streamed tensor's tile lives in shared memory, its K/V stages and Q buffers, and whether its
@@ -315,392 +421,106 @@ __host__ __device__ __forceinline__ cubridge::fa3::TailSplit call_split(
                                   variant_kv_walk_is_whole());
 }
 
+// What both roles of a CTA share across its work units: the shared-memory plan and barriers,
+// the TMA maps, whether this call's streamed tensor comes by TMA, whether O rows take 16-byte
+// stores, and the work order with its tail split (TailSplit; split_ws: the split's workspace,
+// null where the call has none, and then nothing splits).
+template <typename T, int D>
+struct Cta {
+  using G = Geo<T, D>;
+  cubridge::fa3::SmemPlan<G> sp;
+  typename G::Bars* bars;
+  const cubridge_attn_fwd_tma_maps& maps;
+  bool stream_tma;
+  bool o_wide;
+  cubridge::fa3::LongestFirst work;
+  char* split_ws;
+  cubridge::fa3::TailSplit split;
+
+  __device__ __forceinline__ Cta(const cubridge_attn_fwd_params& p, char* workspace,
+                                 const cubridge_attn_fwd_tma_maps& maps_, uint8_t* smem,
+                                 int block_m)
+      : sp(smem),
+        bars(sp.bars()),
+        maps(maps_),
+        stream_tma(stream_tma_ok<D>(p)),
+        o_wide(cubridge::fa3::o_rows_16_byte_aligned(p.o, p.o_batch_stride, p.o_head_stride,
+                                                     p.o_row_stride)),
+        work(work_order<D>(p, block_m)),
+        split_ws(HeadDim<D>::kSplits ? split_area<D>(p, workspace) : nullptr),
+        split(call_split<D>(p, work, split_ws != nullptr ? static_cast<int>(gridDim.x) : 0)) {}
+};
+
+// One work unit (a work tile, or one part of a split tile's KV walk): its index, its part (-1:
+// the whole walk) and the part's KV blocks, and the Q buffer its tile uses.
+template <typename T, int D>
+struct WorkUnit {
+  int unit, part, part_lo, part_hi;
+  cubridge::fa3::RingPos<Geo<T, D>::kQBuffers> q_at;
+
+  __device__ __forceinline__ WorkUnit(const Cta<T, D>& cta, int unit_, int work_round)
+      : unit(unit_),
+        part(HeadDim<D>::kSplits ? cta.split.part_of(unit_) : -1),
+        part_lo(cta.split.first_block(part)),
+        part_hi(cta.split.end_block(part)),
+        q_at(work_round) {}
+  // The variant's context of this unit's work tile.
+  __device__ __forceinline__ VariantTile tile(const Cta<T, D>& cta, const VariantCall& call) const {
+    const cubridge::fa3::Tile t = cta.work.tile(cta.split.tile_of(unit));
+    const int q_lo = t.m_block * call.BLOCK_M;
+    return VariantTile{call, t.m_block, t.head, t.batch, q_lo, min(q_lo + call.BLOCK_M, call.seqlen_q)};
+  }
+};
+
+#include "producer.cuh"
+#include "consumer.cuh"
+
+// The attention kernel: warp-specialised persistent CTAs. The ring position (KV tiles so far)
+// and the work tiles so far run on across work units, so the next tile's Q and K/V loads overlap
+// this tile's last products and epilogue. Each role runs its own loop over the units, so the
+// code of each lies after that role's setmaxnreg and ptxas gives it that role's registers.
 template <typename T, int D>
 __global__ void __launch_bounds__(Geo<T, D>::kThreads, 1)
     attn_fwd_kernel(const __grid_constant__ cubridge_attn_fwd_params p, char* __restrict__ workspace,
                     const __grid_constant__ cubridge_attn_fwd_tma_maps maps) {
   using namespace cubridge::fa3;
   using G = Geo<T, D>;
-  using H = HeadDim<D>;
-  constexpr int TILE_N = H::kTileN;
-  constexpr int MT = 1, NT = TILE_N / 8;  // a thread's score slots: 1 x 2 rows, NT x 2 columns
-  (void)MT;  // sizes the hoisted row arrays of generated regions
-  constexpr float kLog2e = 1.4426950408889634f;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
-  constexpr int NSTAGE = G::kStages;
-  const SmemPlan<G> sp(smem_raw);
-  using StreamTileT = StreamTile<StreamElem, H::kBlockM, TILE_N, H::kStream>;
-  const bool stream_tma = stream_tma_ok<D>(p);  // else a streamed tile is filled by the warps
-  typename G::Bars* const bars = sp.bars();
-
-  // Builtin symbols.
-  const int batch = p.batch;
-  const int heads_q = p.heads_q;
-  const int heads_kv = p.heads_kv;
-  const int head_dim = D;
-  const int seqlen_q = p.seqlen_q;
-  const int seqlen_kv = p.seqlen_kv;
-  const float softmax_scale = p.softmax_scale;
-  (void)batch, (void)heads_q, (void)heads_kv, (void)head_dim, (void)softmax_scale, (void)workspace;
-  // @cuir-region variant_bind
-  // @cuir-end variant_bind
-
+  const VariantCall call{p,         workspace,  rows_per_tile<D>(p.seqlen_q), p.batch,
+                         p.heads_q, p.heads_kv, D,          p.seqlen_q,       p.seqlen_kv,
+                         p.softmax_scale};
+  const Cta<T, D> cta(p, workspace, maps, smem_raw, call.BLOCK_M);
   const int wg = threadIdx.x / 128;
-  const bool o_wide =
-      o_rows_16_byte_aligned(p.o, p.o_batch_stride, p.o_head_stride, p.o_row_stride);
-  // This call's rows per work tile, and the consumer warpgroups that take part (64 rows each).
-  const int BLOCK_M = rows_per_tile<D>(seqlen_q);
-  const int consumers = BLOCK_M / 64;
+  // The consumer warpgroups that take part in this call (64 rows each).
+  const int consumers = call.BLOCK_M / 64;
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int i = 0; i < 3; ++i) tma_prefetch_desc(maps.map[i]);
-    if (stream_tma) tma_prefetch_desc(maps.map[3]);
-    init_barriers(bars, consumers * 4);
+    if (cta.stream_tma) tma_prefetch_desc(maps.map[3]);
+    init_barriers(cta.bars, consumers * 4);
   }
   __syncthreads();
-  // The ring position (KV tiles so far) and the work tiles so far run on across work tiles, so
-  // the next tile's Q and K/V loads overlap this tile's last products and epilogue.
+  if (cta.split_ws != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
+    *reinterpret_cast<SplitHeader*>(cta.split_ws) =
+        SplitHeader{static_cast<int>(gridDim.x), cta.split.parts};
+  }
   int ring = 0;
   int work_round = 0;
-  // grid m_block < cdiv(seqlen_q, BLOCK_M), h < heads_q, b < batch schedule longest_first
-  const LongestFirst work = work_order<D>(p, BLOCK_M);
-  // for ... split: the last partial wave's tiles walk their KV blocks in parts (TailSplit).
-  char* const split_ws = H::kSplits ? split_area<D>(p, workspace) : nullptr;
-  const TailSplit split =
-      call_split<D>(p, work, split_ws != nullptr ? static_cast<int>(gridDim.x) : 0);
-  if (split_ws != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
-    *reinterpret_cast<SplitHeader*>(split_ws) = SplitHeader{static_cast<int>(gridDim.x), split.parts};
-  }
-  // One work unit (a work tile, or one part of a split tile's walk) in one role. Each role runs
-  // its own loop over them (below), so the code of each lies after that role's setmaxnreg, and
-  // ptxas gives it that role's register budget.
-  auto work_tile = [&](const int unit, auto role) {
-    const int w = split.tile_of(unit);
-    const int part = H::kSplits ? split.part_of(unit) : -1;  // -1: the whole walk
-    const int part_lo = split.first_block(part), part_hi = split.end_block(part);
-    const Tile tile = work.tile(w);
-    const RingPos<G::kQBuffers> q_at(work_round);  // this work tile's Q buffer
-    const int m_block = tile.m_block;
-    const int h = tile.head;
-    const int b = tile.batch;
-    const int q_lo = m_block * BLOCK_M;
-    const int q_hi = min(q_lo + BLOCK_M, seqlen_q);
-    // @cuir-region head_map
-    const int kv_h = h;
-    // @cuir-end head_map
-    // @cuir-region program_lets
-    // @cuir-end program_lets
-    // @cuir-region stream_coords
-    // The streamed tensor's indices before [q_idx, kv_idx] for this work tile (dimensions
-    // rank - 3 and rank - 4): none here.
-    const int stream_c2 = 0, stream_c3 = 0;
-    // @cuir-end stream_coords
-    (void)stream_c2, (void)stream_c3;
-
-    // The walk over the visited KV blocks: body(n_block, kv_lo, kv_hi, apply_variant) per block,
-    // ascending. apply_variant(s, col0, row0, tile_hi) runs the program's score_mods and masks on
-    // one score tile of the block (this thread's rows row0, row0 + 8 and columns col0 + 8j + e,
-    // keys below tile_hi) and returns the tile's scale: log2(e) per score unit, and the offset
-    // every score of this lane's tile carries beside its stored value (for_each_raw_score_kv_split).
-    auto for_each_kv_block = [&](auto&& body) {
-      // @cuir-region kv_range
-      const KvUnion<1> kv_blocks = {{0}, {cuir_cdiv(seqlen_kv, BLOCK_N)}};
-      // @cuir-end kv_range
-      // @cuir-region kv_loop
-      for (int n_block = kv_blocks.first(), n_next; n_block != kv_blocks.kEnd; n_block = n_next) {
-        n_next = kv_blocks.next(n_block + 1);
-      // @cuir-end kv_loop
-        (void)n_next;  // the TMA producer runs ahead on its own; no prefetch hint needed
-        // A split unit walks its part's blocks only (whole walks: ascending from block 0).
-        if (n_block < part_lo) continue;
-        if (n_block >= part_hi) break;
-        const int kv_lo = n_block * BLOCK_N;
-        const int kv_hi = min(kv_lo + BLOCK_N, seqlen_kv);
-        // @cuir-region block_class
-        // @cuir-end block_class
-        auto apply_variant = [&](float (&s)[TILE_N / 2], const int col0, const int row0,
-                                 const int tile_hi, const StreamTileT& stream_tile) -> TileScale {
-          (void)stream_tile;
-          // @cuir-region qk_scale
-          const float qk_scale = softmax_scale;
-          // @cuir-end qk_scale
-          // Scores stay raw (the scale folds into the softmax's exponent) unless a score_mod reads
-          // them: its visitors scale the tile once first. `scaled` is known at compile time.
-          bool scaled = false;
-          float kv_shift = 0.f;  // score units, the same for every score of this lane's tile
-          auto scale_once = [&] {
-            if (scaled) return;
-#pragma unroll
-            for (int i = 0; i < TILE_N / 2; ++i) s[i] *= qk_scale;
-            scaled = true;
-          };
-          // f(mt, r, j, e, q_idx, kv_idx, q_f, kv_f, x) on the in-bounds elements; the float
-          // indices are one conversion per tile plus constants (score_visit.cuh).
-          // Where this thread's last row and column of the tile are in bounds, so is every
-          // element, and the per-element test (a select per element) is left out.
-          // kv_f counts from key 0, or with KvFromTileStart{} from the lane's first key col0 (a
-          // constant per element once unrolled).
-          auto visit = [&](auto&& f, auto kv_from_tile_start) {
-            const float row0_f = static_cast<float>(row0);
-            const float col0_f = decltype(kv_from_tile_start)::value ? 0.f : static_cast<float>(col0);
-            auto each = [&](auto bounds) {
-              for_each_element<TILE_N>(s, [&](int j, int e, int r, float& x) {
-                const int q_idx = row0 + 8 * r, kv_idx = col0 + 8 * j + e;
-                if (!decltype(bounds)::kChecked || (q_idx < q_hi && kv_idx < tile_hi)) {
-                  f(0, r, j, e, q_idx, kv_idx, row0_f + static_cast<float>(8 * r),
-                    col0_f + static_cast<float>(8 * j + e), x);
-                }
-              });
-            };
-            if (row0 + 8 < q_hi && col0 + 8 * (NT - 1) + 1 < tile_hi) {
-              each(Bounds<false>{});
-            } else {
-              each(Bounds<true>{});
-            }
-          };
-          auto element = [&](auto&& f) {
-            return [&](int, int, int, int, int q_idx, int kv_idx, float q_f, float kv_f, float& x) {
-              cuir_call_element(f, q_idx, kv_idx, q_f, kv_f, x, 0);
-            };
-          };
-          auto element_at = [&](auto&& f) {
-            return [&](int mt, int r, int j, int k, int q_idx, int kv_idx, float q_f, float kv_f,
-                       float& x) { cuir_call_element_at(f, mt, r, j, k, q_idx, kv_idx, q_f, kv_f, x, 0); };
-          };
-          // f(mt, r, q_idx) per row slot, f(j, k, kv_idx) per column slot; a slot past q_hi /
-          // tile_hi gets the last in-bounds index instead: no element reads that slot, and every
-          // expression of a program is defined at every in-bounds index.
-          auto for_each_score_row = [&](auto&& f) {
-#pragma unroll
-            for (int r = 0; r < 2; ++r) f(0, r, min(row0 + 8 * r, q_hi - 1));
-          };
-          auto for_each_score_col = [&](auto&& f) {
-#pragma unroll
-            for (int j = 0; j < NT; ++j)
-#pragma unroll
-              for (int k = 0; k < 2; ++k) f(j, k, min(col0 + 8 * j + k, tile_hi - 1));
-          };
-          (void)for_each_score_row, (void)for_each_score_col, (void)scale_once, (void)visit;
-          (void)element, (void)element_at;
-          {
-            auto for_each_score = [&](auto&& f) {
-              scale_once();
-              visit(element(f), KvFromKeyZero{});
-            };
-            auto for_each_score_at = [&](auto&& f) {
-              scale_once();
-              visit(element_at(f), KvFromKeyZero{});
-            };
-            // The first score_mod of the form score + terms takes the raw score and applies
-            // qk_scale itself, in one fma with the terms (docs/lowering.md, TermsBesideTheScore).
-            auto for_each_raw_score = [&](auto&& f) {
-              scaled = true;
-              visit(element(f), KvFromKeyZero{});
-            };
-            auto for_each_raw_score_at = [&](auto&& f) {
-              scaled = true;
-              visit(element_at(f), KvFromKeyZero{});
-            };
-            // The terms are linear in kv_f (docs/lowering.md, KvTermFromTileStart): f at the lane's
-            // first key with a zero score gives that key's term, which joins the softmax's offset,
-            // and the elements take kv_f from that key: their terms become constants.
-            auto for_each_raw_score_kv_split = [&](auto&& f) {
-              scaled = true;
-              float first_key_term = 0.f;
-              cuir_call_element(f, row0, col0, static_cast<float>(row0), static_cast<float>(col0),
-                                first_key_term, 0);
-              kv_shift = first_key_term;
-              visit(element(f), KvFromTileStart{});
-            };
-            (void)for_each_score, (void)for_each_score_at;
-            (void)for_each_raw_score, (void)for_each_raw_score_at, (void)for_each_raw_score_kv_split;
-            // @cuir-region score_mod
-            // @cuir-end score_mod
-          }
-          {
-            // Masks only write -inf, which is -inf in any unit: no scaling.
-            auto for_each_score = [&](auto&& f) { visit(element(f), KvFromKeyZero{}); };
-            auto for_each_score_at = [&](auto&& f) { visit(element_at(f), KvFromKeyZero{}); };
-            (void)for_each_score, (void)for_each_score_at;
-            // @cuir-region mask
-            // @cuir-end mask
-          }
-          // A split (kv_shift set) took raw scores, so its unit is kLog2e; without one the offset
-          // is a literal 0.
-          return {scaled ? kLog2e : qk_scale * kLog2e, kv_shift * kLog2e};
-        };
-        body(n_block, kv_lo, kv_hi, apply_variant);
-      }
-    };
-
-    if constexpr (decltype(role)::kProducer) {
-      // Producer: one thread issues every copy; the walk's KV tiles go round the ring. Q waits
-      // until the consumers are done reading the previous tile's.
-      const void* const map_q = maps.map[0];
-      const void* const map_k = maps.map[1];
-      const void* const map_v = maps.map[2];
-      if (q_at.reused()) mbar_wait(&bars->q_empty[q_at.slot], q_at.empty_parity());
-      // load Q = q[b, h, q_lo:q_hi]
-      mbar_arrive_expect_tx(&bars->q_full[q_at.slot], G::kQBytes);
-#pragma unroll
-      for (int c = 0; c < G::kPanels; ++c)
-        tma_load_4d(sp.q(q_at.slot) + c * G::kQPanelBytes, map_q, &bars->q_full[q_at.slot],
-                    c * 64, q_lo, h, b);
-      for_each_kv_block([&](int, int kv_lo, int kv_hi, auto&&) {
-        for (int lo = kv_lo; lo < kv_hi; lo += TILE_N, ++ring) {
-          const RingPos<NSTAGE> at(ring);
-          // One KV tile into its ring slot, once the consumers released the slot's last use;
-          // `extra` bytes more complete `full` (a streamed tile's, issued after).
-          auto load = [&](const void* map, uint8_t* dst, uint64_t* full, uint64_t* empty,
-                          int extra) {
-            if (at.reused()) mbar_wait(empty, at.empty_parity());
-            mbar_arrive_expect_tx(full, G::kKVBytes + extra);
-#pragma unroll
-            for (int c = 0; c < G::kPanels; ++c)
-              tma_load_4d(dst + c * G::kKVPanelBytes, map, full, c * 64, lo, kv_h, b);
-          };
-          // load K = k[b, kv_h, kv_lo:kv_hi], then V: K first, so Q K^T can start under V's copy.
-          // A streamed tensor's tile rides with K: k_full covers it, k_empty frees it.
-          load(map_k, sp.k(at.slot), &bars->k_full[at.slot], &bars->k_empty[at.slot],
-               stream_tma ? G::kStreamBytes : 0);
-          if (H::kStream && stream_tma) {
-            using SL = StreamL<D>;
-#pragma unroll
-            for (int c = 0; c < SL::kPanels; ++c)
-              tma_load_4d(sp.stream(at.slot) + c * (H::kBlockM * SL::kPanelBytes), maps.map[3],
-                          &bars->k_full[at.slot], lo + c * SL::kPanelCols, q_lo, stream_c2,
-                          stream_c3);
-          }
-          load(map_v, sp.v(at.slot), &bars->v_full[at.slot], &bars->v_empty[at.slot], 0);
-        }
-      });
-    } else {
-      const int cw = wg - 1;
-      const int lane = threadIdx.x & 31;
-      const int warp = (threadIdx.x >> 5) & 3;
-      // This thread's rows: row0, row0 + 8.
-      const int row0 = q_lo + cw * 64 + warp * 16 + (lane >> 2);
-      const int t = lane & 3;
-      const Operands<G, TILE_N> ops(sp.q(0), sp.k(0), sp.v(0), cw);
-      const uint64_t q_desc = ops.q(q_at.slot);
-      // The streamed tensor at this work tile's leading indices (global reads and the fill).
-      const CuirStreamSource<StreamElem> stream_src =
-          cuir_stream_source<StreamElem, kStreamBuffer, kStreamRank>(p, stream_c2, stream_c3);
-
-      // softmax.init
-      float acc[D / 2];
-#pragma unroll
-      for (int i = 0; i < D / 2; ++i) acc[i] = 0.f;
-      OnlineSoftmax<TILE_N, D> softmax;
-      float s[TILE_N / 2];
-      uint32_t pa[TILE_N / 16][4];
-      float corr[2];
-      int pv_slot = -1;        // the ring slot of the tile whose P V is still to issue (-1: none)
-      uint32_t pv_parity = 0;
-
-      mbar_wait(&bars->q_full[q_at.slot], q_at.full_parity());
-
-      for_each_kv_block([&](int, int kv_lo, int kv_hi, auto&& apply_variant) {
-        for (int lo = kv_lo; lo < kv_hi; lo += TILE_N, ++ring) {
-          const RingPos<NSTAGE> at(ring);
-          const int tile_hi = min(lo + TILE_N, kv_hi);
-          mbar_wait(&bars->k_full[at.slot], at.full_parity());
-          // S = qk Q, K, issued with the previous tile's P V behind it (none before the first);
-          // wait for S only. (O's rescale stays before the Q K^T issue: between the two issues,
-          // as FlashAttention-3 places it, ptxas injected a wgmma wait there, C7517.)
-          if (pv_slot < 0) {
-            issue_qk<T, G, D, TILE_N>(s, q_desc, ops.k(at.slot));
-            wgmma_wait<0>();
-          } else {
-            mbar_wait(&bars->v_full[pv_slot], pv_parity);
-            issue_qk<T, G, D, TILE_N>(s, q_desc, ops.k(at.slot));
-            issue_pv<T, D, TILE_N>(acc, pa, ops.v(pv_slot));
-            wgmma_wait<1>();
-          }
-          reg_fence(s);
-          // K's slot is free once Q K^T retired, unless a streamed tile in it is still to be read.
-          if (!H::kStream && lane == 0) mbar_arrive(&bars->k_empty[at.slot]);
-          if (tile_hi - lo < TILE_N) mask_columns_from<TILE_N>(s, lo + 2 * t, tile_hi);
-          if (H::kStream && !stream_tma) {
-            stream_fill_rows<StreamElem, H::kBlockM, TILE_N>(sp.stream(at.slot), stream_src, q_lo,
-                                                             lo, cw * 64 + warp * 16, lane);
-          }
-          const TileScale scale =
-              apply_variant(s, lo + 2 * t, row0, tile_hi, StreamTileT{sp.stream(at.slot), stream_src, q_lo, lo});
-          if (H::kStream && lane == 0) mbar_arrive(&bars->k_empty[at.slot]);
-          // P = softmax.online S, under the previous P V; then that P V retires (a no-op wait on the
-          // first tile, kept unconditional so that no wgmma wait sits on a branch).
-          softmax.update(s, corr, scale);
-          wgmma_wait<0>();
-          reg_fence(acc);
-          // Ties the packing of P below the wait: the previous P fragments are read by that P V
-          // until then, and the packed values may land in the same registers.
-          reg_fence(s);
-          if (pv_slot >= 0 && lane == 0) mbar_arrive(&bars->v_empty[pv_slot]);
-          OnlineSoftmax<TILE_N, D>::rescale(acc, corr);
-          p_to_a<T, TILE_N>(s, pa);
-          pv_slot = at.slot;
-          pv_parity = at.full_parity();
-        }
-      });
-      // Every Q K^T of this work tile has retired: the producer may load the next tile's Q.
-      if (lane == 0) mbar_arrive(&bars->q_empty[q_at.slot]);
-      // pv P, V of the last tile.
-      if (pv_slot >= 0) {
-        mbar_wait(&bars->v_full[pv_slot], pv_parity);
-        issue_pv<T, D, TILE_N>(acc, pa, ops.v(pv_slot));
-        wgmma_wait<0>();
-        reg_fence(acc);
-        if (lane == 0) mbar_arrive(&bars->v_empty[pv_slot]);
-      }
-
-      // A sink's mass joins one part of a split walk only; the combine adds the parts.
-      if (part <= 0) {
-      // @cuir-region epilogue_sink
-      // @cuir-end epilogue_sink
-      }
-      // f(q_idx, q_f) per row this thread owns, in score units, added to that row's LSE only: a
-      // score_mod's terms that are the same along a row (docs/lowering.md, SplitRowTerms).
-      auto shift_lse_rows = [&](auto&& f) {
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int q = min(row0 + 8 * r, q_hi - 1);
-          softmax.row_max[r] += f(q, static_cast<float>(q)) * kLog2e;
-        }
-      };
-      (void)shift_lse_rows;
-      // @cuir-region epilogue_rows
-      // @cuir-end epilogue_rows
-      // Row terms shift every part's LSE alike, so the merged LSE carries them once.
-      if (H::kSplits && part >= 0) {
-        const size_t slot_floats = split_slot_floats<D>(BLOCK_M);
-        float* const slot = reinterpret_cast<float*>(split_ws + kSplitHeaderBytes) +
-                            static_cast<size_t>(unit - split.whole) * slot_floats;
-        store_partial<TILE_N, D>(acc, softmax, slot, slot + static_cast<size_t>(BLOCK_M) * D,
-                                 row0 - q_lo, t);
-        return;
-      }
-      // epilogue: O = acc / l (0 where l = 0), LSE = m + log(l) (-inf where l = 0)
-      T* const o_row0 = static_cast<T*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride +
-                        static_cast<int64_t>(row0) * p.o_row_stride;
-      float* const lse_row0 = p.lse + b * p.lse_batch_stride + h * p.lse_head_stride + row0;
-      store_output<T, TILE_N, D>(acc, softmax, o_row0, p.o_row_stride, lse_row0, row0, q_hi, t,
-                                 o_wide);
-    }
-  };
   // The producer keeps one thread with few registers; the consumers take the freed ones.
   if (wg == 0) {
     setmaxnreg_dec<G::kProducerRegs>();
     if (threadIdx.x != 0) return;
-    for (int u = work.first(); u < split.units; u = work.next(u), ++work_round) {
-      work_tile(u, ProducerRole{});
+    for (int u = cta.work.first(); u < cta.split.units; u = cta.work.next(u), ++work_round) {
+      const WorkUnit<T, D> unit(cta, u, work_round);
+      produce_unit<T, D>(cta, unit.tile(cta, call), unit, ring);
     }
   } else {
     setmaxnreg_inc<G::kConsumerRegs>();
     // A consumer beyond this call's rows has no part: no barrier counts its warps.
     if (wg > consumers) return;
-    for (int u = work.first(); u < split.units; u = work.next(u), ++work_round) {
-      work_tile(u, ConsumerRole{});
+    for (int u = cta.work.first(); u < cta.split.units; u = cta.work.next(u), ++work_round) {
+      const WorkUnit<T, D> unit(cta, u, work_round);
+      consume_unit<T, D>(cta, unit.tile(cta, call), unit, ring);
     }
   }
 }

@@ -39,11 +39,14 @@ struct StreamLayout {
   static constexpr bool kTmaShape = kSwizzle > 0 && TILE_N % kPanelCols == 0 && ROWS <= 256;
   static constexpr bool kInSmem = kBytes <= MAX_STAGE_BYTES;
 
-  // Byte offset of element (r, c) within the tile.
-  __device__ __forceinline__ static int offset(int r, int c) {
-    const int panel = c / kPanelCols;
-    int o = panel * (ROWS * kPanelBytes) + r * kPanelBytes + (c - panel * kPanelCols) * kElem;
-    constexpr int mask = kSwizzle == 3 ? 7 : kSwizzle == 2 ? 3 : kSwizzle == 1 ? 1 : 0;
+  // Byte offset of element (r, c) within the tile. Unsigned: r and c are within the tile, and
+  // a signed division by kPanelCols costs its sign fix-up per element wherever the compiler
+  // cannot prove c non-negative (it once could and once not for the same source; bench/NOTES.md).
+  __device__ __forceinline__ static unsigned offset(unsigned r, unsigned c) {
+    const unsigned panel = c / kPanelCols;
+    const unsigned o =
+        panel * (ROWS * kPanelBytes) + r * kPanelBytes + (c - panel * kPanelCols) * kElem;
+    constexpr unsigned mask = kSwizzle == 3 ? 7 : kSwizzle == 2 ? 3 : kSwizzle == 1 ? 1 : 0;
     return o ^ (((o >> 7) & mask) << 4);
   }
 };
@@ -58,7 +61,8 @@ struct StreamTile {
   // The element as a CuIR value (cuir_buffers.cuh: bool, int, long long or float).
   __device__ __forceinline__ auto at(int q_idx, int kv_idx) const {
     if constexpr (IN_SMEM) {
-      return cuir_value(*reinterpret_cast<const E*>(smem + L::offset(q_idx - q_lo, kv_idx - kv_lo)));
+      const unsigned r = q_idx - q_lo, c = kv_idx - kv_lo;  // within the tile
+      return cuir_value(*reinterpret_cast<const E*>(smem + L::offset(r, c)));
     } else {
       return src.at(q_idx, kv_idx);
     }
