@@ -10,7 +10,6 @@ template <typename T, int D, typename Softmax>
 __device__ __forceinline__ void finish_unit(const Cta<T, D>& cta, const VariantTile& tile,
                                             const WorkUnit<T, D>& u, float (&acc)[D / 2],
                                             Softmax& softmax, int row0, int lane) {
-  constexpr float kLog2e = 1.4426950408889634f;
   const int t = lane & 3;
   // A sink's mass joins one part of a split walk only; the combine adds the parts.
   if (u.part <= 0) tile.epilogue_sink(softmax, acc, lane);

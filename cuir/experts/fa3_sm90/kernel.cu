@@ -192,6 +192,9 @@ using StreamElem = unsigned char;
 // whether its table entry marked it full, the block lets, qk_scale, and the hooks that change
 // scores. Generated regions are member declarations and hook bodies, reading every name of their
 // context unqualified; the defaults here are the base program's.
+// The softmax's unit, which a generated sink is given in (epilogue_sink).
+using cubridge::fa3::kLog2e;
+
 struct VariantCall {
   const cubridge_attn_fwd_params& p;
   char* workspace;
@@ -239,8 +242,7 @@ struct VariantTile : VariantCall {
   // in log2 units).
   template <typename Softmax, typename Acc>
   __device__ __forceinline__ void epilogue_sink(Softmax& softmax, Acc& acc, int lane) const {
-    constexpr float kLog2e = 1.4426950408889634f;
-    (void)softmax, (void)acc, (void)lane, (void)kLog2e;
+    (void)softmax, (void)acc, (void)lane;
     // @cuir-region epilogue_sink
     // @cuir-end epilogue_sink
   }

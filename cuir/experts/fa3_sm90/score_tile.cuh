@@ -38,7 +38,6 @@ struct MaskVisitors {
 template <int TILE_N>
 struct ScoreTile {
   static constexpr int NT = TILE_N / 8;  // a thread's column slots: NT x 2 (rows: 1 x 2)
-  static constexpr float kLog2e = 1.4426950408889634f;
   float (&s)[TILE_N / 2];
   int row0, col0, q_hi, tile_hi;
   float qk_scale;

@@ -61,6 +61,9 @@ __device__ __forceinline__ float row_max_of(const float (&s)[TILE_N / 2]) {
   return v[0];
 }
 
+// The softmax works in log2 units: a score unit is log2(e) of them.
+constexpr float kLog2e = 1.4426950408889634f;
+
 // How a score tile's stored values s become log2 units: s * per_unit + offset. The offset is the
 // same for every score of one lane's tile (a score_mod's key term split at the lane's first key,
 // for_each_raw_score_kv_split), 0 otherwise.
