@@ -21,6 +21,9 @@
 #
 # CUBRIDGE_TILE=128x176w12 pins the tile instead (`adapt --tile`): every kernel verified on the CPU
 # and lowered at it; run_matrix.py --candidate then plays the autotuner between two such sets.
+#
+# CUBRIDGE_ARCH=sm_80 lowers onto the sm_80 expert instead (OUTDIR/NAME_sm_80.cu; run_matrix.py
+# --arch sm_80 times them, on a Hopper GPU too).
 set -euo pipefail
 
 if [ $# -lt 1 ] || [ $# -gt 2 ]; then
@@ -43,24 +46,26 @@ trap 'rm -rf "$TMP"' EXIT
 # GQA heads (8 query heads on 2 kv heads): the head mapping h // (heads_q // heads_kv) then
 # serves every layout of the benchmark (MHA is a group of one); a kernel lowered for MHA maps h to h
 # and its launch plan refuses GQA calls.
-SHAPE=(--arch sm_90 --seqlen 512 --heads-q 8 --heads-kv 2 --head-dim 128 --dtype bf16 --no-cache)
+ARCH="${CUBRIDGE_ARCH:-sm_90}"
+case "$ARCH" in sm_80|sm_90) ;; *) echo "make_kernels: CUBRIDGE_ARCH=$ARCH: sm_80 or sm_90" >&2; exit 2;; esac
+SHAPE=(--arch "$ARCH" --seqlen 512 --heads-q 8 --heads-kv 2 --head-dim 128 --dtype bf16 --no-cache)
 PARALLEL=2
 if [ "${CUBRIDGE_TUNE:-0}" = 1 ]; then
-  SHAPE=(--arch sm_90 --seqlen 8192 --batch 2 --heads-q 64 --heads-kv 8 --head-dim 128 --dtype bf16
+  SHAPE=(--arch "$ARCH" --seqlen 8192 --batch 2 --heads-q 64 --heads-kv 8 --head-dim 128 --dtype bf16
          --no-cache --gpu require)
   [ -n "${CUBRIDGE_TILES:-}" ] && SHAPE+=(--tiles "$CUBRIDGE_TILES")
   PARALLEL=1
 fi
 if [ -n "${CUBRIDGE_TILE:-}" ]; then SHAPE+=(--tile "$CUBRIDGE_TILE"); fi
 
-# lower SPEC_NAME OUT_NAME [extra CLI flags...]: TMP/OUT_NAME/{kernel.cu,...} -> OUTDIR/OUT_NAME_sm_90.cu
+# lower SPEC_NAME OUT_NAME [extra CLI flags...]: TMP/OUT_NAME/{kernel.cu,...} -> OUTDIR/OUT_NAME_ARCH.cu
 lower() {
   local spec="$1" out="$2"
   shift 2
   local dir="$TMP/$out"
   if "$CLI" adapt "$ROOT/examples/specs/$spec.py" --local --out "$dir" "${SHAPE[@]}" "$@" \
       >"$TMP/$out.log" 2>&1 && [ -s "$dir/kernel.cu" ]; then
-    cp "$dir/kernel.cu" "$OUTDIR/${out}_sm_90.cu"
+    cp "$dir/kernel.cu" "$OUTDIR/${out}_${ARCH}.cu"
     cp "$dir/report.json" "$OUTDIR/${out}.report.json"
     echo "ok   $out  ($(grep -m1 '^\[verify' "$TMP/$out.log" | sed 's/^\[verify *\] *ok *//'))"
     grep '^\[gpu' "$TMP/$out.log" | sed 's/^/     /' || true

@@ -89,6 +89,7 @@ HEADS = {  # key: (label, heads_q, heads_kv)
     "llama3.1-405b": ("Llama3.1-405B", 128, 8),
 }
 SUITE = None  # a suites.Suite with --suite: its variants replace the twelve examples
+ARCH = "sm_90"  # --arch: the kernel files NAME_<ARCH>.cu and the nvcc target
 TOKENS = 16384          # batch = TOKENS // S
 HEAD_DIM = 128
 ATOL, RTOL = 2e-2, 1e-2  # bf16 O: two bf16 roundings of |O| ~ 4 already differ by 1.6e-2
@@ -108,7 +109,7 @@ SM90_TILES = {64: {"n128", "n176", "n64"}, 128: {"n128", "n176", "n128s2", "n64"
 def tile_label(folder, kname):
     """The tile a lowered kernel was built for (its tile_params region): n<BLOCK_N>, plus
     s<STAGES> where the stages are not the Hopper expert's default 3."""
-    with open(os.path.join(folder, f"{kname}_sm_90.cu")) as f:
+    with open(os.path.join(folder, f"{kname}_{ARCH}.cu")) as f:
         text = f.read()
     bn = re.search(r"^constexpr int BLOCK_N = (\d+);", text, re.M)
     st = re.search(r"^constexpr int STAGES = (\d+);", text, re.M)
@@ -119,7 +120,7 @@ def tile_label(folder, kname):
 @functools.lru_cache(maxsize=None)
 def has_tables(folder, kname):
     """Whether the lowered kernel builds block tables (its table_kernel region is generated)."""
-    with open(os.path.join(folder, f"{kname}_sm_90.cu")) as f:
+    with open(os.path.join(folder, f"{kname}_{ARCH}.cu")) as f:
         for line in f:
             if line.startswith("// Generated regions:"):
                 return "table_kernel" in line.split(";")[0]
@@ -159,7 +160,7 @@ def fmt_tf(x):
 def expert_of(folder):
     """The expert named in the first lowered kernel's header line."""
     for name in sorted(os.listdir(folder)):
-        if name.endswith("_sm_90.cu"):
+        if name.endswith(f"_{ARCH}.cu"):
             with open(os.path.join(folder, name)) as f:
                 m = re.search(r'\(expert "([A-Za-z0-9_]+)"\)', f.readline())
             return m.group(1) if m else "?"
@@ -173,6 +174,8 @@ def render_section(metas, rows):
     suite = m0.get("suite")
     eager_ref = m0.get("reference") == "eager"  # merge() refuses files of different references
     o_ref = "O_ref" if eager_ref else "O_flex"
+    arch = m0.get("arch", "sm_90")
+    nvcc_target = "-gencode=arch=compute_90a,code=sm_90a" if arch == "sm_90" else f"-arch={arch}"
     what = f"the {suite} suite" if suite else "benchmark matrix"
     out = [f"## {m0.get('date', '?')} — {what}: lowered {m0.get('expert', '?')} expert vs FlexAttention / SDPA{'' if suite else ' / eager'}, {gpu}", ""]
     cmds = "; then ".join(f"`{m['command']}`" for m in metas)
@@ -180,13 +183,14 @@ def render_section(metas, rows):
     partial = ""
     if done < planned:
         partial = f" **Partial: {done} of {planned} cases ran.**"
+    env = "" if arch == "sm_90" else f"CUBRIDGE_ARCH={arch} "
     if suite:
-        made = (f"`CUBRIDGE_SUITE={suite} bash bench/make_kernels.sh DIR` here (CPU: each spec of "
-                f"examples/specs/{suite}/suite.json lowered with `cubridge-cli adapt --local --arch sm_90` "
+        made = (f"`{env}CUBRIDGE_SUITE={suite} bash bench/make_kernels.sh DIR` here (CPU: each spec of "
+                f"examples/specs/{suite}/suite.json lowered with `cubridge-cli adapt --local --arch {arch}` "
                 "and its suite buffers and params, verified on the CPU against its oracle)")
     else:
-        made = ("`bash bench/make_kernels.sh DIR` here (CPU: each spec lowered with `cubridge-cli adapt "
-                "--local --arch sm_90`, verified on the CPU against its oracle; prefix_lm twice, prefix 256 for "
+        made = (f"`{env}bash bench/make_kernels.sh DIR` here (CPU: each spec lowered with `cubridge-cli adapt "
+                f"--local --arch {arch}`, verified on the CPU against its oracle; prefix_lm twice, prefix 256 for "
                 "S=1k and 2048 for S=8k; all other params at their spec defaults)")
     out.append(
         f"Command: {made}, then on the device machine "
@@ -221,7 +225,7 @@ def render_section(metas, rows):
             "neither gets a CuBridge/Flex ratio; the rotation below runs only where Flex raised nothing.")
     out += [
         f"- CuBridge: the lowered kernel (expert {m0.get('expert', '?')}, built with `nvcc -O3 "
-        "-gencode=arch=compute_90a,code=sm_90a`) "
+        f"{nvcc_target}`) "
         "through its C launcher (ctypes); Params and workspace prepared once, the timed call is the "
         "launcher alone. Kernels with block tables (masks no analytic KV range covers) build them once outside the "
         "timing (`cubridge_attn_fwd_tables`, as Flex's block mask) and the timed call is "
@@ -432,6 +436,7 @@ def run(args):
         "triton": triton.__version__,
         "finished": False,
         "expert": expert_of(args.dir),
+        "arch": ARCH,
         "suite": args.suite,
         "reference": args.reference,
     }
@@ -466,7 +471,7 @@ def run(args):
     pool = ThreadPoolExecutor(max(1, min(8, len(kernels))))
 
     def build(kname, folder=args.dir):
-        src = os.path.join(folder, f"{kname}_sm_90.cu")
+        src = os.path.join(folder, f"{kname}_{ARCH}.cu")
         so = os.path.join(folder, f"{kname}.so")
         if not os.path.exists(src):
             raise RuntimeError(f"no {src} (bench/make_kernels.sh writes it)")
@@ -474,7 +479,7 @@ def run(args):
             return so
         t0 = time.time()
         try:
-            so = check.build_from(folder, kname, "sm_90")
+            so = check.build_from(folder, kname, ARCH)
         except Exception as e:  # noqa: BLE001  print nvcc's whole message once
             print(f"  [{time.time() - t_start:6.1f}s] nvcc {kname} FAILED:\n{e}", flush=True)
             raise
@@ -1004,6 +1009,9 @@ def print_ab(rows, a, b):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dir", nargs="?", help="folder with NAME_sm_90.cu (bench/make_kernels.sh)")
+    ap.add_argument("--arch", choices=("sm_90", "sm_80"), default="sm_90",
+                    help="the expert the kernels were lowered for: NAME_<ARCH>.cu "
+                         "(CUBRIDGE_ARCH=sm_80 bash bench/make_kernels.sh DIR); sm_80 runs on Hopper too")
     ap.add_argument("--out", help="append the markdown section to this file (default: print only)")
     ap.add_argument("--only", help="regex on variant names")
     ap.add_argument("--seqlens", default="1024,8192")
@@ -1027,6 +1035,10 @@ def main():
                     help="the variants of examples/specs/NAME/suite.json instead of the twelve examples "
                          "(kernels: CUBRIDGE_SUITE=NAME bash bench/make_kernels.sh DIR); no eager, no extra head dims")
     args = ap.parse_args()
+    global ARCH
+    ARCH = args.arch
+    if args.candidate and ARCH != "sm_90":
+        ap.error("--candidate plays the sm_90 autotuner's tiles (SM90_TILES); use --against for sm_80")
     if args.suite:
         global SUITE, VARIANTS
         SUITE = suites.Suite(ROOT, args.suite)

@@ -136,9 +136,11 @@ struct TailSplit {
     const int tail = tiles % ctas;
     if (tail == 0) return;
     // s = min(ctas / tail, kMaxSplitParts, kv_blocks / kMinSplitBlocks, kMaxSplitUnits / tail),
-    // counted up: written with those divisions, the attention kernel's entry computed 1 on an
-    // H100 where this loop and the same code in its consumer branch compute 8 (16 tiles, 132
-    // CTAs, 128 blocks; the PTX computes 8; not understood, docs/benchmarks.md 2026-11-25).
+    // counted up. Not written with those divisions: kv_blocks is -floordiv(-seqlen_kv, BLOCK_N),
+    // and CUDA 13.0's ptxas (sm_90a; the 580 driver's JIT alike) fuses min(x, -y) into a
+    // following min as one three-way min that reads y without its negation, so that form gave
+    // -kv_blocks / 2 at the kernel's entry and nothing split. tests/gpu/split_count_test.cc
+    // holds the reduced case and checks this loop at a kernel's entry against the host.
     int s = 1;
     while (s < kMaxSplitParts && (s + 1) * tail <= ctas && (s + 1) * tail <= kMaxSplitUnits &&
            (s + 1) * kMinSplitBlocks <= kv_blocks) {
