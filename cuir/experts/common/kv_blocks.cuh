@@ -25,46 +25,7 @@ struct KvUnion {
   __device__ __forceinline__ int first() const { return next(INT_MIN); }
 };
 
-// Block tables (`table T = blocks(PRED)`): the class of one tile (m_block, n_block) for the CTA
-// classifying it: 0 when keep(q_idx, kv_idx) is false on every element inside the sequence
-// bounds (empty), 2 when it is true on all (full), else 1 (partial); every thread of the CTA
-// gets it. The generated classifier (region table_kernel) decodes the tile and hands the
-// program's predicate in as `keep`. Each thread walks whole key columns, rows innermost: what
-// the predicate reads per key (a document id) is loop-invariant there and hoisted, what it reads
-// per query is the same address across the warp (one broadcast load), and a thread stops once
-// its columns have shown a kept and a dropped element, because the tile is then partial
-// whatever the others find. (Element order with two loads per element took 105 us of an 8k
-// causal document call's 1.07 ms on an H100.)
-template <int BM, int BN, typename Keep>
-__device__ __forceinline__ int cuir_classify_tile(const int m_block, const int n_block,
-                                                  const int seqlen_q, const int seqlen_kv,
-                                                  Keep&& keep) {
-  const int q_end = min(m_block * BM + BM, seqlen_q);
-  const int kv_end = min(n_block * BN + BN, seqlen_kv);
-  bool any = false, all = true;
-  for (int col = threadIdx.x; col < BN && (all || !any); col += blockDim.x) {
-    const int kv_idx = n_block * BN + col;
-    if (kv_idx >= kv_end) break;
-    auto visit = [&](const int q_idx) {
-      const bool kept = keep(q_idx, kv_idx);
-      any = any || kept;
-      all = all && kept;
-    };
-    // Eight rows at a time: their loads are independent, the stop test runs per eight, and only
-    // a last short group tests the row bound per row.
-    int q0 = m_block * BM;
-    for (; q0 + 8 <= q_end && (all || !any); q0 += 8) {
-#pragma unroll
-      for (int r = 0; r < 8; ++r) visit(q0 + r);
-    }
-    for (; q0 < q_end && (all || !any); ++q0) visit(q0);
-  }
-  any = __syncthreads_or(any);
-  all = __syncthreads_and(all);
-  return any ? (all ? 2 : 1) : 0;
-}
-
-// A classifier writes one class per tile (0 empty,
+// Block tables (`table T = blocks(PRED)`): a classifier writes one class per tile (0 empty,
 // 1 partial, 2 full) into the entry array of each row; this pass compacts one row in place into
 // its non-empty blocks, ascending, encoded as (n_block << 1) | full, and stores the count.
 // Layout of a table of R rows: counts[R], then entries[R][num_n].
