@@ -120,20 +120,15 @@ TEST(GpuApproxMath, EveryDeviceFormStaysWithinItsDocumentedBound) {
   if (!device.ok()) GTEST_SKIP() << "no usable GPU: " << device.status().message();
   const std::string nvcc = lower::testing::FindNvcc();
   if (nvcc.empty()) GTEST_SKIP() << "no nvcc";
-  const std::string dir = lower::testing::MakeTempDir("cubridge-approx-math-");
-  ASSERT_FALSE(dir.empty());
-  lower::testing::WriteFile(dir + "/approx.cu",
-                            absl::StrCat("#include \"", lower::ExpertsDir(),
-                                         "/common/cuir_scalar.cuh\"\n", kProgram));
-  const std::string arch = absl::StrCat("sm_", device->cc_major, device->cc_minor);
-  const auto build = lower::testing::RunCommand(
-      absl::StrCat(nvcc, " -std=c++17 -O3 -arch=", arch, " -o ", dir, "/approx ", dir, "/approx.cu"));
-  ASSERT_EQ(build.exit_code, 0) << build.output;
-  const auto run = lower::testing::RunCommand(dir + "/approx");
+  const auto r = lower::testing::BuildAndRunProgram(
+      nvcc, "approx", absl::StrCat("-std=c++17 -O3 -arch=sm_", device->cc_major, device->cc_minor),
+      absl::StrCat("#include \"", lower::ExpertsDir(), "/common/cuir_scalar.cuh\"\n", kProgram));
+  ASSERT_EQ(r.build.exit_code, 0) << r.build.output;
+  const auto& run = r.run;
   EXPECT_EQ(run.exit_code, 0) << "a function exceeds its bound (worst |error| / bound per "
                                  "function, > 1 fails):\n" << run.output;
   std::printf("%s", run.output.c_str());
-  lower::testing::CleanUpTempDir(dir, HasFailure());
+  lower::testing::CleanUpTempDir(r.dir, HasFailure());
 }
 
 }  // namespace

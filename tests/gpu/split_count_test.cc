@@ -105,21 +105,17 @@ TEST(GpuSplitCount, TailSplitAtAKernelEntryMatchesTheHostAndTheDefectIsTheDroppe
   if (!device.ok()) GTEST_SKIP() << "no usable GPU: " << device.status().message();
   const std::string nvcc = lower::testing::FindNvcc();
   if (nvcc.empty()) GTEST_SKIP() << "no nvcc";
-  const std::string dir = lower::testing::MakeTempDir("cubridge-split-count-");
-  ASSERT_FALSE(dir.empty());
-  lower::testing::WriteFile(
-      dir + "/split.cu",
-      absl::StrCat("#include \"", lower::ExpertsDir(), "/common/cuir_scalar.cuh\"\n#include \"",
-                   lower::ExpertsDir(), "/fa3_sm90/scheduler.cuh\"\n", kProgram));
   // The Hopper expert's target where this GPU is one (sm_90a: the target whose ptxas showed
   // the defect), else the GPU's own.
   const std::string target =
       device->cc_major == 9 ? "-gencode=arch=compute_90a,code=sm_90a"
                             : absl::StrCat("-arch=sm_", device->cc_major, device->cc_minor);
-  const auto build = lower::testing::RunCommand(
-      absl::StrCat(nvcc, " -std=c++17 -O3 ", target, " -o ", dir, "/split ", dir, "/split.cu"));
-  ASSERT_EQ(build.exit_code, 0) << build.output;
-  const auto run = lower::testing::RunCommand(dir + "/split");
+  const auto r = lower::testing::BuildAndRunProgram(
+      nvcc, "split", absl::StrCat("-std=c++17 -O3 ", target),
+      absl::StrCat("#include \"", lower::ExpertsDir(), "/common/cuir_scalar.cuh\"\n#include \"",
+                   lower::ExpertsDir(), "/fa3_sm90/scheduler.cuh\"\n", kProgram));
+  ASSERT_EQ(r.build.exit_code, 0) << r.build.output;
+  const auto& run = r.run;
   ASSERT_EQ(run.exit_code, 0) << run.output;
   std::printf("%s", run.output.c_str());
   // The count the kernels use is right at a kernel's entry.
@@ -138,7 +134,7 @@ TEST(GpuSplitCount, TailSplitAtAKernelEntryMatchesTheHostAndTheDefectIsTheDroppe
   EXPECT_EQ(wrong, dropped) << "form A is wrong in a way the dropped negation does not explain:\n"
                             << run.output;
   RecordProperty("form_a_wrong", wrong);
-  lower::testing::CleanUpTempDir(dir, HasFailure());
+  lower::testing::CleanUpTempDir(r.dir, HasFailure());
 }
 
 }  // namespace

@@ -81,4 +81,15 @@ CommandResult RunCommand(const std::string& command) {
   return result;
 }
 
+ProgramRun BuildAndRunProgram(const std::string& nvcc, const std::string& name,
+                              const std::string& flags, const std::string& source) {
+  ProgramRun r;
+  r.dir = MakeTempDir(absl::StrCat("cubridge_", name, "_"));
+  const std::string binary = absl::StrCat(r.dir, "/", name);
+  WriteFile(binary + ".cu", source);
+  r.build = RunCommand(absl::StrCat(nvcc, " ", flags, " -o ", binary, " ", binary, ".cu"));
+  if (r.build.exit_code == 0) r.run = RunCommand(binary);
+  return r;
+}
+
 }  // namespace cubridge::lower::testing

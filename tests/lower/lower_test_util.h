@@ -39,4 +39,14 @@ struct CommandResult {
 };
 CommandResult RunCommand(const std::string& command);
 
+// A CUDA program of one file: written as NAME.cu into a fresh temp dir, built there by `nvcc
+// FLAGS`, and run if the build succeeded (run.exit_code stays -1 otherwise). The caller ends
+// with CleanUpTempDir(dir, ...).
+struct ProgramRun {
+  std::string dir;
+  CommandResult build, run;
+};
+ProgramRun BuildAndRunProgram(const std::string& nvcc, const std::string& name,
+                              const std::string& flags, const std::string& source);
+
 }  // namespace cubridge::lower::testing

@@ -25,11 +25,13 @@
 namespace cubridge::lower {
 namespace {
 
+using testing::BuildAndRunProgram;
 using testing::CleanUpTempDir;
 using testing::CommandResult;
 using testing::FindNvcc;
 using testing::LoadTestProgram;
 using testing::MakeTempDir;
+using testing::ProgramRun;
 using testing::RunCommand;
 using testing::WriteFile;
 
@@ -265,15 +267,11 @@ TEST(Nvcc, EmittedExpressionsComputeWhatTheEvaluatorComputes) {
 // and output starting with `first_words` (its count of mismatches).
 void ExpectHostProgramReports(const std::string& nvcc, const std::string& name,
                               const std::string& program, const std::string& first_words) {
-  const std::string dir = MakeTempDir(absl::StrCat("cubridge_", name, "_"));
-  WriteFile(absl::StrCat(dir, "/", name, ".cu"), program);
-  const CommandResult build = RunCommand(absl::StrCat(nvcc, " -std=c++17 -O2 -o ", dir, "/", name,
-                                                      " ", dir, "/", name, ".cu"));
-  ASSERT_EQ(build.exit_code, 0) << build.output;
-  const CommandResult run = RunCommand(absl::StrCat(dir, "/", name));
-  EXPECT_EQ(run.exit_code, 0) << run.output;
-  EXPECT_TRUE(absl::StartsWith(run.output, first_words)) << run.output;
-  CleanUpTempDir(dir, ::testing::Test::HasFailure());
+  const ProgramRun r = BuildAndRunProgram(nvcc, name, "-std=c++17 -O2", program);
+  ASSERT_EQ(r.build.exit_code, 0) << r.build.output;
+  EXPECT_EQ(r.run.exit_code, 0) << r.run.output;
+  EXPECT_TRUE(absl::StartsWith(r.run.output, first_words)) << r.run.output;
+  CleanUpTempDir(r.dir, ::testing::Test::HasFailure());
 }
 
 TEST(Nvcc, FastDivisionMatchesIntegerDivision) {
