@@ -541,11 +541,7 @@ def run(args):
         gets them; kept counted over every (b, h) when the mask reads b or h."""
         kname, params = kernel_and_params(name, s)
         b_ = TOKENS // s
-        gen = torch.Generator(device=dev)
-        gen.manual_seed(1234)
-        slots = SUITE.slots(args.dir, kname)
-        shape = dict(batch=b_, heads_q=hq, heads_kv=hkv, seqlen_q=s, seqlen_kv=s)
-        tensors = SUITE.tensors(name, slots, shape, params, dev, gen)
+        slots, tensors = SUITE.bench_tensors(args.dir, kname, name, b_, hq, hkv, s, params, dev)
         raw_mask, raw_score = getattr(mod, "mask_mod", None), getattr(mod, "score_mod", None)
         mask_mod = suites.bound(raw_mask, 4, tensors, params)
         score_mod = suites.bound(raw_score, 5, tensors, params)

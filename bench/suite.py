@@ -45,6 +45,16 @@ class Suite:
             report = json.load(fh)
         return [(b["name"], b["dtype"], b["extents"]) for b in report["lowering"].get("buffers", [])]
 
+    def bench_tensors(self, kernel_dir, kname, name, batch, heads_q, heads_kv, s, params, dev):
+        """The launcher's buffer slots of DIR/KNAME and the tensors of a benchmark row (Sq = Skv = s),
+        from a generator seeded 1234: what the matrix times and what a profiled launch uses."""
+        import torch
+        gen = torch.Generator(device=dev)
+        gen.manual_seed(1234)
+        slots = self.slots(kernel_dir, kname)
+        shape = dict(batch=batch, heads_q=heads_q, heads_kv=heads_kv, seqlen_q=s, seqlen_kv=s)
+        return slots, self.tensors(name, slots, shape, params, dev, gen)
+
     def tensors(self, name, slots, shape, params, dev, gen):
         """{buffer name: tensor} at shape = dict(batch, heads_q, heads_kv, seqlen_q, seqlen_kv)."""
         import torch

@@ -33,11 +33,7 @@ if suite_name:
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
     kdir, kname = os.path.dirname(os.path.abspath(src)), os.path.basename(src)[:-len("_sm_90.cu")]
     sw = suites.Suite(root, suite_name)
-    slots = sw.slots(kdir, kname)
-    gen = torch.Generator(device="cuda")
-    gen.manual_seed(1234)
-    shape = dict(batch=b, heads_q=hq, heads_kv=hkv, seqlen_q=s, seqlen_kv=s)
-    tensors = sw.tensors(kname, slots, shape, sw.params(kname), "cuda", gen)
+    slots, tensors = sw.bench_tensors(kdir, kname, kname, b, hq, hkv, s, sw.params(kname), "cuda")
     bufs = [tensors[n] for n, _, _ in slots]
 else:
     # The document masks' one buffer, as the matrix fills it.
