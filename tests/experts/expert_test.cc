@@ -3,7 +3,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <regex>
+#include <sstream>
 #include <set>
 #include <string>
 #include <vector>
@@ -40,6 +45,86 @@ TEST(Registry, EveryArchHasOneExpertWhoseFolderHoldsItsKernelAndBaseProgram) {
   }
   EXPECT_STREQ(ExpertFor(lower::Arch::kSm90).name, "fa3_sm90");
   EXPECT_STREQ(ExpertFor(lower::Arch::kSm80).name, "fa2_sm80");
+}
+
+// Where each region marker of an expert's kernel.cu sits: the scopes around it, outermost first
+// ("namespace", "type NAME", or "code HEAD" for a function or block with the text before its
+// brace). A small brace tracker: comments are dropped, and the expert's code has no braces in
+// strings.
+struct Scope {
+  std::string kind, head;
+};
+std::vector<std::pair<std::string, std::vector<Scope>>> RegionScopes(const std::string& text) {
+  std::vector<std::pair<std::string, std::vector<Scope>>> out;
+  std::vector<Scope> open;
+  std::string head;  // the text since the last ';', '{' or '}'
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (const size_t m = line.find("// @cuir-region "); m != std::string::npos) {
+      out.push_back({line.substr(m + 16), open});
+    }
+    const std::string code = line.substr(0, line.find("//"));
+    if (code.find_first_not_of(" \t") != std::string::npos && code[code.find_first_not_of(" \t")] == '#') {
+      continue;  // preprocessor lines
+    }
+    for (const char c : code) {
+      if (c == '{') {
+        std::smatch type;
+        if (std::regex_search(head, std::regex(R"(\bnamespace\b|extern "C")"))) {
+          open.push_back({"namespace", head});
+        } else if (std::regex_search(head, type, std::regex(R"(\b(?:struct|class|union)\s+(\w+))")) &&
+                   head.find('(') == std::string::npos) {
+          open.push_back({"type", type[1]});
+        } else {
+          open.push_back({"code", head});
+        }
+        head.clear();
+      } else if (c == '}') {
+        if (!open.empty()) open.pop_back();
+        head.clear();
+      } else if (c == ';') {
+        head.clear();
+      } else {
+        head += c;
+      }
+    }
+    head += ' ';
+  }
+  return out;
+}
+
+// Issue 28: a variant is code the expert calls at named hooks. No region sits inside a function
+// of the kernel: each is at namespace scope, a member of a variant context (VariantCall, ...), or
+// the body of one of a context's hooks (a member function). And the attention kernel's entry is
+// short: the collectives hold the work.
+TEST(Registry, EveryExpertKeepsItsRegionsOutOfTheKernelsFunctions) {
+  for (const Expert* e : Registry()) {
+    const std::filesystem::path path =
+        std::filesystem::path(CUBRIDGE_SOURCE_ROOT) / "cuir" / "experts" / e->name / "kernel.cu";
+    std::ifstream in(path);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const auto regions = RegionScopes(text);
+    EXPECT_GT(regions.size(), 10u) << path;
+    for (const auto& [name, scopes] : regions) {
+      std::string enclosing_type;
+      for (const Scope& s : scopes) {
+        if (s.kind == "code") {
+          EXPECT_EQ(enclosing_type.rfind("Variant", 0), 0u)
+              << e->name << ": region " << name << " is inside a function (" << s.head
+              << ") that is no hook of a variant context";
+          break;
+        }
+        enclosing_type = s.kind == "type" ? s.head : "";
+      }
+    }
+    // The attention entry: from its __global__ line to the closing brace at column 0.
+    const size_t entry = text.find("attn_fwd_kernel(");
+    ASSERT_NE(entry, std::string::npos) << path;
+    const size_t begin = text.rfind("__global__", entry), end = text.find("\n}\n", entry);
+    ASSERT_NE(end, std::string::npos) << path;
+    const auto lines = std::count(text.begin() + begin, text.begin() + end, '\n');
+    EXPECT_LE(lines, 150) << e->name << ": the attention kernel's entry is " << lines << " lines";
+  }
 }
 
 TEST(Tiles, CandidatesFitTheArchAndTheExpert) {

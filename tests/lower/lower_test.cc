@@ -719,10 +719,12 @@ TEST(Lower, EpilogueSinkFoldsIntoTheSoftmaxBeforeTheEpilogue) {
   EXPECT_THAT(sink, HasSubstr("softmax.add_sink((sink + (acc_2 * static_cast<float>("));
   EXPECT_THAT(sink, HasSubstr(" * kLog2e, acc, lane);"));
   EXPECT_THAT(RegionText(k, "variant_consts"), HasSubstr("constexpr float acc_2 = 0.25f;"));
-  // After the loop's last barrier, before the epilogue call that normalises.
-  const size_t region = k.cuda_source.find("softmax.add_sink(");
-  EXPECT_LT(k.cuda_source.find("no copy into sQ is in flight"), region);
-  EXPECT_LT(region, k.cuda_source.find("epilogue<T, MT, DT"));
+  // The region is the body of the sink hook, which the expert calls after the loop's last
+  // barrier, before the epilogue call that normalises.
+  const size_t hook = k.cuda_source.find("tile.epilogue_sink(softmax, acc, lane);");
+  EXPECT_LT(k.cuda_source.find("void epilogue_sink("), k.cuda_source.find("softmax.add_sink("));
+  EXPECT_LT(k.cuda_source.find("no copy into sQ is in flight"), hook);
+  EXPECT_LT(hook, k.cuda_source.find("epilogue<T, MT, DT"));
   // Without a sink the region stays empty.
   EXPECT_EQ(RegionText(LowerOrDie("gqa"), "epilogue_sink"), "");
 }

@@ -30,3 +30,14 @@ __device__ __forceinline__ void cuir_call_element_at(F& f, int mt, int r, int j,
                                                      int kv_idx, float, float, float& x, long) {
   f(mt, r, j, k, q_idx, kv_idx, x);
 }
+
+// The visitors a variant's mask hook receives (and an sm_80 score_mod hook), in the order the
+// hook's structured binding names them: each element, each element with its row and column
+// slots, each row slot, each column slot.
+template <typename Each, typename EachAt, typename Row, typename Col>
+struct CuirScoreVisitors {
+  Each for_each_score;
+  EachAt for_each_score_at;
+  Row for_each_score_row;
+  Col for_each_score_col;
+};

@@ -4,15 +4,19 @@
 // FlashAttention-2 orchestration on tensor cores: the Q tile stays in shared memory, K and V
 // blocks stream through cp.async (V's load overlaps QK^T and the softmax, the next K's load
 // overlaps PV), S and P live in registers as mma.sync fragments, the online softmax is fp32 and P
-// is rounded to the input dtype as the second MMA's operand. The tile pieces are in tile.cuh,
-// mainloop.cuh, softmax.cuh and epilogue.cuh (inlined into every lowered kernel).
+// is rounded to the input dtype as the second MMA's operand. The kernel entry builds the
+// variant's contexts and calls the CTA's collective (attend.cuh), on the tile pieces in tile.cuh,
+// mainloop.cuh, softmax.cuh, stream.cuh and epilogue.cuh (all inlined into every lowered kernel).
 //
 // Regions: each `// @cuir-region NAME` ... `// @cuir-end NAME` pair implements one CuIR construct
-// of base.cuir. The lowering (cuir/lower, docs/lowering.md) copies a region verbatim when the
-// program's construct equals the base program's and regenerates it otherwise. Names the regions
-// rely on are the CuIR names themselves (m_block, h, b, kv_h, q_lo, q_hi, n_block, kv_lo, kv_hi,
-// BLOCK_M, ..., the builtins batch, heads_q, ..., softmax_scale), so generated code reads them
-// directly. Identifiers starting with `cubridge_attn_fwd` are renamed after the program's kernel.
+// of base.cuir, as in every expert (docs/lowering.md): copied when the program's construct equals
+// the base program's, regenerated otherwise. None sits inside a function of the kernel: those the
+// device runs are members and hook bodies of the variant's contexts (VariantCall, VariantTile,
+// VariantBlock, below), which the collective calls at named hooks; the generated code reads the
+// CuIR names (m_block, h, b, kv_h, q_lo, q_hi, n_block, kv_lo, kv_hi, BLOCK_M, ..., the builtins
+// batch, heads_q, ..., softmax_scale) as members, and the score visitors (for_each_score, ...) as
+// the hooks' arguments. Identifiers starting with `cubridge_attn_fwd` are renamed after the
+// program's kernel.
 //
 // The GPU target the code is written for (the lowering refuses an older one):
 // @cuir-arch sm_80
@@ -168,36 +172,29 @@ struct Tiling {
   static_assert(BLOCK_N % 16 == 0, "BLOCK_N must be a multiple of 16");
 };
 
-template <typename T, int D>
-__global__ void __launch_bounds__(kThreadsFor<D>)
-    attn_fwd_kernel(const cubridge_attn_fwd_params p, char* __restrict__ workspace) {
-  using namespace cubridge::fa2;
-  constexpr int MT = Tiling<D>::MT, NT = Tiling<D>::NT, DT = Tiling<D>::DT;
-  constexpr int kThreads = kThreadsFor<D>;
-  constexpr float kLog2e = 1.4426950408889634f;
-  extern __shared__ __align__(128) unsigned char smem[];
-  const SmemTile<T, BLOCK_M, D> sQ{reinterpret_cast<T*>(smem)};
-  const SmemTile<T, BLOCK_N, D> sK{sQ.base + BLOCK_M * D};
-  const SmemTile<T, BLOCK_N, D> sV{sK.base + BLOCK_N * D};
+// The variant at named hooks (docs/lowering.md, "Variant hooks"), as in every expert: three
+// contexts, each the one before plus what it adds. VariantCall: the call's builtins, params and
+// workspace, and the program's buffers and tables (variant_bind). VariantTile: the CTA's work
+// tile (grid indices), its head map, the program's values hoisted to the tile, the streamed
+// tensor's coordinates, the walk over the visited KV blocks, and the epilogue hooks.
+// VariantBlock: one KV block's bounds, whether its table entry marked it full, the block lets,
+// qk_scale, and the hooks that change scores. Generated regions are member declarations and
+// hook bodies, reading every name of their context unqualified; the defaults here are the base
+// program's.
+using cubridge::fa2::kLog2e;  // the softmax's unit, which a generated sink is given in
 
-  // Builtin symbols.
-  const int batch = p.batch;
-  const int heads_q = p.heads_q;
-  const int heads_kv = p.heads_kv;
-  const int head_dim = D;
-  const int seqlen_q = p.seqlen_q;
-  const int seqlen_kv = p.seqlen_kv;
-  const float softmax_scale = p.softmax_scale;
-  (void)batch, (void)heads_q, (void)heads_kv, (void)head_dim, (void)softmax_scale, (void)workspace;
+struct VariantCall {
+  const cubridge_attn_fwd_params& p;
+  char* workspace;
+  int batch, heads_q, heads_kv, head_dim, seqlen_q, seqlen_kv;
+  float softmax_scale;
   // @cuir-region variant_bind
   // @cuir-end variant_bind
+};
 
+struct VariantTile : VariantCall {
   // grid m_block < cdiv(seqlen_q, BLOCK_M), h < heads_q, b < batch
-  const int m_block = blockIdx.x;
-  const int h = blockIdx.y;
-  const int b = blockIdx.z;
-  const int q_lo = m_block * BLOCK_M;
-  const int q_hi = min(q_lo + BLOCK_M, seqlen_q);
+  int m_block, h, b, q_lo, q_hi;
   // @cuir-region head_map
   const int kv_h = h;
   // @cuir-end head_map
@@ -208,157 +205,83 @@ __global__ void __launch_bounds__(kThreadsFor<D>)
   // rank - 3 and rank - 4): none here.
   const int stream_c2 = 0, stream_c3 = 0;
   // @cuir-end stream_coords
-  using Stream = typename Tiling<D>::Stream;
-  uint8_t* const s_stream = smem + Tiling<D>::kBaseBytes;
-  const CuirStreamSource<StreamElem> stream_src =
-      cuir_stream_source<StreamElem, kStreamBuffer, kStreamRank>(p, stream_c2, stream_c3);
-  // cp.async takes rows that all start 16-byte aligned.
-  const bool stream_vector =
-      reinterpret_cast<uintptr_t>(stream_src.data) % 16 == 0 &&
-      stream_src.row_stride * static_cast<long long>(sizeof(StreamElem)) % 16 == 0;
 
-  const int tid = threadIdx.x, lane = tid & 31, warp_row0 = (tid >> 5) * MT * 16;
-  // load Q = q[b, h, q_lo:q_hi]
-  const T* q_ptr = static_cast<const T*>(p.q) + b * p.q_batch_stride + h * p.q_head_stride +
-                   static_cast<int64_t>(q_lo) * p.q_row_stride;
-  const T* k_ptr = static_cast<const T*>(p.k) + b * p.k_batch_stride + kv_h * p.k_head_stride;
-  const T* v_ptr = static_cast<const T*>(p.v) + b * p.v_batch_stride + kv_h * p.v_head_stride;
-  sQ.template load_async<kThreads>(q_ptr, p.q_row_stride, q_hi - q_lo, tid);
-  cp_async_commit();
-  auto load_kv = [&](const SmemTile<T, BLOCK_N, D>& tile, const T* base, int64_t row_stride,
-                     int block) {
-    const int lo = block * BLOCK_N;
-    tile.template load_async<kThreads>(base + lo * row_stride, row_stride,
-                                       min(BLOCK_N, seqlen_kv - lo), tid);
-    cp_async_commit();
-  };
-  // K's block and a streamed tensor's tile of it, in one cp.async group.
-  auto load_k = [&](int block) {
-    Stream::template load<kThreads>(s_stream, stream_src, q_lo, block * BLOCK_N, stream_vector, tid);
-    load_kv(sK, k_ptr, p.k_row_stride, block);
-  };
-
-  // softmax.init
-  float acc[MT][DT][4];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int d = 0; d < DT; ++d)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) acc[mt][d][c] = 0.f;
-  OnlineSoftmax<MT> softmax;
-  softmax.init();
-  const MainloopAddrs<D> lds(smem_addr(sQ.base), smem_addr(sK.base), smem_addr(sV.base),
-                             warp_row0, lane);
-  bool first_block = true;
-
-  // @cuir-region kv_range
-  const KvUnion<1> kv_blocks = {{0}, {cuir_cdiv(seqlen_kv, BLOCK_N)}};
-  // @cuir-end kv_range
-  // @cuir-region kv_loop
-  for (int n_block = kv_blocks.first(), n_next; n_block != kv_blocks.kEnd; n_block = n_next) {
-    n_next = kv_blocks.next(n_block + 1);
-  // @cuir-end kv_loop
-    const int kv_lo = n_block * BLOCK_N;
-    const int kv_hi = min(kv_lo + BLOCK_N, seqlen_kv);
-    // @cuir-region block_class
-    // @cuir-end block_class
-
-    if (first_block) {  // the prologue: the first K block is not prefetched by a previous one
-      load_k(n_block);
-      first_block = false;
+  // body(n_block, n_next, block_full) per visited KV block, ascending; n_next is the block
+  // after it (INT_MAX: none), which the mainloop prefetches.
+  template <typename F>
+  __device__ __forceinline__ void for_each_kv_block(F&& body) const {
+    // @cuir-region kv_range
+    const KvUnion<1> kv_blocks = {{0}, {cuir_cdiv(seqlen_kv, BLOCK_N)}};
+    // @cuir-end kv_range
+    // @cuir-region kv_loop
+    for (int n_block = kv_blocks.first(), n_next; n_block != kv_blocks.kEnd; n_block = n_next) {
+      n_next = kv_blocks.next(n_block + 1);
+      const bool block_full = false;
+    // @cuir-end kv_loop
+      body(n_block, n_next, block_full);
     }
-    cp_async_wait<0>();
-    __syncthreads();  // K(n_block) and its streamed tile landed; every warp is done with the previous V
-    load_kv(sV, v_ptr, p.v_row_stride, n_block);
+  }
 
-    float s[MT][NT][4];
-    gemm_qk<T, MT, NT, D>(s, lds);
-    // @cuir-region qk_scale
-    const float qk_scale = softmax_scale;
-    // @cuir-end qk_scale
-    // Thread-owned score elements: row q0 + mt*16 + 8*(c >= 2), column kv0 + j*8 + (c & 1).
-    const FragCoord at{q_lo + warp_row0 + (lane >> 2), kv_lo + 2 * (lane & 3)};
-    const bool ragged = kv_lo + BLOCK_N > seqlen_kv;
-    for_each_fragment(s, [&](int, int j, int c, float& x) {
-      x *= qk_scale;
-      if (ragged && at.kv(j, c) >= kv_hi) x = -INFINITY;
-    });
-    // Visits the in-bounds score elements this thread owns as f(q_idx, kv_idx, score&), or with
-    // the indices as floats too (score_visit.cuh): one conversion per tile plus constants.
-    const float q0_f = static_cast<float>(at.q0), kv0_f = static_cast<float>(at.kv0);
-    auto q_float = [&](int mt, int c) { return q0_f + static_cast<float>(at.q(mt, c) - at.q0); };
-    auto kv_float = [&](int j, int c) { return kv0_f + static_cast<float>(at.kv(j, c) - at.kv0); };
-    auto for_each_score = [&](auto&& f) {
-      for_each_fragment(s, [&](int mt, int j, int c, float& x) {
-        const int q_idx = at.q(mt, c), kv_idx = at.kv(j, c);
-        if (q_idx < q_hi && kv_idx < kv_hi) {
-          cuir_call_element(f, q_idx, kv_idx, q_float(mt, c), kv_float(j, c), x, 0);
-        }
-      });
-    };
-    // The same as f(mt, r, j, k, q_idx, kv_idx, score&), n-tile by n-tile: (mt, r) and (j, k)
-    // are the element's row and column slots (FragCoord), which index the values the regions
-    // computed per row and per column with the two visitors below.
-    auto for_each_score_at = [&](auto&& f) {
-      for_each_fragment_by_col(s, [&](int mt, int j, int c, float& x) {
-        const int q_idx = at.q(mt, c), kv_idx = at.kv(j, c);
-        if (q_idx < q_hi && kv_idx < kv_hi) {
-          cuir_call_element_at(f, mt, FragCoord::row_slot(c), j, FragCoord::col_slot(c), q_idx,
-                               kv_idx, q_float(mt, c), kv_float(j, c), x, 0);
-        }
-      });
-    };
-    // f(mt, r, q_idx) per row slot, f(j, k, kv_idx) per column slot. A slot past q_hi / kv_hi
-    // (a ragged tile) gets the last in-bounds index instead: no element reads that slot, and a
-    // program's expressions are defined at every in-bounds index (the interpreter evaluates each
-    // of them, `&&` operands included, everywhere), so evaluating one there reads no buffer out
-    // of bounds, where the element loop would skip the out-of-bounds index.
-    auto for_each_score_row = [&](auto&& f) {
-      for_each_row_slot<MT>([&](int mt, int r) { f(mt, r, min(at.row(mt, r), q_hi - 1)); });
-    };
-    auto for_each_score_col = [&](auto&& f) {
-      for_each_col_slot<NT>([&](int j, int k) { f(j, k, min(at.col(j, k), kv_hi - 1)); });
-    };
-    (void)for_each_score, (void)for_each_score_at;
-    (void)for_each_score_row, (void)for_each_score_col;
-    const Stream stream_tile{s_stream, stream_src, q_lo, kv_lo};
+  // A sink's mass, into the softmax's row sums and this thread's accumulator (softmax.add_sink,
+  // in log2 units).
+  template <typename Softmax, typename Acc>
+  __device__ __forceinline__ void epilogue_sink(Softmax& softmax, Acc& acc, int lane) const {
+    (void)softmax, (void)acc, (void)lane;
+    // @cuir-region epilogue_sink
+    // @cuir-end epilogue_sink
+  }
+  // A score_mod's terms that are the same along a row, added to that row's LSE only
+  // (docs/lowering.md, SplitRowTerms): shift_lse_rows(f) with f(q_idx, q_f) in score units.
+  template <typename ShiftRows>
+  __device__ __forceinline__ void epilogue_rows(ShiftRows&& shift_lse_rows) const {
+    (void)shift_lse_rows;
+    // @cuir-region epilogue_rows
+    // @cuir-end epilogue_rows
+  }
+};
+
+struct VariantBlock : VariantTile {
+  int n_block, kv_lo, kv_hi;
+  bool block_full;
+  // @cuir-region block_class
+  // @cuir-end block_class
+  // @cuir-region qk_scale
+  const float qk_scale = softmax_scale;
+  // @cuir-end qk_scale
+
+  // The program's score_mods, then its masks, on one block's scores (attend.cuh: the visitors;
+  // MT x 2 row slots and NT x 2 column slots per thread) and the streamed tensor's tile.
+  template <int MT, int NT, typename Visitors, typename Stream>
+  __device__ __forceinline__ void score_mod(Visitors&& v, const Stream& stream_tile) const {
+    [[maybe_unused]] auto& [for_each_score, for_each_score_at, for_each_score_row,
+                            for_each_score_col] = v;
     (void)stream_tile;
     // @cuir-region score_mod
     // @cuir-end score_mod
+  }
+  template <int MT, int NT, typename Visitors, typename Stream>
+  __device__ __forceinline__ void mask(Visitors&& v, const Stream& stream_tile) const {
+    [[maybe_unused]] auto& [for_each_score, for_each_score_at, for_each_score_row,
+                            for_each_score_col] = v;
+    (void)stream_tile;
     // @cuir-region mask
     // @cuir-end mask
-    for_each_fragment(s, [](int, int, int, float& x) { x *= kLog2e; });
-    softmax.step(s, acc);
-
-    cp_async_wait<0>();
-    __syncthreads();  // V(n_block) landed; every warp is done with K(n_block) and its tile
-    if (n_next != INT_MAX) load_k(n_next);
-    gemm_pv<T, MT, NT, DT, D>(acc, s, lds);
   }
-  cp_async_wait<0>();
-  __syncthreads();  // no copy into sQ is in flight when the epilogue reuses it (empty loops too)
+};
 
-  // @cuir-region epilogue_sink
-  // @cuir-end epilogue_sink
-  // f(q_idx, q_f) per row this thread owns, in score units, added to that row's LSE only: a
-  // score_mod's terms that are the same along a row (docs/lowering.md, SplitRowTerms).
-  const FragCoord rows{q_lo + warp_row0 + (lane >> 2), 0};  // the rows only (no key columns here)
-  auto shift_lse_rows = [&](auto&& f) {
-    for_each_row_slot<MT>([&](int mt, int r) {
-      const int q = min(rows.row(mt, r), q_hi - 1);
-      softmax.row_max[mt][r] += f(q, static_cast<float>(q)) * kLog2e;
-    });
-  };
-  (void)shift_lse_rows;
-  // @cuir-region epilogue_rows
-  // @cuir-end epilogue_rows
-  // epilogue: O = acc / l (0 where l = 0), LSE = m + log(l) (-inf where l = 0)
-  T* o_ptr = static_cast<T*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride +
-             static_cast<int64_t>(q_lo) * p.o_row_stride;
-  float* lse_ptr = p.lse + b * p.lse_batch_stride + h * p.lse_head_stride + q_lo;
-  epilogue<T, MT, DT, BLOCK_M, D, kThreads>(acc, softmax, sQ, o_ptr, p.o_row_stride, lse_ptr,
-                                            q_hi - q_lo, warp_row0, lane, tid);
+#include "attend.cuh"
+
+// The attention kernel: one CTA per (m_block, h, b) work tile.
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreadsFor<D>)
+    attn_fwd_kernel(const __grid_constant__ cubridge_attn_fwd_params p,
+                    char* __restrict__ workspace) {
+  const VariantCall call{p, workspace, p.batch, p.heads_q, p.heads_kv, D, p.seqlen_q, p.seqlen_kv,
+                         p.softmax_scale};
+  const int m_block = blockIdx.x, q_lo = m_block * BLOCK_M;
+  const VariantTile tile{call, m_block, static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.z),
+                         q_lo, min(q_lo + BLOCK_M, p.seqlen_q)};
+  attend_tile<T, D>(tile);
 }
 
 // cp.async moves 16-byte chunks: rows must start 16-byte aligned.

@@ -12,6 +12,9 @@
 namespace cubridge {
 namespace fa2 {
 
+// The softmax works in log2 units: a score unit is log2(e) of them.
+constexpr float kLog2e = 1.4426950408889634f;
+
 __device__ __forceinline__ float quad_max(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
   return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));

@@ -14,8 +14,8 @@
 namespace cubridge {
 namespace fa3 {
 
-// The visitors a hook receives, in the order its structured binding names them
-// (kernel.cu: VariantBlock::score_mod and ::mask).
+// The visitors a score_mod hook receives, in the order its structured binding names them
+// (kernel.cu: VariantBlock::score_mod; the mask's are CuirScoreVisitors, score_visit.cuh).
 template <typename Each, typename EachAt, typename Raw, typename RawAt, typename RawKvSplit,
           typename Row, typename Col>
 struct ScoreModVisitors {
@@ -24,13 +24,6 @@ struct ScoreModVisitors {
   Raw for_each_raw_score;
   RawAt for_each_raw_score_at;
   RawKvSplit for_each_raw_score_kv_split;
-  Row for_each_score_row;
-  Col for_each_score_col;
-};
-template <typename Each, typename EachAt, typename Row, typename Col>
-struct MaskVisitors {
-  Each for_each_score;
-  EachAt for_each_score_at;
   Row for_each_score_row;
   Col for_each_score_col;
 };
@@ -133,7 +126,7 @@ struct ScoreTile {
   __device__ __forceinline__ auto mask_visitors() {
     auto each = [this](auto&& f) { visit_elements(f, KvFromKeyZero{}); };
     auto each_at = [this](auto&& f) { visit_elements_at(f, KvFromKeyZero{}); };
-    return MaskVisitors<decltype(each), decltype(each_at), decltype(rows()), decltype(cols())>{
+    return CuirScoreVisitors<decltype(each), decltype(each_at), decltype(rows()), decltype(cols())>{
         each, each_at, rows(), cols()};
   }
 
