@@ -76,19 +76,28 @@ absl::StatusOr<torch::Tensor> ChunkMask(const Spec& spec, const cuir::AttentionC
   return m.expand({m.size(0), m.size(1), c.seqlen_q, c.seqlen_kv});
 }
 
-// Attention for one chunk of batches and query heads, written into o / lse.
-absl::Status RunChunk(const Spec& spec, const cuir::AttentionConfig& c, const AttentionInputs& in,
-                      const std::map<std::string, torch::Tensor>& buffers, const Chunk& k,
-                      const OracleOptions& opt, torch::Tensor& o, torch::Tensor& lse) {
+// Attention for one chunk of batches and query heads: its O [nb, nh, Sq, D] and LSE
+// [nb, nh, Sq, 1], from q / k / v already in the oracle's dtype and device. Differentiable
+// wherever the inputs require grad (RunBackwardOracle): the row max is only a shift, so it is
+// taken without a gradient, and a fully masked row (l = 0, every p = 0) divides by 1 instead of
+// 0, which gives the same O = 0 without a NaN in the backward pass.
+struct ChunkOut {
+  torch::Tensor o, lse;
+};
+absl::StatusOr<ChunkOut> ChunkForward(const Spec& spec, const cuir::AttentionConfig& c,
+                                      const torch::Tensor& q_all, const torch::Tensor& k_all,
+                                      const torch::Tensor& v_all,
+                                      const std::map<std::string, torch::Tensor>& buffers,
+                                      const Chunk& k, const OracleOptions& opt) {
   using torch::indexing::Slice;
   const int64_t group = c.heads_q / c.heads_kv;
   const auto kv_heads =
       torch::arange(k.h0, k.h0 + k.nh, torch::TensorOptions().dtype(torch::kInt64).device(opt.device))
           .div(group, "floor");
   const auto rows = Slice(k.b0, k.b0 + k.nb);
-  const auto q = in.q.index({rows, Slice(k.h0, k.h0 + k.nh)}).to(opt.device, opt.dtype);
-  const auto kk = in.k.index({rows}).to(opt.device).index_select(1, kv_heads).to(opt.dtype);
-  const auto v = in.v.index({rows}).to(opt.device).index_select(1, kv_heads).to(opt.dtype);
+  const auto q = q_all.index({rows, Slice(k.h0, k.h0 + k.nh)});
+  const auto kk = k_all.index({rows}).index_select(1, kv_heads);
+  const auto v = v_all.index({rows}).index_select(1, kv_heads);
 
   torch::Tensor s = torch::matmul(q, kk.transpose(-1, -2)) * c.scale();
   if (spec.score != nullptr) {
@@ -103,16 +112,27 @@ absl::Status RunChunk(const Spec& spec, const cuir::AttentionConfig& c, const At
   s = s.masked_fill(mask->logical_not(), -kInf);
 
   // Fully masked rows (max = -inf) get l = 0, then O = 0 and LSE = -inf.
-  const auto row_max = std::get<0>(s.max(-1, /*keepdim=*/true));
+  const auto row_max = std::get<0>(s.detach().max(-1, /*keepdim=*/true));
   const auto shift = torch::where(torch::isfinite(row_max), row_max, torch::zeros_like(row_max));
   const auto p = torch::exp(s - shift);
   const auto l = p.sum(-1, /*keepdim=*/true);
   const auto scalar = torch::TensorOptions().dtype(opt.dtype).device(opt.device);
-  const auto out = torch::where(l > 0, torch::matmul(p, v) / l, torch::zeros({}, scalar));
-  const auto log_sum = torch::where(l > 0, shift + torch::log(l), torch::full({}, -kInf, scalar));
-  o.index_put_({rows, Slice(k.h0, k.h0 + k.nh)}, out);
-  lse.index_put_({rows, Slice(k.h0, k.h0 + k.nh)}, log_sum.squeeze(-1));
-  return absl::OkStatus();
+  const auto kept = l > 0;
+  const auto l_or_one = torch::where(kept, l, torch::ones({}, scalar));
+  return ChunkOut{torch::matmul(p, v) / l_or_one,
+                  torch::where(kept, shift + torch::log(l_or_one), torch::full({}, -kInf, scalar))};
+}
+
+// The chunk's place in [batch, heads_q, ...] tensors.
+std::vector<torch::indexing::TensorIndex> ChunkIndex(const Chunk& c) {
+  using torch::indexing::Slice;
+  return {Slice(c.b0, c.b0 + c.nb), Slice(c.h0, c.h0 + c.nh)};
+}
+
+std::string BufferNames(const std::map<std::string, torch::Tensor>& buffers) {
+  std::string out;
+  for (const auto& [name, t] : buffers) absl::StrAppend(&out, out.empty() ? "" : ", ", name);
+  return out;
 }
 
 std::vector<Chunk> Chunks(const cuir::AttentionConfig& c) {
@@ -153,14 +173,78 @@ absl::StatusOr<AttentionOutputs> RunOracle(const Spec& spec, const cuir::Attenti
   if (spec.has_reference) return RunReference(spec, config, inputs, options);
   const auto buffers = BuffersOn(inputs, options.device, options.dtype);
   const auto opt = torch::TensorOptions().dtype(options.dtype).device(options.device);
+  const auto q = inputs.q.to(options.device, options.dtype);
+  const auto k = inputs.k.to(options.device, options.dtype);
+  const auto v = inputs.v.to(options.device, options.dtype);
   AttentionOutputs out;
   out.o = torch::zeros({config.batch, config.heads_q, config.seqlen_q, config.head_dim}, opt);
   out.lse = torch::zeros({config.batch, config.heads_q, config.seqlen_q}, opt);
-  for (const Chunk& k : Chunks(config)) {
-    if (auto s = RunChunk(spec, config, inputs, buffers, k, options, out.o, out.lse); !s.ok()) {
-      return s;
+  for (const Chunk& c : Chunks(config)) {
+    auto part = ChunkForward(spec, config, q, k, v, buffers, c, options);
+    if (!part.ok()) return part.status();
+    const auto at = ChunkIndex(c);
+    out.o.index_put_(at, part->o);
+    out.lse.index_put_(at, part->lse.squeeze(-1));
+  }
+  return out;
+}
+
+absl::StatusOr<AttentionGrads> RunBackwardOracle(const Spec& spec,
+                                                 const cuir::AttentionConfig& config,
+                                                 const AttentionInputs& inputs,
+                                                 const torch::Tensor& grad_o,
+                                                 const std::set<std::string>& grad_buffers,
+                                                 const OracleOptions& options) {
+  if (auto s = CheckInputs(config, inputs); !s.ok()) return s;
+  if (auto s = CheckShape("grad_o", grad_o,
+                          {config.batch, config.heads_q, config.seqlen_q, config.head_dim});
+      !s.ok()) {
+    return s;
+  }
+  auto buffers = BuffersOn(inputs, options.device, options.dtype);
+  for (const std::string& name : grad_buffers) {
+    const auto it = buffers.find(name);
+    if (it == buffers.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "backward oracle: no captured tensor named `", name, "` to differentiate (",
+          spec.path, " captures ", buffers.empty() ? "none" : "", BufferNames(buffers), ")"));
+    }
+    if (!it->second.is_floating_point()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "backward oracle: captured tensor `", name, "` is ",
+          c10::toString(inputs.buffers.at(name).scalar_type()),
+          ": only floating tensors have gradients; leave it out of the differentiated buffers"));
+    }
+    it->second = it->second.detach().requires_grad_(true);
+  }
+  torch::AutoGradMode grad_mode(true);
+  const auto leaf = [&](const torch::Tensor& t) {
+    return t.to(options.device, options.dtype).detach().requires_grad_(true);
+  };
+  const torch::Tensor q = leaf(inputs.q), k = leaf(inputs.k), v = leaf(inputs.v);
+  const torch::Tensor dout = grad_o.to(options.device, options.dtype);
+  if (spec.has_reference) {
+    if (!grad_buffers.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(spec.path, ": a reference spec captures no tensors to differentiate"));
+    }
+    auto r = internal::CallReference(spec, q, k, v, config.scale());
+    if (!r.ok()) return r.status();
+    torch::autograd::backward({r->o.to(options.dtype)}, {dout});
+  } else {
+    // Chunk by chunk, as the forward runs: each chunk's backward adds into the leaves' grads
+    // (dK and dV of a kv head gather every query head of its group, in any chunk).
+    for (const Chunk& c : Chunks(config)) {
+      auto part = ChunkForward(spec, config, q, k, v, buffers, c, options);
+      if (!part.ok()) return part.status();
+      torch::autograd::backward({part->o}, {dout.index(ChunkIndex(c))});
     }
   }
+  const auto grad_of = [](const torch::Tensor& t) {
+    return t.grad().defined() ? t.grad() : torch::zeros_like(t);
+  };
+  AttentionGrads out{grad_of(q), grad_of(k), grad_of(v), {}};
+  for (const std::string& name : grad_buffers) out.buffers[name] = grad_of(buffers.at(name));
   return out;
 }
 

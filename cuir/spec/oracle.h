@@ -2,6 +2,10 @@
 // CPU verifier) or in float32 on a GPU (the GPU verifier, where float64 would be slow).
 #pragma once
 
+#include <map>
+#include <set>
+#include <string>
+
 #include "absl/status/statusor.h"
 #include "cuir/spec/tensors.h"
 
@@ -22,6 +26,26 @@ struct OracleOptions {
 absl::StatusOr<AttentionOutputs> RunOracle(const Spec& spec, const cuir::AttentionConfig& config,
                                            const AttentionInputs& inputs,
                                            const OracleOptions& options = {});
+
+// The backward pass of the same function: float64 autograd of the spec itself (dense, chunked as
+// RunOracle is, a reference spec through its reference function), for a loss whose gradient
+// with respect to O is `grad_o` [batch, heads_q, seqlen_q, head_dim]. Gives dQ, dK and dV (the
+// inputs' shapes, in options' dtype; dK and dV summed over each kv head's query group) and, for
+// every captured tensor named in `grad_buffers` (each must be a floating one), its gradient in
+// the tensor's shape: what a learnable bias table or slope vector would receive. Where a
+// function is not differentiable (a mask's edge, clamp's bounds, an integer index), the gradient
+// is autograd's (the one-sided value PyTorch training gets). Fully masked rows contribute
+// nothing. Errors: shapes, and names that are no captured tensor or no floating one.
+struct AttentionGrads {
+  torch::Tensor dq, dk, dv;
+  std::map<std::string, torch::Tensor> buffers;
+};
+absl::StatusOr<AttentionGrads> RunBackwardOracle(const Spec& spec,
+                                                 const cuir::AttentionConfig& config,
+                                                 const AttentionInputs& inputs,
+                                                 const torch::Tensor& grad_o,
+                                                 const std::set<std::string>& grad_buffers,
+                                                 const OracleOptions& options = {});
 
 // The dense mask [B or 1, H or 1, Sq, Skv] (bool) from the compiled mask_mod; all-true
 // ([1, 1, Sq, Skv]) when the spec has none, a reference spec included (its masking, if any, is

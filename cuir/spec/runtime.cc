@@ -86,7 +86,8 @@ absl::StatusOr<torch::Tensor> CallSpecFunction(const Spec& spec, bool is_score,
   auto args = BuildArguments(spec, fn->getSchema(), std::move(positional), buffers);
   if (!args.ok()) return args.status();
 
-  torch::NoGradGuard no_grad;
+  // No grad guard here: autograd records only where the caller's tensors require grad (the
+  // backward oracle); the forward oracle and the frontend's probes run without.
   DefaultDoubleGuard double_default;
   torch::jit::IValue result;
   try {
@@ -137,8 +138,7 @@ absl::StatusOr<ReferenceResult> CallReference(const Spec& spec, const torch::Ten
   auto args = BuildArguments(spec, fn->getSchema(), {q, k, v, scale}, {});
   if (!args.ok()) return args.status();
 
-  torch::NoGradGuard no_grad;
-  DefaultDtypeGuard dtype_default(q.dtype());
+  DefaultDtypeGuard dtype_default(q.dtype());  // grads as in CallSpecFunction
   torch::jit::IValue result;
   try {
     result = (*fn)(std::move(*args));
