@@ -194,6 +194,28 @@ TEST(BackwardOracle, LearnedSlopesAndABiasTableGetTheirGradients) {
   EXPECT_GT(Max(g->buffers.at("table")), 0.0);
 }
 
+TEST(BackwardOracle, AReferenceSpecIsDifferentiatedThroughItsFunction) {
+  // Plain attention written as a reference function and as (no) mods: the same gradients.
+  const Spec reference = Load(
+      "import torch\n"
+      "def reference(q, k, v, scale: float):\n"
+      "    g = q.size(1) // k.size(1)\n"
+      "    s = q @ k.repeat_interleave(g, dim=1).transpose(-2, -1) * scale\n"
+      "    return torch.softmax(s, dim=-1) @ v.repeat_interleave(g, dim=1)\n");
+  const Spec mods = Load("def score_mod(score, b, h, q_idx, kv_idx):\n    return score\n");
+  const auto c = Config(4, 2, 19, 23);
+  const AttentionInputs in = Inputs64(mods, c, 61);
+  const torch::Tensor dout = Randn(in.q, 62);
+  auto got = RunBackwardOracle(reference, c, in, dout, {});
+  auto want = RunBackwardOracle(mods, c, in, dout, {});
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_TRUE(want.ok()) << want.status();
+  EXPECT_LT(Max(got->dq - want->dq), 1e-12);
+  EXPECT_LT(Max(got->dk - want->dk), 1e-12);
+  EXPECT_LT(Max(got->dv - want->dv), 1e-12);
+  EXPECT_GT(Max(got->dk), 0.0);
+}
+
 TEST(BackwardOracle, RefusesWhatHasNoGradient) {
   const Spec spec = Load(
       "def mask_mod(b, h, q_idx, kv_idx, doc):\n"
