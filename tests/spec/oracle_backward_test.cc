@@ -18,20 +18,8 @@ namespace {
 using testing::Config;
 using torch::indexing::Slice;
 
-// A spec loaded for the dtypes its buffer sources give (int32 where a source names none).
 Spec Load(const std::string& source, const std::map<std::string, BufferSource>& sources = {}) {
-  auto dtypes = BufferDTypesOf(sources);
-  EXPECT_TRUE(dtypes.ok()) << dtypes.status();
-  auto spec = LoadSpecSource(source, "backward.py", dtypes.ok() ? *dtypes : BufferDTypes{});
-  EXPECT_TRUE(spec.ok()) << spec.status();
-  return spec.ok() ? *std::move(spec) : Spec{};
-}
-Spec LoadFile(const std::string& path, const std::map<std::string, BufferSource>& sources = {}) {
-  auto dtypes = BufferDTypesOf(sources);
-  EXPECT_TRUE(dtypes.ok()) << dtypes.status();
-  auto spec = LoadSpecFile(path, dtypes.ok() ? *dtypes : BufferDTypes{});
-  EXPECT_TRUE(spec.ok()) << spec.status();
-  return spec.ok() ? *std::move(spec) : Spec{};
+  return testing::LoadSpecFor("backward.py", sources, &source);
 }
 
 // Inputs with q, k, v and the floating captured tensors in float64, so that a perturbation of
@@ -241,7 +229,7 @@ TEST(BackwardOracle, RefusesWhatHasNoGradient) {
 class EveryExampleBackward : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(EveryExampleBackward, AgreesWithCentralDifferences) {
-  const Spec spec = LoadFile(testing::ExampleSpecPath(GetParam()));
+  const Spec spec = testing::LoadSpecFor(testing::ExampleSpecPath(GetParam()));
   const auto c = Config(4, 2, 33, 47);
   ExpectDirectionalDerivativesMatch(spec, c, Inputs64(spec, c, 41), 42);
 }
@@ -265,7 +253,7 @@ TEST_P(GeneralityBackward, AgreesWithCentralDifferences) {
   // The captured tensors a spec rounds to float32 itself (see above).
   const std::map<std::string, std::set<std::string>> rounded = {
       {"clip_logit_scale", {"log_scale"}}};
-  Spec spec = LoadFile(g.path, g.buffers);
+  Spec spec = testing::LoadSpecFor(g.path, g.buffers);
   ASSERT_TRUE(OverrideParams(spec, g.params).ok());
   const auto c = Config(4, 2, 33, 47);
   const auto it = rounded.find(g.name);

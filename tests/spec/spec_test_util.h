@@ -10,6 +10,7 @@
 
 #include "cuir/ir/eval.h"
 #include "cuir/spec/spec.h"
+#include "cuir/spec/tensors.h"
 
 namespace cubridge::spec::testing {
 
@@ -40,6 +41,19 @@ inline cuir::ScalarEnv PointEnv(const Spec& spec, int64_t b, int64_t h, int64_t 
     std::visit([&](auto v) { env.vars[p.name] = cuir::Value(v); }, p.value);
   }
   return env;
+}
+
+// A spec file (or source) loaded for the dtypes its job's buffer sources give (int32 where a
+// source names none), as the pipeline loads it.
+inline Spec LoadSpecFor(const std::string& path,
+                        const std::map<std::string, BufferSource>& sources = {},
+                        const std::string* source = nullptr) {
+  auto dtypes = BufferDTypesOf(sources);
+  EXPECT_TRUE(dtypes.ok()) << dtypes.status();
+  const BufferDTypes given = dtypes.ok() ? *dtypes : BufferDTypes{};
+  auto spec = source != nullptr ? LoadSpecSource(*source, path, given) : LoadSpecFile(path, given);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return spec.ok() ? *std::move(spec) : Spec{};
 }
 
 // A spec source that must be refused: INVALID_ARGUMENT at "t.py:<where>: ", saying `what`.
