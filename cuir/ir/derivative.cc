@@ -37,9 +37,9 @@ D Over(D d, const ExprPtr& divisor) {
   return d == nullptr ? nullptr : Binary(BinaryOp::kDiv, std::move(d), divisor);
 }
 ExprPtr F(double v) { return FloatLit(v); }
-ExprPtr Call(UnaryOp op, const ExprPtr& a) { return Unary(op, a); }
-ExprPtr Bin(BinaryOp op, const ExprPtr& a, const ExprPtr& b) { return Binary(op, a, b); }
-ExprPtr Square(const ExprPtr& a) { return Bin(BinaryOp::kMul, a, a); }
+// A derivative where an expression needs one (a select's branch): 0.0 for none.
+ExprPtr OrZero(const D& d) { return d != nullptr ? d : F(0.0); }
+ExprPtr Square(const ExprPtr& a) { return Binary(BinaryOp::kMul, a, a); }
 
 constexpr double kLn2 = 0.6931471805599453;
 constexpr double kLn10 = 2.302585092994046;
@@ -70,7 +70,7 @@ class Differentiator {
         auto b = Of(e->args[2]);
         if (!b.ok()) return b.status();
         if (*a == nullptr && *b == nullptr) return D(nullptr);
-        return D(Select(e->args[0], *a != nullptr ? *a : F(0.0), *b != nullptr ? *b : F(0.0)));
+        return D(Select(e->args[0], OrZero(*a), OrZero(*b)));
       }
       case ExprKind::kUnary:
         return OfUnary(e);
@@ -90,37 +90,37 @@ class Differentiator {
     switch (e->unary_op) {
       case UnaryOp::kNeg: return Neg(da);
       case UnaryOp::kToFloat: return da;
-      case UnaryOp::kAbs: return Times(da, Call(UnaryOp::kSign, a));
+      case UnaryOp::kAbs: return Times(da, Unary(UnaryOp::kSign, a));
       case UnaryOp::kExp: return Times(da, e);
-      case UnaryOp::kExpm1: return Times(da, Call(UnaryOp::kExp, a));
-      case UnaryOp::kExp2: return Times(da, Bin(BinaryOp::kMul, e, F(kLn2)));
+      case UnaryOp::kExpm1: return Times(da, Unary(UnaryOp::kExp, a));
+      case UnaryOp::kExp2: return Times(da, Binary(BinaryOp::kMul, e, F(kLn2)));
       case UnaryOp::kLog: return Over(da, a);
-      case UnaryOp::kLog2: return Over(da, Bin(BinaryOp::kMul, a, F(kLn2)));
-      case UnaryOp::kLog10: return Over(da, Bin(BinaryOp::kMul, a, F(kLn10)));
-      case UnaryOp::kLog1p: return Over(da, Bin(BinaryOp::kAdd, F(1.0), a));
-      case UnaryOp::kSqrt: return Over(da, Bin(BinaryOp::kMul, F(2.0), e));
-      case UnaryOp::kTanh: return Times(da, Bin(BinaryOp::kSub, F(1.0), Square(e)));
-      case UnaryOp::kSigmoid: return Times(da, Bin(BinaryOp::kMul, e, Bin(BinaryOp::kSub, F(1.0), e)));
-      case UnaryOp::kSin: return Times(da, Call(UnaryOp::kCos, a));
-      case UnaryOp::kCos: return Neg(Times(da, Call(UnaryOp::kSin, a)));
-      case UnaryOp::kTan: return Times(da, Bin(BinaryOp::kAdd, F(1.0), Square(e)));
+      case UnaryOp::kLog2: return Over(da, Binary(BinaryOp::kMul, a, F(kLn2)));
+      case UnaryOp::kLog10: return Over(da, Binary(BinaryOp::kMul, a, F(kLn10)));
+      case UnaryOp::kLog1p: return Over(da, Binary(BinaryOp::kAdd, F(1.0), a));
+      case UnaryOp::kSqrt: return Over(da, Binary(BinaryOp::kMul, F(2.0), e));
+      case UnaryOp::kTanh: return Times(da, Binary(BinaryOp::kSub, F(1.0), Square(e)));
+      case UnaryOp::kSigmoid: return Times(da, Binary(BinaryOp::kMul, e, Binary(BinaryOp::kSub, F(1.0), e)));
+      case UnaryOp::kSin: return Times(da, Unary(UnaryOp::kCos, a));
+      case UnaryOp::kCos: return Neg(Times(da, Unary(UnaryOp::kSin, a)));
+      case UnaryOp::kTan: return Times(da, Binary(BinaryOp::kAdd, F(1.0), Square(e)));
       case UnaryOp::kAsin:
-        return Over(da, Call(UnaryOp::kSqrt, Bin(BinaryOp::kSub, F(1.0), Square(a))));
+        return Over(da, Unary(UnaryOp::kSqrt, Binary(BinaryOp::kSub, F(1.0), Square(a))));
       case UnaryOp::kAcos:
-        return Neg(Over(da, Call(UnaryOp::kSqrt, Bin(BinaryOp::kSub, F(1.0), Square(a)))));
-      case UnaryOp::kAtan: return Over(da, Bin(BinaryOp::kAdd, F(1.0), Square(a)));
-      case UnaryOp::kSinh: return Times(da, Call(UnaryOp::kCosh, a));
-      case UnaryOp::kCosh: return Times(da, Call(UnaryOp::kSinh, a));
+        return Neg(Over(da, Unary(UnaryOp::kSqrt, Binary(BinaryOp::kSub, F(1.0), Square(a)))));
+      case UnaryOp::kAtan: return Over(da, Binary(BinaryOp::kAdd, F(1.0), Square(a)));
+      case UnaryOp::kSinh: return Times(da, Unary(UnaryOp::kCosh, a));
+      case UnaryOp::kCosh: return Times(da, Unary(UnaryOp::kSinh, a));
       case UnaryOp::kAsinh:
-        return Over(da, Call(UnaryOp::kSqrt, Bin(BinaryOp::kAdd, Square(a), F(1.0))));
+        return Over(da, Unary(UnaryOp::kSqrt, Binary(BinaryOp::kAdd, Square(a), F(1.0))));
       case UnaryOp::kAcosh:
-        return Over(da, Call(UnaryOp::kSqrt, Bin(BinaryOp::kSub, Square(a), F(1.0))));
-      case UnaryOp::kAtanh: return Over(da, Bin(BinaryOp::kSub, F(1.0), Square(a)));
+        return Over(da, Unary(UnaryOp::kSqrt, Binary(BinaryOp::kSub, Square(a), F(1.0))));
+      case UnaryOp::kAtanh: return Over(da, Binary(BinaryOp::kSub, F(1.0), Square(a)));
       case UnaryOp::kErf:
       case UnaryOp::kErfc: {
         const ExprPtr slope =
-            Bin(BinaryOp::kMul, F(e->unary_op == UnaryOp::kErf ? kTwoOverSqrtPi : -kTwoOverSqrtPi),
-                Call(UnaryOp::kExp, Neg(Square(a))));
+            Binary(BinaryOp::kMul, F(e->unary_op == UnaryOp::kErf ? kTwoOverSqrtPi : -kTwoOverSqrtPi),
+                Unary(UnaryOp::kExp, Neg(Square(a))));
         return Times(da, slope);
       }
       // Piecewise constant in a float: steps.
@@ -156,23 +156,22 @@ class Differentiator {
       case BinaryOp::kMod:
       case BinaryOp::kFmod: {
         const UnaryOp step = e->binary_op == BinaryOp::kMod ? UnaryOp::kFloor : UnaryOp::kTrunc;
-        return Sub(da, Times(db, Call(step, Bin(BinaryOp::kDiv, a, b))));
+        return Sub(da, Times(db, Unary(step, Binary(BinaryOp::kDiv, a, b))));
       }
       case BinaryOp::kPow: {
         // (a ** b)' = b a ** (b - 1) a' + a ** b log(a) b'
-        D from_a = Times(da, Bin(BinaryOp::kMul, b, Bin(BinaryOp::kPow, a, Bin(BinaryOp::kSub, b, F(1.0)))));
-        D from_b = Times(db, Bin(BinaryOp::kMul, e, Call(UnaryOp::kLog, a)));
+        D from_a = Times(da, Binary(BinaryOp::kMul, b, Binary(BinaryOp::kPow, a, Binary(BinaryOp::kSub, b, F(1.0)))));
+        D from_b = Times(db, Binary(BinaryOp::kMul, e, Unary(UnaryOp::kLog, a)));
         return Add(from_a, from_b);
       }
       case BinaryOp::kMin:
       case BinaryOp::kMax: {
         const BinaryOp keeps_a = e->binary_op == BinaryOp::kMin ? BinaryOp::kLe : BinaryOp::kGe;
-        return D(Select(Bin(keeps_a, a, b), da != nullptr ? da : F(0.0),
-                        db != nullptr ? db : F(0.0)));
+        return D(Select(Binary(keeps_a, a, b), OrZero(da), OrZero(db)));
       }
       case BinaryOp::kAtan2: {
         // atan2(a, b)' = (b a' - a b') / (a^2 + b^2)
-        const ExprPtr norm = Bin(BinaryOp::kAdd, Square(a), Square(b));
+        const ExprPtr norm = Binary(BinaryOp::kAdd, Square(a), Square(b));
         return Over(Sub(Times(da, b), Times(db, a)), norm);
       }
       case BinaryOp::kFloorDiv:
@@ -198,7 +197,7 @@ absl::StatusOr<ExprPtr> Finish(absl::StatusOr<D> d, const TypeEnv& env) {
   ExprPtr out = FoldConstants(*d);
   auto type = TypeOf(out, env);
   if (!type.ok()) return type.status();
-  return *type == Type::kFloat ? out : Call(UnaryOp::kToFloat, out);
+  return *type == Type::kFloat ? out : Unary(UnaryOp::kToFloat, out);
 }
 
 void CollectReads(const ExprPtr& e, const std::string& buffer, std::vector<ExprPtr>* reads) {

@@ -5,14 +5,13 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <regex>
 #include <sstream>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "cuir/files/files.h"
 #include "cuir/lower/lift.h"
 #include "cuir/pipeline/candidates.h"
 #include "tests/lower/lower_test_util.h"
@@ -101,8 +100,9 @@ TEST(Registry, EveryExpertKeepsItsRegionsOutOfTheKernelsFunctions) {
   for (const Expert* e : Registry()) {
     const std::filesystem::path path =
         std::filesystem::path(CUBRIDGE_SOURCE_ROOT) / "cuir" / "experts" / e->name / "kernel.cu";
-    std::ifstream in(path);
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    auto read = files::ReadFile(path.string());
+    ASSERT_TRUE(read.ok()) << read.status();
+    const std::string& text = *read;
     const auto regions = RegionScopes(text);
     EXPECT_GT(regions.size(), 10u) << path;
     for (const auto& [name, scopes] : regions) {
