@@ -18,6 +18,7 @@
 #include <bit>
 #include <cstddef>
 #include <limits>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -81,11 +82,12 @@ torch::Tensor HeadIndex(const std::vector<int64_t>& heads) {
 }
 
 // One tile per group member: data is [members, rows, cols]. Loads hold rows [row0, row0 + rows)
-// of q/k/v[batch, heads[i]] (fp32); score / probability tiles have q rows from row0 and kv
-// columns from col0.
+// of q/k/v/do[batch, heads[i]] (fp32); score / probability tiles (and the backward's dP and dS)
+// have q rows from row0 and kv columns from col0, and know the query heads and batch of their
+// rows and, in `raw`, the scaled scores before any score_mod (what score_grad differentiates at).
 struct Tile {
-  enum Kind { kLoad, kScore, kProb } kind = kLoad;
-  torch::Tensor data;
+  enum Kind { kLoad, kScore, kProb, kRecomputed, kDP, kDS } kind = kLoad;
+  torch::Tensor data, raw;
   int64_t batch = 0;
   std::vector<int64_t> heads;
   int64_t row0 = 0, col0 = 0;
@@ -101,13 +103,23 @@ struct SoftmaxState {
   std::vector<int64_t> heads;
 };
 
+// The backward's accumulators of the members' K/V tiles: dK and dV, [members, rows, head_dim].
+struct GradState {
+  bool active = false;
+  torch::Tensor dk, dv;
+  int64_t batch = 0, row0 = 0, rows = 0;
+  std::vector<int64_t> heads;  // kv heads
+};
+
 // Grid points executed together. With `trace` set, only scalar statements run and every
 // control decision is appended to it (the dry run of one grid point).
 struct Group {
   std::vector<cuir::ScalarEnv> envs;
   absl::flat_hash_map<std::string, Tile> tiles;
   SoftmaxState softmax;
+  GradState grad;
   std::string last_q;  // the most recent load from q: the tile softmax.init and epilogue use
+  std::string last_k;  // the most recent load from k: the tile grad.init accumulates for
   std::vector<int64_t>* trace = nullptr;
   int64_t size() const { return static_cast<int64_t>(envs.size()); }
   bool dry() const { return trace != nullptr; }
@@ -116,12 +128,34 @@ struct Group {
 class Interpreter {
  public:
   Interpreter(const cuir::Program& program, const cuir::AttentionConfig& config,
-              const spec::AttentionInputs& inputs, InterpStats* stats)
-      : program_(program), config_(config), inputs_(inputs), stats_(stats) {}
+              const spec::AttentionInputs& inputs, const spec::BackwardInputs* backward,
+              InterpStats* stats)
+      : program_(program), config_(config), inputs_(inputs), backward_(backward), stats_(stats) {}
 
   absl::StatusOr<spec::AttentionOutputs> Run() {
+    CUBRIDGE_RETURN_IF_ERROR(Launch());
+    return spec::AttentionOutputs{o_, lse_};
+  }
+
+  absl::StatusOr<spec::AttentionGrads> RunBackward() {
+    CUBRIDGE_RETURN_IF_ERROR(Launch());
+    spec::AttentionGrads grads{dq_.to(dtype_), dk_.to(dtype_), dv_.to(dtype_), {}};
+    for (const auto& [name, grad] : buffer_grads_) grads.buffers[name] = grad;
+    return grads;
+  }
+
+ private:
+  absl::Status Launch() {
     CUBRIDGE_RETURN_IF_ERROR(cuir::Validate(program_));
     CUBRIDGE_RETURN_IF_ERROR(cuir::ValidateConfig(config_));
+    if (cuir::IsBackward(program_) != (backward_ != nullptr)) {
+      return InvalidAt(program_.loc,
+                       backward_ != nullptr
+                           ? "this is a forward program; run it with the interpreter's forward "
+                             "entry (Interpret), or give a backward program (grad.init ...)"
+                           : "this is a backward program (it has grad.init); run it with "
+                             "InterpretBackward, which takes O, LSE and dO");
+    }
     CUBRIDGE_RETURN_IF_ERROR(CheckInputs());
     PrepareTensors();
     CUBRIDGE_RETURN_IF_ERROR(BindDeclarations());
@@ -134,10 +168,9 @@ class Interpreter {
       tables_[s.name] = std::move(table);
     }
     CUBRIDGE_RETURN_IF_ERROR(RunGrid());
-    return spec::AttentionOutputs{o_, lse_};
+    return absl::OkStatus();
   }
 
- private:
   // ---- setup ----
 
   absl::Status CheckShape(const char* name, const torch::Tensor& t, int64_t heads,
@@ -161,7 +194,20 @@ class Interpreter {
     dtype_ = TorchDType(config_.dtype);
     CUBRIDGE_RETURN_IF_ERROR(CheckShape("q", inputs_.q, config_.heads_q, config_.seqlen_q));
     CUBRIDGE_RETURN_IF_ERROR(CheckShape("k", inputs_.k, config_.heads_kv, config_.seqlen_kv));
-    return CheckShape("v", inputs_.v, config_.heads_kv, config_.seqlen_kv);
+    CUBRIDGE_RETURN_IF_ERROR(CheckShape("v", inputs_.v, config_.heads_kv, config_.seqlen_kv));
+    if (backward_ == nullptr) return absl::OkStatus();
+    CUBRIDGE_RETURN_IF_ERROR(CheckShape("o", backward_->o, config_.heads_q, config_.seqlen_q));
+    CUBRIDGE_RETURN_IF_ERROR(
+        CheckShape("grad_o", backward_->grad_o, config_.heads_q, config_.seqlen_q));
+    const std::vector<int64_t> rows = {config_.batch, config_.heads_q, config_.seqlen_q};
+    const torch::Tensor& lse = backward_->lse;
+    if (!lse.defined() || lse.sizes().vec() != rows) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "interpreter input lse has shape [",
+          lse.defined() ? absl::StrJoin(lse.sizes().vec(), ", ") : "undefined",
+          "], the config needs [", absl::StrJoin(rows, ", "), "] (the forward's LSE)"));
+    }
+    return absl::OkStatus();
   }
 
   void PrepareTensors() {
@@ -175,6 +221,14 @@ class Interpreter {
     lse_ = torch::full({config_.batch, config_.heads_q, config_.seqlen_q}, nan, torch::kFloat);
     neg_inf_ = torch::scalar_tensor(kNegInf, torch::kFloat);
     zero_ = torch::scalar_tensor(0.0f, torch::kFloat);
+    if (backward_ == nullptr) return;
+    dof_ = backward_->grad_o.to(torch::kFloat).contiguous();
+    lsef_ = backward_->lse.to(torch::kFloat).contiguous();
+    // The preprocessing pass's D = rowsum(dO * O): the stored O in the input dtype, fp32 sums.
+    delta_ = (dof_ * backward_->o.to(torch::kFloat)).sum(3);
+    dq_ = torch::zeros(inputs_.q.sizes(), torch::kFloat);
+    dk_ = torch::zeros(inputs_.k.sizes(), torch::kFloat);
+    dv_ = torch::zeros(inputs_.v.sizes(), torch::kFloat);
   }
 
   absl::Status BindDeclarations() {
@@ -332,6 +386,15 @@ class Interpreter {
       case StmtKind::kSoftmaxOnline: return g.dry() ? absl::OkStatus() : ExecSoftmaxOnline(s, g);
       case StmtKind::kPV: return g.dry() ? absl::OkStatus() : ExecPV(s, g);
       case StmtKind::kEpilogue: return g.dry() ? absl::OkStatus() : ExecEpilogue(s, g);
+      case StmtKind::kGradInit: return g.dry() ? absl::OkStatus() : ExecGradInit(s, g);
+      case StmtKind::kSoftmaxRecompute: return g.dry() ? absl::OkStatus() : ExecRecompute(s, g);
+      case StmtKind::kDV: return g.dry() ? absl::OkStatus() : ExecDV(s, g);
+      case StmtKind::kDP: return g.dry() ? absl::OkStatus() : ExecDP(s, g);
+      case StmtKind::kSoftmaxGrad: return g.dry() ? absl::OkStatus() : ExecSoftmaxGrad(s, g);
+      case StmtKind::kScoreGrad: return g.dry() ? absl::OkStatus() : ExecScoreGrad(s, g);
+      case StmtKind::kBufferGrad: return g.dry() ? absl::OkStatus() : ExecBufferGrad(s, g);
+      case StmtKind::kDK: case StmtKind::kDQ: return ExecGradProduct(s, g);
+      case StmtKind::kGradEpilogue: return g.dry() ? absl::OkStatus() : ExecGradEpilogue(s, g);
       default: return absl::OkStatus();  // declarations were bound before the launch
     }
   }
@@ -370,7 +433,7 @@ class Interpreter {
       idx.push_back(v);
     }
     const std::string& tensor = s.operands[0];
-    const bool is_q = tensor == "q";
+    const bool is_q = tensor == "q" || tensor == "do";  // dO has Q's rows
     const int64_t heads = is_q ? config_.heads_q : config_.heads_kv;
     const int64_t seqlen = is_q ? config_.seqlen_q : config_.seqlen_kv;
     const std::string what = absl::StrCat("load ", s.name, ": ");
@@ -413,8 +476,12 @@ class Interpreter {
     CUBRIDGE_ASSIGN_OR_RETURN(std::vector<int64_t> brange, Agree(g, s, std::move(shared)));
     const std::string& tensor = s.operands[0];
     if (tensor == "q") g.last_q = s.name;
+    if (tensor == "k") g.last_k = s.name;
     if (g.dry()) return absl::OkStatus();
-    const torch::Tensor& src = tensor == "q" ? qf_ : tensor == "k" ? kf_ : vf_;
+    const torch::Tensor& src = tensor == "q"   ? qf_
+                               : tensor == "k" ? kf_
+                               : tensor == "v" ? vf_
+                                               : dof_;
     Tile tile;
     tile.batch = brange[0];
     tile.row0 = brange[1];
@@ -585,12 +652,14 @@ class Interpreter {
     sm.acc = std::move(acc);
   }
 
-  absl::Status ExecQK(const Stmt& s, Group& g) {
+  // The `scale` of a qk / dk / dq, one value for the whole group (the dry run records it).
+  absl::StatusOr<float> AgreedScale(const Stmt& s, Group& g) {
     std::vector<std::vector<int64_t>> per_member;
     for (const auto& env : g.envs) {
       CUBRIDGE_ASSIGN_OR_RETURN(Value v, cuir::EvalScalar(s.value, env));
       if (std::holds_alternative<bool>(v)) {
-        return InvalidAt(s.value->loc, "qk: the scale must be a number");
+        return InvalidAt(s.value->loc, absl::StrCat(cuir::StmtKindName(s.kind),
+                                                    ": the scale must be a number"));
       }
       const double scale = std::holds_alternative<double>(v)
                                ? std::get<double>(v)
@@ -598,6 +667,11 @@ class Interpreter {
       per_member.push_back({std::bit_cast<int64_t>(scale)});
     }
     CUBRIDGE_ASSIGN_OR_RETURN(std::vector<int64_t> bits, Agree(g, s, std::move(per_member)));
+    return static_cast<float>(std::bit_cast<double>(bits[0]));
+  }
+
+  absl::Status ExecQK(const Stmt& s, Group& g) {
+    CUBRIDGE_ASSIGN_OR_RETURN(const float scale, AgreedScale(s, g));
     if (g.dry()) return absl::OkStatus();
     CUBRIDGE_ASSIGN_OR_RETURN(Tile * q, GetTile(s, g, 0, Tile::kLoad, "a loaded tile"));
     CUBRIDGE_ASSIGN_OR_RETURN(Tile * k, GetTile(s, g, 1, Tile::kLoad, "a loaded tile"));
@@ -605,8 +679,11 @@ class Interpreter {
     tile.kind = Tile::kScore;
     tile.row0 = q->row0;
     tile.col0 = k->row0;
+    tile.batch = q->batch;
+    tile.heads = q->heads;
     tile.data = torch::bmm(q->data, k->data.transpose(1, 2))
-                    .mul_(static_cast<float>(std::bit_cast<double>(bits[0])));
+                    .mul_(scale);
+    tile.raw = tile.data;  // score_mod and mask replace `data`, never write into it
     g.tiles[s.name] = std::move(tile);
     return absl::OkStatus();
   }
@@ -805,13 +882,204 @@ class Interpreter {
     return absl::OkStatus();
   }
 
+  // ---- the backward (docs/cuir.md, "backward statements") ----
+
+  absl::Status ExecGradInit(const Stmt& s, Group& g) {
+    auto it = g.tiles.find(g.last_k);
+    if (it == g.tiles.end()) {
+      return InvalidAt(s.loc, "grad.init needs a K tile loaded before it (load K = k[...])");
+    }
+    const Tile& k = it->second;
+    GradState& gs = g.grad;
+    gs.active = true;
+    gs.batch = k.batch;
+    gs.heads = k.heads;
+    gs.row0 = k.row0;
+    gs.rows = k.rows();
+    gs.dk = torch::zeros({g.size(), gs.rows, config_.head_dim}, torch::kFloat);
+    gs.dv = torch::zeros_like(gs.dk);
+    return absl::OkStatus();
+  }
+
+  // Rows [row0, row0 + rows) of a [batch, heads_q, seqlen_q] tensor (LSE, D) for the members'
+  // query heads: [members, rows, 1].
+  torch::Tensor RowStats(const torch::Tensor& src, const Tile& t) const {
+    const torch::Tensor rows = src.select(0, t.batch).narrow(1, t.row0, t.rows());
+    const torch::Tensor picked = Consecutive(t.heads)
+                                     ? rows.narrow(0, t.heads[0], static_cast<int64_t>(t.heads.size()))
+                                     : rows.index_select(0, HeadIndex(t.heads));
+    return picked.unsqueeze(2);
+  }
+
+  // A tile derived from `from` (same rows, columns, heads and raw scores).
+  static Tile Derived(const Tile& from, Tile::Kind kind, torch::Tensor data) {
+    Tile t = from;
+    t.kind = kind;
+    t.data = std::move(data);
+    return t;
+  }
+
+  // P = exp(S - LSE) with the forward's LSE; a row that kept nothing (LSE = -inf) and a masked
+  // score (S = -inf) give 0.
+  absl::Status ExecRecompute(const Stmt& s, Group& g) {
+    CUBRIDGE_ASSIGN_OR_RETURN(Tile * t, GetTile(s, g, 0, Tile::kScore, "a qk result"));
+    const torch::Tensor lse = RowStats(lsef_, *t);
+    const torch::Tensor lse_use = torch::where(torch::isfinite(lse), lse, zero_);
+    torch::Tensor p = torch::where(torch::isfinite(lse), torch::exp(t->data - lse_use), zero_);
+    g.tiles[s.name] = Derived(*t, Tile::kRecomputed, std::move(p));
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckGradTile(const Stmt& s, const GradState& gs, const Tile& t) const {
+    if (!gs.active) return InvalidAt(s.loc, "grad.init must run before this statement");
+    if (t.cols() != gs.rows || t.col0 != gs.row0) {
+      return InvalidAt(s.loc, absl::StrCat(cuir::StmtKindName(s.kind), ": the tile covers kv rows [",
+                                           t.col0, ", ", t.col0 + t.cols(),
+                                           ") but the program's K/V tile holds [", gs.row0, ", ",
+                                           gs.row0 + gs.rows, ")"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckSameRows(const Stmt& s, const Tile& a, const Tile& b) const {
+    if (a.rows() == b.rows() && a.row0 == b.row0) return absl::OkStatus();
+    return InvalidAt(s.loc, absl::StrCat(cuir::StmtKindName(s.kind), ": ", s.operands[0],
+                                         " covers query rows [", a.row0, ", ", a.row0 + a.rows(),
+                                         ") but ", s.operands[1], " holds [", b.row0, ", ",
+                                         b.row0 + b.rows(), "); load Q and dO with one range"));
+  }
+
+  // dV += P^T dO, P in the input dtype (as the kernel feeds it to the MMA).
+  absl::Status ExecDV(const Stmt& s, Group& g) {
+    CUBRIDGE_ASSIGN_OR_RETURN(Tile * p, GetTile(s, g, 0, Tile::kRecomputed,
+                                                "a softmax.recompute result"));
+    CUBRIDGE_ASSIGN_OR_RETURN(Tile * d_o, GetTile(s, g, 1, Tile::kLoad, "a loaded tile"));
+    CUBRIDGE_RETURN_IF_ERROR(CheckGradTile(s, g.grad, *p));
+    CUBRIDGE_RETURN_IF_ERROR(CheckSameRows(s, *p, *d_o));
+    g.grad.dv.baddbmm_(p->data.to(dtype_).to(torch::kFloat).transpose(1, 2), d_o->data);
+    return absl::OkStatus();
+  }
+
+  absl::Status ExecDP(const Stmt& s, Group& g) {
+    CUBRIDGE_ASSIGN_OR_RETURN(Tile * d_o, GetTile(s, g, 0, Tile::kLoad, "a loaded tile"));
+    CUBRIDGE_ASSIGN_OR_RETURN(Tile * v, GetTile(s, g, 1, Tile::kLoad, "a loaded tile"));
+    Tile tile;
+    tile.kind = Tile::kDP;
+    tile.row0 = d_o->row0;
+    tile.col0 = v->row0;
+    tile.batch = d_o->batch;
+    tile.heads = d_o->heads;
+    tile.data = torch::bmm(d_o->data, v->data.transpose(1, 2));
+    g.tiles[s.name] = std::move(tile);
+    return absl::OkStatus();
+  }
+
+  // dS = P * (dP - D): the gradient with respect to the (modified) score.
+  absl::Status ExecSoftmaxGrad(const Stmt& s, Group& g) {
+    CUBRIDGE_ASSIGN_OR_RETURN(Tile * p, GetTile(s, g, 0, Tile::kRecomputed,
+                                                "a softmax.recompute result"));
+    CUBRIDGE_ASSIGN_OR_RETURN(Tile * dp, GetTile(s, g, 1, Tile::kDP, "a dp result"));
+    if (dp->row0 != p->row0 || dp->col0 != p->col0 || dp->rows() != p->rows() ||
+        dp->cols() != p->cols()) {
+      return InvalidAt(s.loc, "softmax.grad: P and dP cover different elements; compute them from "
+                              "the same Q/dO rows and K/V block");
+    }
+    torch::Tensor ds = p->data * (dp->data - RowStats(delta_, *p));
+    g.tiles[s.name] = Derived(*p, Tile::kDS, std::move(ds));
+    return absl::OkStatus();
+  }
+
+  // The raw scores of a dS tile as a score tile, for expressions over `score`.
+  static Tile RawScores(const Tile& ds) {
+    Tile t = ds;
+    t.kind = Tile::kScore;
+    t.data = ds.raw;
+    return t;
+  }
+
+  // dS *= EXPR where dS != 0: a score that took no part (masked, or a row that kept nothing)
+  // passes no gradient, whatever the derivative there.
+  absl::Status ExecScoreGrad(const Stmt& s, Group& g) {
+    CUBRIDGE_ASSIGN_OR_RETURN(Tile * ds, GetTile(s, g, 0, Tile::kDS, "a softmax.grad result"));
+    CUBRIDGE_ASSIGN_OR_RETURN(torch::Tensor d, EvalOnTile(s.value, g, RawScores(*ds), true));
+    if (d.scalar_type() == torch::kBool) {
+      return InvalidAt(s.value->loc, "score_grad needs a number, got bool");
+    }
+    ds->data = torch::where(ds->data != 0, ds->data * d.to(torch::kFloat), zero_);
+    return absl::OkStatus();
+  }
+
+  // grad[NAME][index] += dS * EXPR over the elements where dS != 0, in element order.
+  absl::Status ExecBufferGrad(const Stmt& s, Group& g) {
+    CUBRIDGE_ASSIGN_OR_RETURN(Tile * ds, GetTile(s, g, 0, Tile::kDS, "a softmax.grad result"));
+    const torch::Tensor& values = buffers_.at(s.name);
+    torch::Tensor& grad = buffer_grads_[s.name];
+    if (!grad.defined()) grad = torch::zeros(values.sizes(), torch::kFloat);
+    const Tile raw = RawScores(*ds);
+    CUBRIDGE_ASSIGN_OR_RETURN(torch::Tensor partial, EvalOnTile(s.value, g, raw, true));
+    const torch::Tensor live = ds->data != 0;
+    torch::Tensor flat = torch::zeros({g.size(), raw.rows(), raw.cols()}, torch::kLong);
+    int64_t stride = 1;
+    for (size_t d = s.exprs.size(); d-- > 0;) {
+      CUBRIDGE_ASSIGN_OR_RETURN(torch::Tensor index, EvalOnTile(s.exprs[d], g, raw, false));
+      const int64_t size = values.size(static_cast<int64_t>(d));
+      // Python indexing, as reads have it: -size <= i < size, negatives from the end.
+      const torch::Tensor bad = live & ((index < -size) | (index >= size));
+      if (bad.any().item<bool>()) {
+        return OutOfRangeAt(s.exprs[d]->loc.known() ? s.exprs[d]->loc : s.loc,
+                            absl::StrCat("buffer_grad: index ", d, " of ", s.name,
+                                         " leaves [", -size, ", ", size, ") at a kept score"));
+      }
+      flat = flat + torch::remainder(index, size) * stride;
+      stride *= size;
+    }
+    const torch::Tensor contrib = (ds->data * partial.to(torch::kFloat)).masked_select(live);
+    grad.view({-1}).index_add_(0, flat.masked_select(live), contrib);
+    return absl::OkStatus();
+  }
+
+  // dk: dK += scale * dS^T Q; dq: dQ[rows] += scale * dS K, dS in the input dtype.
+  absl::Status ExecGradProduct(const Stmt& s, Group& g) {
+    CUBRIDGE_ASSIGN_OR_RETURN(const float scale, AgreedScale(s, g));
+    if (g.dry()) return absl::OkStatus();
+    CUBRIDGE_ASSIGN_OR_RETURN(Tile * ds, GetTile(s, g, 0, Tile::kDS, "a softmax.grad result"));
+    CUBRIDGE_ASSIGN_OR_RETURN(Tile * x, GetTile(s, g, 1, Tile::kLoad, "a loaded tile"));
+    CUBRIDGE_RETURN_IF_ERROR(CheckGradTile(s, g.grad, *ds));
+    const torch::Tensor ds_in = ds->data.to(dtype_).to(torch::kFloat);
+    if (s.kind == StmtKind::kDK) {
+      CUBRIDGE_RETURN_IF_ERROR(CheckSameRows(s, *ds, *x));
+      g.grad.dk.baddbmm_(ds_in.transpose(1, 2), x->data, 1.0, scale);
+      return absl::OkStatus();
+    }
+    const torch::Tensor dq = torch::bmm(ds_in, x->data).mul_(scale);
+    // Members may share query rows (other KV blocks of one head): add one by one, as atomics do.
+    const torch::Tensor rows = dq_.select(0, ds->batch).narrow(1, ds->row0, ds->rows());
+    for (size_t i = 0; i < ds->heads.size(); ++i) rows.select(0, ds->heads[i]).add_(dq[i]);
+    return absl::OkStatus();
+  }
+
+  absl::Status ExecGradEpilogue(const Stmt& s, Group& g) {
+    const GradState& gs = g.grad;
+    if (!gs.active) return InvalidAt(s.loc, "grad.epilogue needs grad.init before it");
+    if (gs.rows == 0) return absl::OkStatus();
+    for (const auto& [dst, src] : {std::pair{&dk_, &gs.dk}, std::pair{&dv_, &gs.dv}}) {
+      const torch::Tensor rows = dst->select(0, gs.batch).narrow(1, gs.row0, gs.rows);
+      // GQA: the group's query heads add into one KV head's rows.
+      for (size_t i = 0; i < gs.heads.size(); ++i) rows.select(0, gs.heads[i]).add_((*src)[i]);
+    }
+    return absl::OkStatus();
+  }
+
   const cuir::Program& program_;
   const cuir::AttentionConfig& config_;
   const spec::AttentionInputs& inputs_;
+  const spec::BackwardInputs* backward_;  // null for a forward program
   InterpStats* stats_;
 
   torch::ScalarType dtype_ = torch::kBFloat16;
   torch::Tensor qf_, kf_, vf_, o_, lse_, neg_inf_, zero_;
+  torch::Tensor dof_, lsef_, delta_, dq_, dk_, dv_;  // the backward's inputs and fp32 gradients
+  std::map<std::string, torch::Tensor> buffer_grads_;
   cuir::ScalarEnv globals_;
   absl::flat_hash_map<std::string, torch::Tensor> buffers_;
   const Stmt* grid_ = nullptr;
@@ -831,7 +1099,22 @@ absl::StatusOr<spec::AttentionOutputs> Interpret(const cuir::Program& program,
   torch::NoGradGuard no_grad;
   if (stats != nullptr) *stats = InterpStats{};
   try {
-    return Interpreter(program, config, inputs, stats).Run();
+    return Interpreter(program, config, inputs, nullptr, stats).Run();
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("interpreter: tensor operation failed: ",
+                                            e.what_without_backtrace()));
+  }
+}
+
+absl::StatusOr<spec::AttentionGrads> InterpretBackward(const cuir::Program& program,
+                                                       const cuir::AttentionConfig& config,
+                                                       const spec::AttentionInputs& inputs,
+                                                       const spec::BackwardInputs& backward,
+                                                       InterpStats* stats) {
+  torch::NoGradGuard no_grad;
+  if (stats != nullptr) *stats = InterpStats{};
+  try {
+    return Interpreter(program, config, inputs, &backward, stats).RunBackward();
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("interpreter: tensor operation failed: ",
                                             e.what_without_backtrace()));

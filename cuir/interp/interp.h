@@ -13,7 +13,7 @@ namespace cubridge::interp {
 
 struct InterpStats {
   int64_t programs = 0;        // grid points executed
-  int64_t blocks_visited = 0;  // KV blocks entered
+  int64_t blocks_visited = 0;  // loop blocks entered (KV blocks; query blocks in a backward)
   int64_t blocks_masked = 0;   // of which ran the mask predicate (partial blocks)
 };
 
@@ -24,6 +24,16 @@ absl::StatusOr<spec::AttentionOutputs> Interpret(const cuir::Program& program,
                                                  const cuir::AttentionConfig& config,
                                                  const spec::AttentionInputs& inputs,
                                                  InterpStats* stats = nullptr);
+
+// Runs a backward program (cuir::IsBackward): dQ, dK, dV in the config dtype from the forward's
+// O and LSE and the loss's gradient dO, with kernel numerics (P and dS rounded to the input dtype
+// before their products, fp32 accumulation), and the fp32 gradient of every buffer the program
+// has a `buffer_grad` for. A forward program is refused, as Interpret refuses a backward one.
+absl::StatusOr<spec::AttentionGrads> InterpretBackward(const cuir::Program& program,
+                                                       const cuir::AttentionConfig& config,
+                                                       const spec::AttentionInputs& inputs,
+                                                       const spec::BackwardInputs& backward,
+                                                       InterpStats* stats = nullptr);
 
 // Evaluates an expression elementwise on tensors: variables bound to tensors (broadcasting) or
 // scalars. Int math in int64, float math in fp32 (kernel numerics) unless `float64` is set.

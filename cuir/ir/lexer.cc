@@ -15,7 +15,9 @@ constexpr std::array<std::string_view, 8> kTwoCharPuncts = {"**", "//", "<=", ">
                                                              "==", "!=", "&&", "||"};
 constexpr std::string_view kOneCharPuncts = "{}[](),:=<>+-*/%!?";
 // The only identifiers with a '.', lexed as one keyword each.
-constexpr std::array<std::string_view, 2> kDottedKeywords = {"softmax.init", "softmax.online"};
+constexpr std::array<std::string_view, 6> kDottedKeywords = {
+    "softmax.init", "softmax.online", "softmax.recompute", "softmax.grad", "grad.init",
+    "grad.epilogue"};
 
 bool IsIdentStart(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';

@@ -70,7 +70,9 @@ std::string AssignKeywords() {
   for (const StmtSyntax& s : StmtSyntaxTable()) {
     if (s.assign_form) names.push_back(std::string(s.keyword));
   }
-  return absl::StrJoin(names, " or ");
+  const std::string last = names.back();
+  names.pop_back();
+  return absl::StrCat(absl::StrJoin(names, ", "), " or ", last);
 }
 
 std::string StatementList() {

@@ -68,6 +68,28 @@ Stmt* FindDecl(Program& p, StmtKind kind, std::string_view name) {
   return FindDeclIn(p, kind, name);
 }
 
+namespace {
+bool HasBackwardStmt(const std::vector<Stmt>& stmts) {
+  return std::any_of(stmts.begin(), stmts.end(), [](const Stmt& s) {
+    return IsBackwardKind(s.kind) || HasBackwardStmt(s.body);
+  });
+}
+}  // namespace
+
+bool IsBackwardKind(StmtKind k) {
+  switch (k) {
+    case StmtKind::kDelta: case StmtKind::kGradInit: case StmtKind::kSoftmaxRecompute:
+    case StmtKind::kDV: case StmtKind::kDP: case StmtKind::kSoftmaxGrad:
+    case StmtKind::kScoreGrad: case StmtKind::kBufferGrad: case StmtKind::kDK:
+    case StmtKind::kDQ: case StmtKind::kGradEpilogue:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool IsBackward(const Program& p) { return HasBackwardStmt(p.stmts); }
+
 const Stmt* FindKvLoop(const Program& p) { return FindDecl(p, StmtKind::kFor); }
 Stmt* FindKvLoop(Program& p) { return FindDecl(p, StmtKind::kFor); }
 

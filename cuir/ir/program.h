@@ -59,13 +59,16 @@ enum class StmtKind {
   kRole,    // role NAME warps EXPR [regs EXPR]     a warp role; value = warps, aux = regs or null
   kGrid,    // grid AXIS < EXPR (, AXIS < EXPR)* [schedule NAME]
             //   names = axis names, exprs = extents, attr = schedule ("" = linear)
-  kTable,   // table NAME = blocks(EXPR) [per AXIS (, AXIS)*]
+  kTable,   // table NAME = blocks(EXPR) [transposed] [per AXIS (, AXIS)*]
             //   block classification precomputed before the launch by evaluating the predicate
-            //   `value` on every (BLOCK_M x BLOCK_N) tile; names = the grid axes it varies over.
+            //   `value` on every (BLOCK_M x BLOCK_N) tile; names = the grid axes it varies over;
+            //   attr = "transposed" for rows per KV block listing query blocks (the backward's)
+  kDelta,   // delta NAME                          backward: D = rowsum(dO * O) per query row,
+            //   fp32, computed before the launch (the expert's preprocessing kernel)
   // --- body statements ---
   kLet,          // let NAME: TYPE = EXPR
   kLoad,         // load NAME = TENSOR[EXPR_b, EXPR_h, EXPR_lo:EXPR_hi]
-                 //   operands = {TENSOR} (q | k | v), exprs = {b, h, lo, hi}
+                 //   operands = {TENSOR} (q | k | v | do), exprs = {b, h, lo, hi}
   kSoftmaxInit,  // softmax.init                    running max = -inf, sum = 0, acc = 0
   kFor,          // for VAR in RANGES [pipeline EXPR] [split] { BODY }
                  // for VAR, FULL in table T[EXPR, ...] [pipeline EXPR] [split] { BODY }
@@ -82,6 +85,24 @@ enum class StmtKind {
   kEpilogue,     // epilogue [sink EXPR]             O = acc / l, LSE = m + log(l); 0 / -inf if l = 0
                  //   value = the sink logit or null: one extra score per row (same scaled
                  //   domain as S) that joins the softmax denominator but adds nothing to O
+  // --- backward body statements (a program has either the forward's or these) ---
+  kGradInit,         // grad.init                   dK = dV = 0 for the program's K/V tile
+  kSoftmaxRecompute, // NAME = softmax.recompute S  P = exp(S - LSE) from the forward's LSE
+                     //   operands = {S}
+  kDV,               // dv P, DO                     dV += P^T dO (P rounded to the input dtype)
+                     //   operands = {P, DO}
+  kDP,               // NAME = dp DO, V              dP = dO V^T, fp32; operands = {DO, V}
+  kSoftmaxGrad,      // NAME = softmax.grad P, DP, D dS = P * (dP - D); operands = {P, DP, D}
+  kScoreGrad,        // score_grad DS = EXPR         dS *= EXPR where dS != 0; `score` is the raw
+                     //   scaled score (before every score_mod); operands = {DS}
+  kBufferGrad,       // buffer_grad NAME[EXPR, ...] += DS * EXPR
+                     //   grad of buffer NAME at the index += dS * EXPR where dS != 0;
+                     //   operands = {DS}, exprs = the index, value = the partial
+  kDK,               // dk DS, Q scale EXPR          dK += scale * dS^T Q; operands = {DS, Q}
+  kDQ,               // dq DS, K scale EXPR          dQ[rows of DS] += scale * dS K (accumulated
+                     //   across programs); operands = {DS, K}
+  kGradEpilogue,     // grad.epilogue                dK, dV of the tile added into the KV head's
+                     //   rows (GQA: the group's query heads add up)
 };
 
 const char* StmtKindName(StmtKind k);
@@ -139,7 +160,9 @@ bool Equal(const Program& a, const Program& b);
 
 // Checks names are declared before use and not redeclared, types, operand kinds (a `pv` takes a
 // softmax.online result and a loaded V, ...), statement placement (declarations at top level,
-// qk / mask / pv inside the KV loop), exactly one grid, one epilogue after the loop.
+// qk / mask / pv inside the KV loop), exactly one grid, one epilogue after the loop. A backward
+// program (one with backward statements) has grad.init before its loop over query blocks and
+// grad.epilogue after it, and none of the forward's softmax.init / online / pv / epilogue.
 // Errors are INVALID_ARGUMENT with "file:line:col: message".
 absl::Status Validate(const Program& p);
 
@@ -149,6 +172,10 @@ const std::vector<std::pair<std::string, Type>>& BuiltinSymbols();
 // Lookup helpers for rules and backends.
 const Stmt* FindDecl(const Program& p, StmtKind kind, std::string_view name = "");
 Stmt* FindDecl(Program& p, StmtKind kind, std::string_view name = "");
+// Whether the program is a backward one (it has a backward statement, e.g. grad.init).
+bool IsBackward(const Program& p);
+bool IsBackwardKind(StmtKind k);  // the statements only a backward program has
+
 // The (single) KV-block loop at top level; null if absent.
 const Stmt* FindKvLoop(const Program& p);
 Stmt* FindKvLoop(Program& p);

@@ -13,6 +13,8 @@ namespace {
 
 using absl::StrCat;
 
+constexpr char kTransposed[] = "transposed";
+
 std::string Kw(const Stmt& s) { return std::string(SyntaxOf(s.kind).keyword); }
 std::string E(const ExprPtr& e) { return PrintExpr(e); }
 // Statements built in code may be malformed; printing them must still work (for error dumps).
@@ -163,13 +165,23 @@ absl::Status ParseTable(Parser& p, Stmt& s) {
   CUBRIDGE_RETURN_IF_ERROR(p.ExpectPunct("("));
   CUBRIDGE_RETURN_IF_ERROR(ParseExprInto(p, &s.value));
   CUBRIDGE_RETURN_IF_ERROR(p.ExpectPunct(")"));
+  if (p.AcceptKeyword(kTransposed)) s.attr = kTransposed;
   if (!p.AcceptKeyword("per")) return absl::OkStatus();
   return ParseNames(p, "a grid axis name", &s.names);
 }
 void PrintTable(const Stmt& s, StmtPrinter& out) {
   std::string per = s.names.empty() ? "" : StrCat(" per ", absl::StrJoin(s.names, ", "));
-  out.Line(StrCat(Kw(s), " ", s.name, " = blocks(", E(s.value), ")", per));
+  std::string transposed = s.attr.empty() ? "" : StrCat(" ", s.attr);
+  out.Line(StrCat(Kw(s), " ", s.name, " = blocks(", E(s.value), ")", transposed, per));
 }
+
+// ----- delta NAME -------------------------------------------------------------------------------
+
+absl::Status ParseDelta(Parser& p, Stmt& s) {
+  CUBRIDGE_ASSIGN_OR_RETURN(s.name, p.ExpectName("the name of the rows' dO.O sums"));
+  return absl::OkStatus();
+}
+void PrintDelta(const Stmt& s, StmtPrinter& out) { out.Line(StrCat(Kw(s), " ", s.name)); }
 
 // ----- load NAME = TENSOR[b, head, lo:hi] -----------------------------------------------------
 
@@ -177,8 +189,9 @@ absl::Status ParseLoad(Parser& p, Stmt& s) {
   CUBRIDGE_ASSIGN_OR_RETURN(s.name, p.ExpectName("a tile name"));
   CUBRIDGE_RETURN_IF_ERROR(p.ExpectPunct("="));
   const Token& tensor = p.Peek();
-  if (!tensor.IsIdent("q") && !tensor.IsIdent("k") && !tensor.IsIdent("v")) {
-    return p.Expected("an input tensor (q, k or v)");
+  if (!tensor.IsIdent("q") && !tensor.IsIdent("k") && !tensor.IsIdent("v") &&
+      !tensor.IsIdent("do")) {
+    return p.Expected("an input tensor (q, k, v, or do: the output's gradient)");
   }
   s.operands = {p.Next().text};
   s.exprs.resize(4);
@@ -318,6 +331,58 @@ void PrintPV(const Stmt& s, StmtPrinter& out) {
   out.Line(StrCat(Kw(s), " ", absl::StrJoin(s.operands, ", ")));
 }
 
+// ----- backward tile statements: `KEYWORD A, B [, C]` with an optional `scale EXPR` -----------
+//   NAME = softmax.recompute S / NAME = dp DO, V / NAME = softmax.grad P, DP, D / dv P, DO /
+//   dk DS, Q scale EXPR / dq DS, K scale EXPR
+
+size_t OperandCount(StmtKind kind) {
+  switch (kind) {
+    case StmtKind::kSoftmaxRecompute: return 1;
+    case StmtKind::kSoftmaxGrad: return 3;
+    default: return 2;
+  }
+}
+bool HasScale(StmtKind kind) { return kind == StmtKind::kDK || kind == StmtKind::kDQ; }
+
+absl::Status ParseTileOp(Parser& p, Stmt& s) {
+  CUBRIDGE_RETURN_IF_ERROR(ParseNames(p, "a tile name", &s.operands));
+  if (s.operands.size() != OperandCount(s.kind)) {
+    return p.ErrorAt(s.loc, StrCat(Kw(s), " takes ", OperandCount(s.kind), " operand",
+                                   OperandCount(s.kind) == 1 ? "" : "s", ", got ",
+                                   s.operands.size()));
+  }
+  if (!HasScale(s.kind)) return absl::OkStatus();
+  CUBRIDGE_RETURN_IF_ERROR(p.ExpectKeyword("scale"));
+  return ParseExprInto(p, &s.value);
+}
+void PrintTileOp(const Stmt& s, StmtPrinter& out) {
+  const bool assign = SyntaxOf(s.kind).assign_form;
+  out.Line(StrCat(assign ? StrCat(s.name, " = ") : "", Kw(s), " ",
+                  absl::StrJoin(s.operands, ", "),
+                  HasScale(s.kind) ? StrCat(" scale ", E(s.value)) : ""));
+}
+
+// ----- buffer_grad NAME[EXPR, ...] += DS * EXPR -----------------------------------------------
+
+absl::Status ParseBufferGrad(Parser& p, Stmt& s) {
+  CUBRIDGE_ASSIGN_OR_RETURN(s.name, p.ExpectName("a buffer name"));
+  CUBRIDGE_RETURN_IF_ERROR(p.ExpectPunct("["));
+  if (!p.AcceptPunct("]")) {
+    CUBRIDGE_RETURN_IF_ERROR(ParseExprList(p, &s.exprs));
+    CUBRIDGE_RETURN_IF_ERROR(p.ExpectPunct("]"));
+  }
+  CUBRIDGE_RETURN_IF_ERROR(p.ExpectPunct("+"));
+  CUBRIDGE_RETURN_IF_ERROR(p.ExpectPunct("="));
+  CUBRIDGE_ASSIGN_OR_RETURN(std::string grads, p.ExpectName("a softmax.grad result"));
+  s.operands = {std::move(grads)};
+  CUBRIDGE_RETURN_IF_ERROR(p.ExpectPunct("*"));
+  return ParseExprInto(p, &s.value);
+}
+void PrintBufferGrad(const Stmt& s, StmtPrinter& out) {
+  out.Line(StrCat(Kw(s), " ", s.name, "[", JoinExprs(s.exprs), "] += ", Operand(s, 0), " * ",
+                  E(s.value)));
+}
+
 // ----- epilogue [sink EXPR] ------------------------------------------------------------------
 //   value = the sink logit, null = no sink
 
@@ -344,6 +409,7 @@ const std::vector<StmtSyntax>& StmtSyntaxTable() {
       {StmtKind::kRole, "role", false, ParseRole, PrintRole},
       {StmtKind::kGrid, "grid", false, ParseGrid, PrintGrid},
       {StmtKind::kTable, "table", false, ParseTable, PrintTable},
+      {StmtKind::kDelta, "delta", false, ParseDelta, PrintDelta},
       {StmtKind::kLet, "let", false, ParseTypedValue, PrintTypedValue},
       {StmtKind::kLoad, "load", false, ParseLoad, PrintLoad},
       {StmtKind::kSoftmaxInit, "softmax.init", false, ParseBare, PrintBare},
@@ -354,6 +420,16 @@ const std::vector<StmtSyntax>& StmtSyntaxTable() {
       {StmtKind::kSoftmaxOnline, "softmax.online", true, ParseSoftmaxOnline, PrintSoftmaxOnline},
       {StmtKind::kPV, "pv", false, ParsePV, PrintPV},
       {StmtKind::kEpilogue, "epilogue", false, ParseEpilogue, PrintEpilogue},
+      {StmtKind::kGradInit, "grad.init", false, ParseBare, PrintBare},
+      {StmtKind::kSoftmaxRecompute, "softmax.recompute", true, ParseTileOp, PrintTileOp},
+      {StmtKind::kDV, "dv", false, ParseTileOp, PrintTileOp},
+      {StmtKind::kDP, "dp", true, ParseTileOp, PrintTileOp},
+      {StmtKind::kSoftmaxGrad, "softmax.grad", true, ParseTileOp, PrintTileOp},
+      {StmtKind::kScoreGrad, "score_grad", false, ParseScoreMod, PrintScoreMod},
+      {StmtKind::kBufferGrad, "buffer_grad", false, ParseBufferGrad, PrintBufferGrad},
+      {StmtKind::kDK, "dk", false, ParseTileOp, PrintTileOp},
+      {StmtKind::kDQ, "dq", false, ParseTileOp, PrintTileOp},
+      {StmtKind::kGradEpilogue, "grad.epilogue", false, ParseBare, PrintBare},
   };
   return table;
 }

@@ -29,6 +29,10 @@ enum class SymKind {
   kScores,  // a `qk` result
   kProbs,   // a `softmax.online` result
   kTable,
+  kDelta,       // a `delta` declaration (backward)
+  kRecomputed,  // a `softmax.recompute` result
+  kDP,          // a `dp` result
+  kDS,          // a `softmax.grad` result
 };
 
 const char* Describe(SymKind k) {
@@ -45,13 +49,23 @@ const char* Describe(SymKind k) {
     case SymKind::kScores: return "a qk result";
     case SymKind::kProbs: return "a softmax.online result";
     case SymKind::kTable: return "a table";
+    case SymKind::kDelta: return "a delta (the rows' dO.O sums)";
+    case SymKind::kRecomputed: return "a softmax.recompute result";
+    case SymKind::kDP: return "a dp result";
+    case SymKind::kDS: return "a softmax.grad result";
   }
   return "a symbol";
 }
 
 bool IsScalar(SymKind k) {
-  return k != SymKind::kBuffer && k != SymKind::kTile && k != SymKind::kScores &&
-         k != SymKind::kProbs && k != SymKind::kTable;
+  switch (k) {
+    case SymKind::kBuffer: case SymKind::kTile: case SymKind::kScores: case SymKind::kProbs:
+    case SymKind::kTable: case SymKind::kDelta: case SymKind::kRecomputed: case SymKind::kDP:
+    case SymKind::kDS:
+      return false;
+    default:
+      return true;
+  }
 }
 
 struct Symbol {
@@ -65,7 +79,9 @@ struct Symbol {
   SourceLoc loc;
   std::string tensor;                // kTile: "q", "k" or "v"
   const Stmt* decl = nullptr;        // kTable: its declaration (the `per` axes)
-  const Stmt* softmaxed = nullptr;   // kScores: the softmax.online that consumed it
+  const Stmt* softmaxed = nullptr;   // kScores: the softmax.online / recompute that consumed it
+  const Stmt* score_graded = nullptr;  // kDS: its score_grad
+  const Stmt* multiplied = nullptr;    // kDS: its first dk / dq
 };
 
 // Names bound per element by mask / score_mod / table predicates; never declarable.
@@ -136,11 +152,24 @@ class Validator {
   absl::Status VerifySoftmaxOnline(const Stmt& s);
   absl::Status VerifyPV(const Stmt& s);
   absl::Status VerifyEpilogue(const Stmt& s);
+  absl::Status VerifyDelta(const Stmt& s);
+  absl::Status VerifyGradInit(const Stmt& s);
+  absl::Status VerifySoftmaxRecompute(const Stmt& s);
+  absl::Status VerifyDV(const Stmt& s);
+  absl::Status VerifyDP(const Stmt& s);
+  absl::Status VerifySoftmaxGrad(const Stmt& s);
+  absl::Status VerifyScoreGrad(const Stmt& s);
+  absl::Status VerifyBufferGrad(const Stmt& s);
+  absl::Status VerifyDK(const Stmt& s) { return VerifyGradProduct(s, "q"); }
+  absl::Status VerifyDQ(const Stmt& s) { return VerifyGradProduct(s, "k"); }
+  absl::Status VerifyGradEpilogue(const Stmt& s);
 
  private:
   absl::Status Visit(const Stmt& s, bool in_loop);
   absl::Status CheckPlacement(const Stmt& s, const StmtRule& rule, bool in_loop);
   absl::Status CheckFinished() const;
+  absl::Status CheckDirection(const Stmt& s) const;
+  absl::Status VerifyGradProduct(const Stmt& s, absl::string_view tile);
   absl::Status CheckRoles() const;
   absl::Status VerifyTypedDecl(const Stmt& s, SymKind kind);
   absl::Status VerifyTableLoop(const Stmt& s);
@@ -184,6 +213,11 @@ class Validator {
   const Stmt* q_load_ = nullptr;
   const Stmt* loop_ = nullptr;
   const Stmt* epilogue_ = nullptr;
+  // Backward programs: the K tile the program keeps, grad.init and grad.epilogue.
+  bool backward_ = false;
+  const Stmt* k_load_ = nullptr;
+  const Stmt* grad_init_ = nullptr;
+  const Stmt* grad_epilogue_ = nullptr;
 };
 
 constexpr StmtRule kStmtRules[] = {
@@ -204,6 +238,17 @@ constexpr StmtRule kStmtRules[] = {
     {StmtKind::kSoftmaxOnline, false, false, true, &Validator::VerifySoftmaxOnline},
     {StmtKind::kPV, false, false, true, &Validator::VerifyPV},
     {StmtKind::kEpilogue, false, true, false, &Validator::VerifyEpilogue},
+    {StmtKind::kDelta, true, true, false, &Validator::VerifyDelta},
+    {StmtKind::kGradInit, false, true, false, &Validator::VerifyGradInit},
+    {StmtKind::kSoftmaxRecompute, false, false, true, &Validator::VerifySoftmaxRecompute},
+    {StmtKind::kDV, false, false, true, &Validator::VerifyDV},
+    {StmtKind::kDP, false, false, true, &Validator::VerifyDP},
+    {StmtKind::kSoftmaxGrad, false, false, true, &Validator::VerifySoftmaxGrad},
+    {StmtKind::kScoreGrad, false, false, true, &Validator::VerifyScoreGrad},
+    {StmtKind::kBufferGrad, false, false, true, &Validator::VerifyBufferGrad},
+    {StmtKind::kDK, false, false, true, &Validator::VerifyDK},
+    {StmtKind::kDQ, false, false, true, &Validator::VerifyDQ},
+    {StmtKind::kGradEpilogue, false, true, false, &Validator::VerifyGradEpilogue},
 };
 
 const StmtRule* RuleFor(StmtKind kind) {
@@ -278,6 +323,7 @@ absl::Status Validator::Run() {
     frames_.back()[name] = Symbol{SymKind::kBuiltin, type};
   }
   CollectDeclarations(p_.stmts);
+  backward_ = IsBackward(p_);
   for (const Stmt& s : p_.stmts) CUBRIDGE_RETURN_IF_ERROR(Visit(s, /*in_loop=*/false));
   return CheckFinished();
 }
@@ -286,7 +332,25 @@ absl::Status Validator::Visit(const Stmt& s, bool in_loop) {
   const StmtRule* rule = RuleFor(s.kind);
   if (rule == nullptr) return ErrorAt(s.loc, "unknown statement kind");
   CUBRIDGE_RETURN_IF_ERROR(CheckPlacement(s, *rule, in_loop));
+  CUBRIDGE_RETURN_IF_ERROR(CheckDirection(s));
   return (this->*rule->verify)(s);
+}
+
+// A program computes the forward (softmax.init ... epilogue) or the backward (grad.init ...
+// grad.epilogue) of attention; the two sets of tile statements do not mix.
+absl::Status Validator::CheckDirection(const Stmt& s) const {
+  if (!backward_) return absl::OkStatus();
+  switch (s.kind) {
+    case StmtKind::kSoftmaxInit: case StmtKind::kSoftmaxOnline: case StmtKind::kPV:
+    case StmtKind::kEpilogue:
+      return ErrorAt(s.loc, absl::StrCat(
+                                "`", StmtKindName(s.kind), "` belongs to a forward program, but "
+                                "this one is a backward program (it has backward statements "
+                                "such as grad.init); a backward program recomputes P with "
+                                "softmax.recompute and writes dK/dV with grad.epilogue"));
+    default:
+      return absl::OkStatus();
+  }
 }
 
 absl::Status Validator::CheckPlacement(const Stmt& s, const StmtRule& rule, bool in_loop) {
@@ -316,6 +380,17 @@ absl::Status Validator::CheckPlacement(const Stmt& s, const StmtRule& rule, bool
 absl::Status Validator::CheckFinished() const {
   if (grid_ == nullptr) return MissingGrid(p_.loc);
   CUBRIDGE_RETURN_IF_ERROR(CheckRoles());
+  if (backward_) {
+    if (loop_ == nullptr) {
+      return ErrorAt(p_.loc, "missing the loop over query blocks; add `for m_block in [0, "
+                             "cdiv(seqlen_q, BLOCK_M)) { ... }` after `grad.init`");
+    }
+    if (grad_epilogue_ == nullptr) {
+      return ErrorAt(loop_->loc, "the backward loop is not followed by `grad.epilogue`; add it "
+                                 "after the loop's closing `}` to write dK and dV");
+    }
+    return absl::OkStatus();
+  }
   if (loop_ == nullptr) {
     return ErrorAt(p_.loc, "missing the KV loop; add `for n_block in [0, cdiv(seqlen_kv, "
                            "BLOCK_N)) { ... }` after `softmax.init`");
@@ -523,7 +598,7 @@ absl::StatusOr<Symbol*> Validator::Operand(const Stmt& s, size_t i, SymKind want
 absl::Status Validator::ScoresNotYetConsumed(const Stmt& s, const Symbol& scores) const {
   if (scores.softmaxed == nullptr) return absl::OkStatus();
   return ErrorAt(s.loc, absl::StrCat("`", StmtKindName(s.kind), "` on `", s.operands[0],
-                                     "` after its softmax.online at ",
+                                     "` after its ", StmtKindName(scores.softmaxed->kind), " at ",
                                      scores.softmaxed->loc.ToString(),
                                      " has no effect; move it before the softmax"));
 }
@@ -721,9 +796,13 @@ absl::Status Validator::VerifyTable(const Stmt& s) {
 
 absl::Status Validator::VerifyLoad(const Stmt& s) {
   const std::string tensor = s.operands.empty() ? "" : s.operands[0];
-  if (tensor != "q" && tensor != "k" && tensor != "v") {
-    return ErrorAt(s.loc, absl::StrCat("`load` reads q, k or v, not `", tensor,
+  if (tensor != "q" && tensor != "k" && tensor != "v" && tensor != "do") {
+    return ErrorAt(s.loc, absl::StrCat("`load` reads q, k, v or do, not `", tensor,
                                        "`: `load NAME = k[b, head, lo:hi]`"));
+  }
+  if (tensor == "do" && !backward_) {
+    return ErrorAt(s.loc, "`load ... = do[...]` reads the output's gradient, which only a "
+                          "backward program (with grad.init) has");
   }
   constexpr absl::string_view kWhat[] = {"the batch index", "the head index", "the first row",
                                         "the row end"};
@@ -735,6 +814,7 @@ absl::Status Validator::VerifyLoad(const Stmt& s) {
                                 absl::StrCat(kWhat[i], " of a load")));
   }
   if (tensor == "q" && frames_.size() == 1 && q_load_ == nullptr) q_load_ = &s;
+  if (tensor == "k" && frames_.size() == 1 && k_load_ == nullptr) k_load_ = &s;
   return Declare(s.name, Symbol{SymKind::kTile, Type::kFloat, s.loc, tensor});
 }
 
@@ -753,11 +833,14 @@ absl::Status Validator::VerifyFor(const Stmt& s) {
                                        "); a program has one top-level `for`"));
   }
   loop_ = &s;
-  if (q_load_ == nullptr) {
+  if (backward_) {
+    if (grad_init_ == nullptr) {
+      return ErrorAt(s.loc, "`grad.init` must come before the backward loop over query blocks");
+    }
+  } else if (q_load_ == nullptr) {
     return ErrorAt(s.loc, "the KV loop needs the Q tile loaded before it, e.g. "
                           "`load Q = q[b, h, q_lo:q_hi]`");
-  }
-  if (softmax_init_ == nullptr) {
+  } else if (softmax_init_ == nullptr) {
     return ErrorAt(s.loc, "`softmax.init` must come before the KV loop");
   }
   if (s.table.empty()) {
@@ -810,9 +893,11 @@ absl::Status Validator::VerifyTableLoop(const Stmt& s) {
   const std::vector<std::string>& per = table->decl->names;
   if (s.exprs.size() != per.size() + 1) {
     std::vector<std::string> want = per;
-    want.push_back("m_block");
+    const bool transposed = !table->decl->attr.empty();
+    want.push_back(transposed ? "n_block" : "m_block");
     return ErrorAt(s.loc, absl::StrCat("table `", s.table, "` is indexed by its `per` axes and "
-                                       "the query block: `", s.table, "[",
+                                       "the ", transposed ? "KV" : "query", " block: `", s.table,
+                                       "[",
                                        absl::StrJoin(want, ", "), "]` (", want.size(),
                                        " indices), but the loop gives ", s.exprs.size()));
   }
@@ -846,6 +931,12 @@ absl::Status Validator::VerifyMask(const Stmt& s) {
   return Expect(s.aux, kPlain, s, {Type::kBool}, "a mask's `when` condition");
 }
 
+absl::Status Validator::VerifySoftmaxRecompute(const Stmt& s) {
+  CUBRIDGE_ASSIGN_OR_RETURN(Symbol * scores, Operand(s, 0, SymKind::kScores));
+  scores->softmaxed = &s;  // before Declare, which may rehash the frame holding `scores`
+  return Declare(s.name, Symbol{SymKind::kRecomputed, Type::kFloat, s.loc});
+}
+
 absl::Status Validator::VerifySoftmaxOnline(const Stmt& s) {
   CUBRIDGE_ASSIGN_OR_RETURN(Symbol * scores, Operand(s, 0, SymKind::kScores));
   // Before Declare, which may rehash the frame that holds `scores` (found by fuzz_cuir_roundtrip).
@@ -856,6 +947,114 @@ absl::Status Validator::VerifySoftmaxOnline(const Stmt& s) {
 absl::Status Validator::VerifyPV(const Stmt& s) {
   CUBRIDGE_RETURN_IF_ERROR(Operand(s, 0, SymKind::kProbs).status());
   return Operand(s, 1, SymKind::kTile, "v").status();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward statements.
+
+absl::Status Validator::VerifyDelta(const Stmt& s) {
+  return Declare(s.name, Symbol{SymKind::kDelta, Type::kFloat, s.loc});
+}
+
+absl::Status Validator::VerifyGradInit(const Stmt& s) {
+  if (grad_init_ != nullptr) {
+    return ErrorAt(s.loc, absl::StrCat("second `grad.init` (the first is at ",
+                                       grad_init_->loc.ToString(), "); remove one"));
+  }
+  if (k_load_ == nullptr) {
+    return ErrorAt(s.loc, "`grad.init` starts dK and dV for the program's K/V tile: load it "
+                          "before, e.g. `load K = k[b, kv_h, kv_lo:kv_hi]`");
+  }
+  grad_init_ = &s;
+  return absl::OkStatus();
+}
+
+absl::Status Validator::VerifyDV(const Stmt& s) {
+  CUBRIDGE_RETURN_IF_ERROR(Operand(s, 0, SymKind::kRecomputed).status());
+  return Operand(s, 1, SymKind::kTile, "do").status();
+}
+
+absl::Status Validator::VerifyDP(const Stmt& s) {
+  CUBRIDGE_RETURN_IF_ERROR(Operand(s, 0, SymKind::kTile, "do").status());
+  CUBRIDGE_RETURN_IF_ERROR(Operand(s, 1, SymKind::kTile, "v").status());
+  return Declare(s.name, Symbol{SymKind::kDP, Type::kFloat, s.loc});
+}
+
+absl::Status Validator::VerifySoftmaxGrad(const Stmt& s) {
+  CUBRIDGE_RETURN_IF_ERROR(Operand(s, 0, SymKind::kRecomputed).status());
+  CUBRIDGE_RETURN_IF_ERROR(Operand(s, 1, SymKind::kDP).status());
+  CUBRIDGE_RETURN_IF_ERROR(Operand(s, 2, SymKind::kDelta).status());
+  return Declare(s.name, Symbol{SymKind::kDS, Type::kFloat, s.loc});
+}
+
+// The chain rule through the score_mods: dS must reach dk / dq multiplied by the derivative,
+// and buffer gradients take dS as it was before (the gradient with respect to the modified score).
+absl::Status Validator::VerifyScoreGrad(const Stmt& s) {
+  CUBRIDGE_ASSIGN_OR_RETURN(Symbol * ds, Operand(s, 0, SymKind::kDS));
+  if (ds->score_graded != nullptr) {
+    return ErrorAt(s.loc, absl::StrCat("second `score_grad` of `", s.operands[0], "` (the first "
+                                       "is at ", ds->score_graded->loc.ToString(), "); one "
+                                       "score_grad carries the derivative of all score_mods"));
+  }
+  if (ds->multiplied != nullptr) {
+    return ErrorAt(s.loc, absl::StrCat("`score_grad` of `", s.operands[0], "` after its `",
+                                       StmtKindName(ds->multiplied->kind), "` at ",
+                                       ds->multiplied->loc.ToString(), "; move it before, so "
+                                       "that dK and dQ get the derivative"));
+  }
+  ds->score_graded = &s;
+  return Expect(s.value, kScoreModScope, s, {Type::kInt, Type::kFloat}, "a score_grad value",
+                " (d score_mod / d score)");
+}
+
+absl::Status Validator::VerifyBufferGrad(const Stmt& s) {
+  CUBRIDGE_ASSIGN_OR_RETURN(Symbol * ds, Operand(s, 0, SymKind::kDS));
+  if (ds->score_graded != nullptr) {
+    return ErrorAt(s.loc, absl::StrCat("`buffer_grad` after the `score_grad` of `", s.operands[0],
+                                       "` at ", ds->score_graded->loc.ToString(), "; move it "
+                                       "before: a buffer's gradient takes dS with respect to "
+                                       "the modified score"));
+  }
+  const Symbol* buffer = Find(s.name);
+  if (buffer == nullptr || buffer->kind != SymKind::kBuffer) {
+    return ErrorAt(s.loc, absl::StrCat("`buffer_grad` of `", s.name, "`, which is ",
+                                       buffer == nullptr ? "not declared"
+                                                         : Describe(buffer->kind),
+                                       "; it accumulates the gradient of a declared float "
+                                       "buffer"));
+  }
+  if (buffer->type != Type::kFloat) {
+    return ErrorAt(s.loc, absl::StrCat("buffer `", s.name, "` holds ", TypeName(buffer->type),
+                                       "s, which have no gradient; only float buffers do"));
+  }
+  if (s.exprs.size() != buffer->decl->exprs.size()) {
+    return ErrorAt(s.loc, absl::StrCat("buffer `", s.name, "` has ", buffer->decl->exprs.size(),
+                                       " dimensions but `buffer_grad` gives ", s.exprs.size(),
+                                       " indices"));
+  }
+  for (const ExprPtr& index : s.exprs) {
+    CUBRIDGE_RETURN_IF_ERROR(Expect(index, kMaskScope, s, {Type::kInt}, "a buffer_grad index"));
+  }
+  return Expect(s.value, kScoreModScope, s, {Type::kInt, Type::kFloat}, "a buffer_grad partial",
+                " (d score_mod / d the buffer element)");
+}
+
+absl::Status Validator::VerifyGradProduct(const Stmt& s, absl::string_view tile) {
+  CUBRIDGE_ASSIGN_OR_RETURN(Symbol * ds, Operand(s, 0, SymKind::kDS));
+  if (ds->multiplied == nullptr) ds->multiplied = &s;
+  CUBRIDGE_RETURN_IF_ERROR(Operand(s, 1, SymKind::kTile, tile).status());
+  return Expect(s.value, kPlain, s, {Type::kInt, Type::kFloat},
+                absl::StrCat("the ", StmtKindName(s.kind), " scale"));
+}
+
+absl::Status Validator::VerifyGradEpilogue(const Stmt& s) {
+  if (grad_epilogue_ != nullptr) {
+    return ErrorAt(s.loc, absl::StrCat("second `grad.epilogue` (the first is at ",
+                                       grad_epilogue_->loc.ToString(), "); remove one"));
+  }
+  if (loop_ == nullptr) return ErrorAt(s.loc, "`grad.epilogue` must come after the loop");
+  grad_epilogue_ = &s;
+  return absl::OkStatus();
 }
 
 absl::Status Validator::VerifyEpilogue(const Stmt& s) {

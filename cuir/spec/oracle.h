@@ -36,10 +36,6 @@ absl::StatusOr<AttentionOutputs> RunOracle(const Spec& spec, const cuir::Attenti
 // function is not differentiable (a mask's edge, clamp's bounds, an integer index), the gradient
 // is autograd's (the one-sided value PyTorch training gets). Fully masked rows contribute
 // nothing. Errors: shapes, and names that are no captured tensor or no floating one.
-struct AttentionGrads {
-  torch::Tensor dq, dk, dv;
-  std::map<std::string, torch::Tensor> buffers;
-};
 absl::StatusOr<AttentionGrads> RunBackwardOracle(const Spec& spec,
                                                  const cuir::AttentionConfig& config,
                                                  const AttentionInputs& inputs,

@@ -28,6 +28,21 @@ struct AttentionOutputs {
                       // undefined from the oracle of a reference spec that returns O only
 };
 
+// The backward pass's inputs beyond the forward's: the forward's outputs and the gradient of the
+// loss with respect to O.
+struct BackwardInputs {
+  torch::Tensor o;       // [batch, heads_q, seqlen_q, head_dim], config dtype
+  torch::Tensor lse;     // [batch, heads_q, seqlen_q], fp32
+  torch::Tensor grad_o;  // [batch, heads_q, seqlen_q, head_dim], config dtype
+};
+
+// The gradients: dQ, dK, dV in the inputs' shapes (dK and dV summed over each kv head's query
+// group) and, per captured tensor asked for, its gradient in the tensor's shape.
+struct AttentionGrads {
+  torch::Tensor dq, dk, dv;
+  std::map<std::string, torch::Tensor> buffers;
+};
+
 // How a job provides a captured tensor's values:
 //   random                  int32; 1-D: a few random documents (sorted ids); else uniform ints
 //   random:DTYPE            DTYPE (int32 int64 bool float32 bfloat16 float16), shaped to what the

@@ -133,4 +133,55 @@ absl::StatusOr<OracleRun> RunAgainstOracle(
   return run;
 }
 
+double GradTolerance(cuir::DType dtype) { return dtype == cuir::DType::kBF16 ? 2e-2 : 4e-3; }
+
+double RelativeError(const torch::Tensor& got, const torch::Tensor& want) {
+  const torch::Tensor g = got.to(torch::kDouble), w = want.to(torch::kDouble);
+  if (g.sizes() != w.sizes() || !torch::isfinite(g).all().item<bool>()) {
+    return std::numeric_limits<double>::infinity();
+  }
+  const double scale = w.abs().max().item<double>();
+  const double diff = (g - w).abs().max().item<double>();
+  return scale > 0 ? diff / scale : diff;
+}
+
+absl::StatusOr<BackwardRun> RunBackwardAgainstOracle(
+    const std::string& program_text, const std::string& spec_source,
+    const cuir::AttentionConfig& config,
+    const std::map<std::string, spec::BufferSource>& buffers,
+    const std::set<std::string>& grad_buffers, uint64_t seed) {
+  auto program = cuir::ParseProgram(program_text, "test_bwd.cuir");
+  if (!program.ok()) return program.status();
+  auto dtypes = spec::BufferDTypesOf(buffers);
+  if (!dtypes.ok()) return dtypes.status();
+  auto spec = spec::LoadSpecSource(spec_source, "spec.py", *dtypes);
+  if (!spec.ok()) return spec.status();
+  BackwardRun run;
+  auto inputs = spec::MakeInputs(*spec, config, buffers, seed);
+  if (!inputs.ok()) return inputs.status();
+  run.inputs = *std::move(inputs);
+  auto forward = spec::RunOracle(*spec, config, run.inputs);
+  if (!forward.ok()) return forward.status();
+  torch::manual_seed(seed + 1);
+  const torch::Tensor grad_o = torch::randn(run.inputs.q.sizes()).to(run.inputs.q.scalar_type());
+  const spec::BackwardInputs backward{forward->o.to(run.inputs.q.scalar_type()),
+                                      forward->lse.to(torch::kFloat), grad_o};
+  auto got = InterpretBackward(*program, config, run.inputs, backward, &run.stats);
+  if (!got.ok()) return got.status();
+  run.got = *std::move(got);
+  auto want = spec::RunBackwardOracle(*spec, config, run.inputs, grad_o, grad_buffers);
+  if (!want.ok()) return want.status();
+  run.want = *std::move(want);
+  run.error["dq"] = RelativeError(run.got.dq, run.want.dq);
+  run.error["dk"] = RelativeError(run.got.dk, run.want.dk);
+  run.error["dv"] = RelativeError(run.got.dv, run.want.dv);
+  for (const std::string& name : grad_buffers) {
+    auto it = run.got.buffers.find(name);
+    run.error[name] = it == run.got.buffers.end()
+                          ? std::numeric_limits<double>::infinity()
+                          : RelativeError(it->second, run.want.buffers.at(name));
+  }
+  return run;
+}
+
 }  // namespace cubridge::interp::testing

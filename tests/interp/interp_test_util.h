@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -73,6 +74,24 @@ absl::StatusOr<OracleRun> RunAgainstOracle(
     const std::string& program_text, const std::string& spec_source,
     const cuir::AttentionConfig& config,
     const std::map<std::string, spec::BufferSource>& buffers = {}, uint64_t seed = 7);
+
+// The backward: a backward program against RunBackwardOracle on fresh inputs and a fresh dO. The
+// program reads the oracle's O (rounded to the input dtype) and LSE, as a kernel reads the
+// forward's. Errors are relative to the largest magnitude of each wanted gradient.
+struct BackwardRun {
+  spec::AttentionInputs inputs;
+  spec::AttentionGrads got, want;
+  InterpStats stats;
+  std::map<std::string, double> error;  // "dq", "dk", "dv", then each buffer's name
+};
+double GradTolerance(cuir::DType dtype);
+absl::StatusOr<BackwardRun> RunBackwardAgainstOracle(
+    const std::string& program_text, const std::string& spec_source,
+    const cuir::AttentionConfig& config,
+    const std::map<std::string, spec::BufferSource>& buffers = {},
+    const std::set<std::string>& grad_buffers = {}, uint64_t seed = 7);
+// max |got - want| / max |want| (0 when both are 0; NaN anywhere gives infinity).
+double RelativeError(const torch::Tensor& got, const torch::Tensor& want);
 
 // Spec sources (FlexAttention style, as users write them).
 inline constexpr char kFullSpec[] =

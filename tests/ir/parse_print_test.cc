@@ -153,7 +153,7 @@ TEST(ParsePrint, DataFilesCoverEveryStatementForm) {
       }
     }
   }
-  EXPECT_EQ(kinds.size(), static_cast<size_t>(StmtKind::kEpilogue) + 1);
+  EXPECT_EQ(kinds.size(), static_cast<size_t>(StmtKind::kGradEpilogue) + 1);
   EXPECT_TRUE(table_loop);
   EXPECT_TRUE(union_range);
   EXPECT_TRUE(mask_when);
@@ -436,11 +436,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"UnknownType", "  let x: int64 = 1\n}\n",
                  "3:10: expected a type (bool, int or float), found 'int64'"},
         BadInput{"LoadFromUnknownTensor", "  load Q = o[b, h, 0:1]\n}\n",
-                 "3:12: expected an input tensor (q, k or v), found 'o'"},
+                 "3:12: expected an input tensor (q, k, v, or do: the output's gradient), found 'o'"},
         BadInput{"LoadWithoutSlice", "  load Q = q[b, h, 0]\n}\n",
                  "3:21: expected ':', found ']'"},
         BadInput{"AssignWithoutOp", "  S = Q\n}\n",
-                 "3:7: expected qk or softmax.online after '=', found 'Q'"},
+                 "3:7: expected qk, softmax.online, softmax.recompute, dp or softmax.grad after '=', "
+                 "found 'Q'"},
         BadInput{"ChainedComparison", "  mask S = a < b < c\n}\n",
                  "3:18: comparisons do not chain: write (a < b) && (b < c) instead of a < b < c"},
         BadInput{"UnknownFunction", "  let x: float = lgamma(1.0)\n}\n",

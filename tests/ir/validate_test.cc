@@ -304,7 +304,7 @@ TEST(ValidateTest, LoadReadsOnlyQKV) {
   absl::Status s = Validate(*p);
   EXPECT_THAT(std::string(s.message()),
               AllOf(StartsWith(std::string(kFile) + ":" + PosOf(text, "load Q")),
-                    HasSubstr("q, k or v")));
+                    HasSubstr("q, k, v or do")));
 }
 
 // ---------------------------------------------------------------------------------------------
