@@ -26,12 +26,20 @@ absl::StatusOr<int64_t> TileParam(const cuir::ScalarEnv& globals, const char* na
   return std::get<int64_t>(it->second);
 }
 
-// One query tile [q0, q0 + rows) against all KV columns. Reducing the predicate over the rows
-// first leaves per-column any/all flags, from which each block's any/all follow.
-absl::Status ClassifyQueryTile(const cuir::Stmt& table, TensorEnv& env, int64_t q0, int64_t rows,
-                               int64_t seqlen_kv, int64_t block_n,
-                               std::vector<std::pair<int64_t, bool>>* row) {
-  env.tensors["q_idx"] = torch::arange(q0, q0 + rows, torch::kLong).view({rows, 1});
+// Which positions a table's rows and columns are: a table's row is a query tile and its blocks
+// KV blocks, or, transposed (the backward's), a KV tile and query blocks.
+struct TableAxes {
+  const char* row_var;     // q_idx, or kv_idx when transposed
+  const char* column_var;  // the other
+  int64_t row_len, row_block, column_len, column_block;
+};
+
+// One tile [r0, r0 + rows) against all columns. Reducing the predicate over the rows first
+// leaves per-column any/all flags, from which each block's any/all follow.
+absl::Status ClassifyTile(const cuir::Stmt& table, TensorEnv& env, const TableAxes& axes,
+                          int64_t r0, int64_t rows, std::vector<std::pair<int64_t, bool>>* row) {
+  const int64_t columns = axes.column_len, block = axes.column_block;
+  env.tensors[axes.row_var] = torch::arange(r0, r0 + rows, torch::kLong).view({rows, 1});
   auto pred = EvalTensor(table.value, env);
   if (!pred.ok()) return pred.status();
   if (pred->scalar_type() != torch::kBool) {
@@ -39,14 +47,14 @@ absl::Status ClassifyQueryTile(const cuir::Stmt& table, TensorEnv& env, int64_t 
         At(table.value->loc), "table ", table.name, ": blocks(...) needs a bool predicate, got ",
         cuir::TypeName(TensorType(*pred))));
   }
-  const torch::Tensor full = pred->expand({rows, seqlen_kv});
+  const torch::Tensor full = pred->expand({rows, columns});
   const torch::Tensor any = full.any(0).contiguous();
   const torch::Tensor all = full.all(0).contiguous();
   const bool* any_p = any.data_ptr<bool>();
   const bool* all_p = all.data_ptr<bool>();
   auto is_set = [](bool b) { return b; };
-  for (int64_t lo = 0, n = 0; lo < seqlen_kv; lo += block_n, ++n) {
-    const int64_t hi = std::min(lo + block_n, seqlen_kv);
+  for (int64_t lo = 0, n = 0; lo < columns; lo += block, ++n) {
+    const int64_t hi = std::min(lo + block, columns);
     if (std::any_of(any_p + lo, any_p + hi, is_set)) {
       row->emplace_back(n, std::all_of(all_p + lo, all_p + hi, is_set));
     }
@@ -96,8 +104,12 @@ absl::StatusOr<BlockTable> ComputeBlockTable(
     out.axes.push_back(axis);
     out.extents.push_back(grid_extents[pos - grid.names.begin()]);
   }
-  const int64_t m_blocks = (seqlen_q + *block_m - 1) / *block_m;
-  out.axes.push_back("m_block");
+  const bool transposed = !table.attr.empty();
+  const TableAxes tile = transposed
+                             ? TableAxes{"kv_idx", "q_idx", seqlen_kv, *block_n, seqlen_q, *block_m}
+                             : TableAxes{"q_idx", "kv_idx", seqlen_q, *block_m, seqlen_kv, *block_n};
+  const int64_t m_blocks = (tile.row_len + tile.row_block - 1) / tile.row_block;
+  out.axes.push_back(transposed ? "n_block" : "m_block");
   out.extents.push_back(m_blocks);
   int64_t total = 1;
   for (int64_t e : out.extents) total *= e;
@@ -107,7 +119,8 @@ absl::StatusOr<BlockTable> ComputeBlockTable(
   TensorEnv env;
   env.scalars = &scope;
   env.buffers = buffers;
-  env.tensors["kv_idx"] = torch::arange(seqlen_kv, torch::kLong).view({1, seqlen_kv});
+  env.tensors[tile.column_var] =
+      torch::arange(tile.column_len, torch::kLong).view({1, tile.column_len});
   const size_t n_axes = table.names.size();
   for (int64_t flat = 0; flat < total; flat += m_blocks) {
     int64_t rest = flat / m_blocks;
@@ -116,11 +129,9 @@ absl::StatusOr<BlockTable> ComputeBlockTable(
       rest /= out.extents[i];
     }
     for (int64_t m = 0; m < m_blocks; ++m) {
-      const int64_t q0 = m * *block_m;
-      const int64_t rows = std::min(*block_m, seqlen_q - q0);
-      if (auto s = ClassifyQueryTile(table, env, q0, rows, seqlen_kv, *block_n,
-                                     &out.rows[flat + m]);
-          !s.ok()) {
+      const int64_t r0 = m * tile.row_block;
+      const int64_t rows = std::min(tile.row_block, tile.row_len - r0);
+      if (auto s = ClassifyTile(table, env, tile, r0, rows, &out.rows[flat + m]); !s.ok()) {
         return s;
       }
     }

@@ -17,10 +17,11 @@ namespace cubridge::interp {
 
 struct BlockTable {
   std::string name;
-  std::vector<std::string> axes;  // the `per` grid axes, then "m_block"
+  std::vector<std::string> axes;  // the `per` grid axes, then "m_block" ("n_block" transposed)
   std::vector<int64_t> extents;   // one per entry of `axes`
-  // Row-major over `extents`: the non-empty n_blocks of that query tile, ascending, each with
-  // its "full" flag (PRED true on every element of the tile).
+  // Row-major over `extents`: the non-empty n_blocks of that query tile (transposed: the
+  // non-empty m_blocks of that KV tile), ascending, each with its "full" flag (PRED true on
+  // every element of the tile).
   std::vector<std::vector<std::pair<int64_t, bool>>> rows;
 
   // The row at (axis values..., m_block); OUT_OF_RANGE naming the bad index otherwise.

@@ -88,6 +88,10 @@ torch::Tensor HeadIndex(const std::vector<int64_t>& heads) {
 struct Tile {
   enum Kind { kLoad, kScore, kProb, kRecomputed, kDP, kDS } kind = kLoad;
   torch::Tensor data, raw;
+  // kDS: P * (|dP| + sum |dO * O|) per element, the scale of dS's rounding error (dS =
+  // P * (dP - D) loses what dP and D have in common, and D = sum dO * O is only as exact as the
+  // stored O, rounded to the input dtype), which buffer gradients sum as their error bound.
+  torch::Tensor error_scale;
   int64_t batch = 0;
   std::vector<int64_t> heads;
   int64_t row0 = 0, col0 = 0;
@@ -95,20 +99,30 @@ struct Tile {
   int64_t cols() const { return data.size(2); }
 };
 
-// Online-softmax statistics of the members' Q tiles.
-struct SoftmaxState {
+// The rows of the tile a program keeps state for (softmax.init's Q tile, grad.init's K tile).
+struct StateRows {
   bool active = false;
-  torch::Tensor m, l, acc;  // [members, rows], [members, rows], [members, rows, head_dim]
   int64_t batch = 0, row0 = 0, rows = 0;
   std::vector<int64_t> heads;
+
+  void Start(const Tile& t) {
+    active = true;
+    batch = t.batch;
+    heads = t.heads;
+    row0 = t.row0;
+    rows = t.rows();
+  }
 };
 
-// The backward's accumulators of the members' K/V tiles: dK and dV, [members, rows, head_dim].
-struct GradState {
-  bool active = false;
+// Online-softmax statistics of the members' Q tiles.
+struct SoftmaxState : StateRows {
+  torch::Tensor m, l, acc;  // [members, rows], [members, rows], [members, rows, head_dim]
+};
+
+// The backward's accumulators of the members' K/V tiles (heads are kv heads): dK and dV,
+// [members, rows, head_dim].
+struct GradState : StateRows {
   torch::Tensor dk, dv;
-  int64_t batch = 0, row0 = 0, rows = 0;
-  std::vector<int64_t> heads;  // kv heads
 };
 
 // Grid points executed together. With `trace` set, only scalar statements run and every
@@ -141,6 +155,7 @@ class Interpreter {
     CUBRIDGE_RETURN_IF_ERROR(Launch());
     spec::AttentionGrads grads{dq_.to(dtype_), dk_.to(dtype_), dv_.to(dtype_), {}};
     for (const auto& [name, grad] : buffer_grads_) grads.buffers[name] = grad;
+    grads.buffer_masses = buffer_masses_;
     return grads;
   }
 
@@ -225,7 +240,9 @@ class Interpreter {
     dof_ = backward_->grad_o.to(torch::kFloat).contiguous();
     lsef_ = backward_->lse.to(torch::kFloat).contiguous();
     // The preprocessing pass's D = rowsum(dO * O): the stored O in the input dtype, fp32 sums.
-    delta_ = (dof_ * backward_->o.to(torch::kFloat)).sum(3);
+    const torch::Tensor dof_o = dof_ * backward_->o.to(torch::kFloat);
+    delta_ = dof_o.sum(3);
+    delta_abs_ = dof_o.abs().sum(3);
     dq_ = torch::zeros(inputs_.q.sizes(), torch::kFloat);
     dk_ = torch::zeros(inputs_.k.sizes(), torch::kFloat);
     dv_ = torch::zeros(inputs_.v.sizes(), torch::kFloat);
@@ -608,20 +625,23 @@ class Interpreter {
     return &it->second;
   }
 
+  // The most recent load `name` (of q for softmax.init, of k for grad.init).
+  absl::StatusOr<const Tile*> LastLoad(const Stmt& s, Group& g, const std::string& name,
+                                       const char* tile, const char* tensor) {
+    auto it = g.tiles.find(name);
+    if (it == g.tiles.end()) {
+      return InvalidAt(s.loc, absl::StrCat(cuir::StmtKindName(s.kind), " needs a ", tile,
+                                           " tile loaded before it (load ", tile, " = ", tensor,
+                                           "[...])"));
+    }
+    return &it->second;
+  }
+
   absl::Status ExecSoftmaxInit(const Stmt& s, Group& g) {
     if (g.dry()) return absl::OkStatus();
-    auto it = g.tiles.find(g.last_q);
-    if (it == g.tiles.end()) {
-      return InvalidAt(s.loc, "softmax.init needs a Q tile loaded before it (load Q = q[...])");
-    }
-    const Tile& q = it->second;
-    SoftmaxState& sm = g.softmax;
-    sm.active = true;
-    sm.batch = q.batch;
-    sm.heads = q.heads;
-    sm.row0 = q.row0;
-    sm.rows = q.rows();
-    ResetSoftmax(sm, g.size());
+    CUBRIDGE_ASSIGN_OR_RETURN(const Tile* q, LastLoad(s, g, g.last_q, "Q", "q"));
+    g.softmax.Start(*q);
+    ResetSoftmax(g.softmax, g.size());
     return absl::OkStatus();
   }
 
@@ -885,17 +905,9 @@ class Interpreter {
   // ---- the backward (docs/cuir.md, "backward statements") ----
 
   absl::Status ExecGradInit(const Stmt& s, Group& g) {
-    auto it = g.tiles.find(g.last_k);
-    if (it == g.tiles.end()) {
-      return InvalidAt(s.loc, "grad.init needs a K tile loaded before it (load K = k[...])");
-    }
-    const Tile& k = it->second;
+    CUBRIDGE_ASSIGN_OR_RETURN(const Tile* k, LastLoad(s, g, g.last_k, "K", "k"));
     GradState& gs = g.grad;
-    gs.active = true;
-    gs.batch = k.batch;
-    gs.heads = k.heads;
-    gs.row0 = k.row0;
-    gs.rows = k.rows();
+    gs.Start(*k);
     gs.dk = torch::zeros({g.size(), gs.rows, config_.head_dim}, torch::kFloat);
     gs.dv = torch::zeros_like(gs.dk);
     return absl::OkStatus();
@@ -984,8 +996,11 @@ class Interpreter {
       return InvalidAt(s.loc, "softmax.grad: P and dP cover different elements; compute them from "
                               "the same Q/dO rows and K/V block");
     }
-    torch::Tensor ds = p->data * (dp->data - RowStats(delta_, *p));
-    g.tiles[s.name] = Derived(*p, Tile::kDS, std::move(ds));
+    const torch::Tensor d = RowStats(delta_, *p);
+    torch::Tensor ds = p->data * (dp->data - d);
+    Tile tile = Derived(*p, Tile::kDS, std::move(ds));
+    tile.error_scale = p->data * (dp->data.abs() + RowStats(delta_abs_, *p));
+    g.tiles[s.name] = std::move(tile);
     return absl::OkStatus();
   }
 
@@ -1033,8 +1048,13 @@ class Interpreter {
       flat = flat + torch::remainder(index, size) * stride;
       stride *= size;
     }
-    const torch::Tensor contrib = (ds->data * partial.to(torch::kFloat)).masked_select(live);
-    grad.view({-1}).index_add_(0, flat.masked_select(live), contrib);
+    const torch::Tensor partial_f = partial.to(torch::kFloat);
+    const torch::Tensor contrib = (ds->data * partial_f).masked_select(live);
+    const torch::Tensor at = flat.masked_select(live);
+    grad.view({-1}).index_add_(0, at, contrib);
+    torch::Tensor& mass = buffer_masses_[s.name];
+    if (!mass.defined()) mass = torch::zeros(values.sizes(), torch::kFloat);
+    mass.view({-1}).index_add_(0, at, (ds->error_scale * partial_f.abs()).masked_select(live));
     return absl::OkStatus();
   }
 
@@ -1079,7 +1099,8 @@ class Interpreter {
   torch::ScalarType dtype_ = torch::kBFloat16;
   torch::Tensor qf_, kf_, vf_, o_, lse_, neg_inf_, zero_;
   torch::Tensor dof_, lsef_, delta_, dq_, dk_, dv_;  // the backward's inputs and fp32 gradients
-  std::map<std::string, torch::Tensor> buffer_grads_;
+  torch::Tensor delta_abs_;  // sum |dO * O| per row: the scale of D's rounding error
+  std::map<std::string, torch::Tensor> buffer_grads_, buffer_masses_;
   cuir::ScalarEnv globals_;
   absl::flat_hash_map<std::string, torch::Tensor> buffers_;
   const Stmt* grid_ = nullptr;

@@ -19,13 +19,16 @@ RegionWriter::RegionWriter(const LoweringPlan& plan, const cuir::Program& base,
     : plan_(plan),
       base_(base),
       namer_(expert.code_identifiers),
-      params_type_(absl::StrCat("cubridge_", base.kernel, "_params")),
+      // A backward's host checks take the forward call's params it holds (backward_abi.cuh).
+      params_type_(expert.backward ? "cubridge_attn_fwd_params"
+                                   : absl::StrCat("cubridge_", base.kernel, "_params")),
       lse_rows_(expert.source.Find("epilogue_rows") != nullptr),
       raw_scores_(expert.code_identifiers.count("for_each_raw_score") > 0),
       kv_split_scores_(expert.code_identifiers.count("for_each_raw_score_kv_split") > 0),
       kv_walk_region_(expert.source.Find("kv_walk") != nullptr),
       stream_regions_(expert.source.Find("tile_stream") != nullptr &&
-                      expert.source.Find("stream_coords") != nullptr) {}
+                      expert.source.Find("stream_coords") != nullptr),
+      backward_(expert.backward) {}
 
 // The families in the order their regions read each other: params and consts (read by every
 // later expression), buffers (read by the tables and the elements), tables (read by the loop),

@@ -85,27 +85,32 @@ absl::StatusOr<std::string> InlineLocalIncludes(const std::string& text, const s
   return Inline(text, fs::weakly_canonical(dir), root, &seen);
 }
 
-absl::StatusOr<Expert> LoadExpert(const std::string& name) {
+absl::StatusOr<Expert> LoadExpert(const std::string& name, bool backward) {
   if (!ValidExpertName(name)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "expert \"", name, "\" is not a valid expert name (letters, digits and '_' only)"));
   }
   Expert expert;
   expert.name = name;
+  expert.backward = backward;
   expert.dir = (fs::path(ExpertsDir()) / name).string();
   if (!fs::is_directory(expert.dir)) {
     return absl::NotFoundError(absl::StrCat("expert \"", name, "\": no folder ", expert.dir,
                                             " (set CUBRIDGE_EXPERTS_DIR to the folder holding ",
                                             "the experts, e.g. <source>/cuir/experts)"));
   }
-  const fs::path base_path = fs::path(expert.dir) / "base.cuir";
+  const fs::path base_path = fs::path(expert.dir) / (backward ? "base_bwd.cuir" : "base.cuir");
+  if (backward && !fs::exists(base_path)) {
+    return absl::NotFoundError(absl::StrCat("expert \"", name, "\" has no backward kernel yet (no ",
+                                            base_path.string(), "); the sm_80 expert has one"));
+  }
   auto base_text = ReadExpertFile(base_path);
   if (!base_text.ok()) return base_text.status();
   auto base = cuir::ParseProgram(*base_text, base_path.string());
   if (!base.ok()) return base.status();
   expert.base = *std::move(base);
 
-  const fs::path kernel_path = fs::path(expert.dir) / "kernel.cu";
+  const fs::path kernel_path = fs::path(expert.dir) / (backward ? "kernel_bwd.cu" : "kernel.cu");
   auto kernel_text = ReadExpertFile(kernel_path);
   if (!kernel_text.ok()) return kernel_text.status();
   auto source = ParseRegions(*kernel_text, kernel_path.string());

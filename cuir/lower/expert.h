@@ -1,5 +1,6 @@
 // Expert kernels on disk: CUBRIDGE_EXPERTS_DIR/<name>/base.cuir (the lifted program) and
-// kernel.cu (the annotated CUDA source), plus any files kernel.cu includes with quotes.
+// kernel.cu (the annotated CUDA source), plus any files kernel.cu includes with quotes; an
+// expert's backward is base_bwd.cuir and kernel_bwd.cu beside them.
 #pragma once
 
 #include <set>
@@ -13,6 +14,7 @@ namespace cubridge::lower {
 
 struct Expert {
   std::string name;
+  bool backward = false;  // base_bwd.cuir and kernel_bwd.cu
   std::string dir;
   cuir::Program base;
   AnnotatedSource source;                 // kernel.cu split at its regions
@@ -24,7 +26,7 @@ std::string ExpertsDir();
 
 // NOT_FOUND when the expert or one of its files is missing; INVALID_ARGUMENT for a malformed name,
 // base program or region marker.
-absl::StatusOr<Expert> LoadExpert(const std::string& name);
+absl::StatusOr<Expert> LoadExpert(const std::string& name, bool backward = false);
 
 // Replaces each `#include "FILE"` whose FILE exists relative to `dir` (inside the experts
 // directory) by that file's text, once per file, recursively, so a lowered kernel is one

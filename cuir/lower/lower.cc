@@ -132,7 +132,7 @@ absl::StatusOr<LoweredKernel> Lower(const cuir::Program& program,
         "` names no expert; lowering needs the expert it was lifted from, e.g. `expert "
         "\"fa2_sm80\"`"));
   }
-  auto expert = LoadExpert(expert_decl->name);
+  auto expert = LoadExpert(expert_decl->name, cuir::IsBackward(program));
   if (!expert.ok()) return expert.status();
   auto expert_arch = ReadExpertArch(*expert);
   if (!expert_arch.ok()) return expert_arch.status();

@@ -72,6 +72,7 @@ class Matcher {
       : program_(program), base_(base) {}
 
   absl::StatusOr<LoweringPlan> Run() {
+    plan_.backward = cuir::IsBackward(program_);
     for (const Stmt& s : program_.stmts) {
       if (auto st = TopLevel(s); !st.ok()) return st;
     }
@@ -99,6 +100,9 @@ class Matcher {
       case StmtKind::kLet: return TopLet(s);
       case StmtKind::kLoad:
       case StmtKind::kSoftmaxInit:
+      case StmtKind::kDelta:
+      case StmtKind::kGradInit:
+      case StmtKind::kGradEpilogue:
         return RequireSame(s, base_.stmts, absl::StrCat("this `", cuir::StmtKindName(s.kind), "`"));
       case StmtKind::kEpilogue: return Epilogue(s);
       case StmtKind::kFor: return Loop(s);
@@ -176,10 +180,22 @@ class Matcher {
       case StmtKind::kMask: return ScoreStage(s);
       case StmtKind::kLoad:
       case StmtKind::kPV:
+      case StmtKind::kDV:
+      case StmtKind::kDP:
+      case StmtKind::kSoftmaxGrad:
+      case StmtKind::kDK:
+      case StmtKind::kDQ:
         return RequireSame(s, base_body, absl::StrCat("this `", cuir::StmtKindName(s.kind), "`"));
       case StmtKind::kSoftmaxOnline:
+      case StmtKind::kSoftmaxRecompute:
         softmax_seen_ = true;
-        return RequireSame(s, base_body, "this `softmax.online`");
+        return RequireSame(s, base_body, absl::StrCat("this `", cuir::StmtKindName(s.kind), "`"));
+      case StmtKind::kScoreGrad:
+        plan_.score_grad = &s;  // the validator allows one per dS, and the expert has one dS
+        return absl::OkStatus();
+      case StmtKind::kBufferGrad:
+        plan_.buffer_grads.push_back(&s);
+        return absl::OkStatus();
       default: break;
     }
     return Unimplemented(s, absl::StrCat("a `", cuir::StmtKindName(s.kind), "` in the KV loop"),
@@ -201,7 +217,7 @@ class Matcher {
   absl::Status ScoreStage(const Stmt& s) {
     if (plan_.qk == nullptr || softmax_seen_) {
       return Unimplemented(s, absl::StrCat("a `", cuir::StmtKindName(s.kind), "` there"),
-                           "the expert applies score_mod and mask between qk and softmax.online");
+                           "the expert applies score_mod and mask between qk and the softmax");
     }
     if (s.kind == StmtKind::kMask) {
       plan_.masks.push_back(&s);

@@ -14,6 +14,7 @@ namespace cubridge::lower {
 inline constexpr char kHeadMapLet[] = "kv_h";
 
 struct LoweringPlan {
+  bool backward = false;  // a backward program (cuir::IsBackward): its walk is over query blocks
   // tile_params: base params overridden by the program's, then the program's new ones.
   std::vector<const cuir::Stmt*> params;
   bool params_changed = false;
@@ -35,6 +36,9 @@ struct LoweringPlan {
   std::vector<const cuir::Stmt*> score_mods;  // score_mod, in program order
   std::vector<const cuir::Stmt*> masks;       // mask, in program order
   const cuir::Stmt* sink = nullptr;           // epilogue_sink: the `epilogue sink EXPR`, if any
+  // A backward's chain rule: score_grad (at most one) and buffer_grad, in program order.
+  const cuir::Stmt* score_grad = nullptr;
+  std::vector<const cuir::Stmt*> buffer_grads;
 };
 
 // UNIMPLEMENTED "file:line:col: ..." for a construct no region of the expert implements (a new

@@ -47,6 +47,48 @@ absl::StatusOr<std::string> RegionWriter::ScoreMod(const Stmt& s, bool rows_to_l
                                    code.raw_score, code.kv_split));
 }
 
+// score_grad DS = EXPR: the backward's visitor hands the raw score in `score` and multiplies dS by
+// what the function leaves there (kernel_bwd.cu, BwdBlock).
+absl::StatusOr<std::string> RegionWriter::ScoreGrad(const Stmt& s) {
+  CUBRIDGE_ASSIGN_OR_RETURN(auto code, Element(s, /*with_score=*/true));
+  if (code.value.type == CType::kBool) return InvalidAt(s, "score_grad must give a number");
+  return absl::StrCat(Origin(s), code.decls,
+                      ForEachScore(code.expr, code.hoisted,
+                                   absl::StrCat("score = ", AsFloat(code.value), ";"), false,
+                                   false, "for_each_score_grad"));
+}
+
+// buffer_grad NAME[I, ...] += DS * EXPR: each element with dS != 0 adds dS times the partial into
+// the buffer's gradient (bp.buffer_grads[slot], contiguous in its shape) at the element's index,
+// with an atomic add (elements of many CTAs reach one buffer element).
+absl::StatusOr<std::string> RegionWriter::BufferGrad(const Stmt& s) {
+  const BufferInfo* buffer = nullptr;
+  for (const BufferInfo& b : buffers_) {
+    if (b.decl->name == s.name) buffer = &b;
+  }
+  if (buffer == nullptr) return InvalidAt(s, absl::StrCat("no buffer `", s.name, "`"));
+  CUBRIDGE_ASSIGN_OR_RETURN(auto code, Element(s, /*with_score=*/true));
+  if (code.value.type == CType::kBool) return InvalidAt(s, "a buffer_grad partial is a number");
+  const EmitScope scope = ElementScope(/*with_score=*/false);
+  std::string offset = absl::StrCat("cuir_grad_offset(", BufferSlot("p", *buffer));
+  cuir::ExprPtr indices = code.expr;  // what the element function reads, for its parameters
+  for (const cuir::ExprPtr& index : s.exprs) {
+    CUBRIDGE_ASSIGN_OR_RETURN(auto i, EmitExpr(index, scope));
+    if (i.type != CType::kInt && i.type != CType::kLong) {
+      return InvalidAt(s, "a buffer_grad index must be an int");
+    }
+    absl::StrAppend(&offset, ", ", i.text);
+    indices = cuir::Binary(cuir::BinaryOp::kAdd, indices, index);
+  }
+  absl::StrAppend(&offset, ")");
+  return absl::StrCat(
+      Origin(s), code.decls,
+      ForEachScore(indices, code.hoisted,
+                   absl::StrCat("atomicAdd(bp.buffer_grads[", buffer->slot, "] + ", offset,
+                                ", ds * ", AsFloat(code.value), ");"),
+                   false, false, "for_each_buffer_grad", "const float ds, "));
+}
+
 // The predicate runs only on blocks where `when` holds (the partial ones).
 absl::StatusOr<std::string> RegionWriter::Mask(const Stmt& s) {
   CUBRIDGE_ASSIGN_OR_RETURN(auto code, Element(s, /*with_score=*/false));
@@ -220,7 +262,8 @@ absl::StatusOr<std::string> RegionWriter::DeclareHoisted(const std::vector<Hoist
 // score before the scale (TermsBesideTheScore), and for_each_raw_score_kv_split also counts
 // kv_f from the lane's first key of the tile (KvTermFromTileStart).
 std::string RegionWriter::ForEachScore(const ExprPtr& e, const std::vector<Hoisted>& hoisted,
-                                       absl::string_view body, bool raw, bool kv_split) {
+                                       absl::string_view body, bool raw, bool kv_split,
+                                       absl::string_view visitor, absl::string_view extra) {
   auto param = [](bool used, absl::string_view decl, absl::string_view name) {
     return used ? absl::StrCat(decl, name) : absl::StrCat(decl, "/*", name, "*/");
   };
@@ -239,12 +282,12 @@ std::string RegionWriter::ForEachScore(const ExprPtr& e, const std::vector<Hoist
                          ", ", param(cols, "const int ", "j"), ", ",
                          param(cols, "const int ", "k"), ", ");
   }
-  return absl::StrCat(raw ? "for_each_raw_score" : "for_each_score", rows || cols ? "_at" : "",
+  return absl::StrCat(raw ? "for_each_raw_score" : visitor, rows || cols ? "_at" : "",
                       kv_split ? "_kv_split" : "",
                       "([&](", slots,
                       param(cuir::Mentions(e, "q_idx"), "const int ", "q_idx"), ", ",
                       param(cuir::Mentions(e, "kv_idx"), "const int ", "kv_idx"), float_indices,
-                      ", float& score) {\n  ", body, "\n});\n");
+                      ", ", extra, "float& score) {\n  ", body, "\n});\n");
 }
 
 }  // namespace cubridge::lower

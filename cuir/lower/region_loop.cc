@@ -27,7 +27,8 @@ absl::Status RegionWriter::LoopHeader() {
   }
   if (plan_.table_loop) return TableLoop(loop);
   if (!plan_.range_changed) return absl::OkStatus();
-  // The expert's kv_loop iterates `kv_blocks`, a KvUnion<N> of half-open block intervals.
+  // The expert's kv_loop iterates `kv_blocks`, a KvUnion<N> of half-open block intervals (a
+  // backward's walk `q_blocks`, region q_range).
   std::vector<std::string> los, his;
   for (const cuir::BlockRange& r : loop.ranges) {
     CUBRIDGE_ASSIGN_OR_RETURN(auto lo, EmitExpr(r.lo, kernel_));
@@ -39,9 +40,10 @@ absl::Status RegionWriter::LoopHeader() {
     los.push_back(Convert(lo, CType::kInt));
     his.push_back(Convert(hi, CType::kInt));
   }
-  out_["kv_range"] = absl::StrCat(Origin(loop), "const KvUnion<", loop.ranges.size(),
-                                  "> kv_blocks = {{", absl::StrJoin(los, ", "), "}, {",
-                                  absl::StrJoin(his, ", "), "}};\n");
+  out_[backward_ ? "q_range" : "kv_range"] = absl::StrCat(
+      Origin(loop), "const KvUnion<", loop.ranges.size(), "> ",
+      backward_ ? "q_blocks" : "kv_blocks", " = {{", absl::StrJoin(los, ", "), "}, {",
+      absl::StrJoin(his, ", "), "}};\n");
   return absl::OkStatus();
 }
 
@@ -131,6 +133,21 @@ absl::Status RegionWriter::LoopBody() {
     masks += text;
   }
   if (!plan_.masks.empty()) out_["mask"] = masks;
+  // A backward's chain rule: the learnable buffers' gradients, then dS's factor.
+  std::string grads;
+  for (const Stmt* s : plan_.buffer_grads) {
+    CUBRIDGE_ASSIGN_OR_RETURN(auto text, BufferGrad(*s));
+    grads += text;
+  }
+  if (!plan_.buffer_grads.empty()) out_["buffer_grad"] = grads;
+  if (plan_.score_grad != nullptr) {
+    CUBRIDGE_ASSIGN_OR_RETURN(out_["score_grad"], ScoreGrad(*plan_.score_grad));
+  }
+  if (plan_.score_grad != nullptr || !plan_.buffer_grads.empty()) {
+    out_["keeps_raw_scores"] =
+        "// the gradient statements read the raw scores\nstatic constexpr bool kKeepsRawScores = "
+        "true;\n";
+  }
   return absl::OkStatus();
 }
 

@@ -36,6 +36,12 @@ using cuir::Stmt;
 
 absl::Status RegionWriter::Tables() {
   std::string kernels;
+  if (backward_ && !plan_.tables.empty()) {
+    const Stmt& t = *plan_.tables.front();
+    return absl::UnimplementedError(absl::StrCat(
+        t.loc.ToString(), ": the lowering does not know a backward's block table yet (`",
+        StmtHeader(t), "`): the backward expert walks ranges of query blocks only"));
+  }
   for (const Stmt* s : plan_.tables) {
     if (static_cast<int>(tables_.size()) == kMaxTables) {
       return absl::UnimplementedError(absl::StrCat(

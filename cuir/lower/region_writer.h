@@ -112,6 +112,8 @@ class RegionWriter {
   absl::StatusOr<std::string> ScoreMod(const cuir::Stmt& s, bool rows_to_lse, bool fold_scale,
                                        bool kv_split);
   absl::StatusOr<std::string> Mask(const cuir::Stmt& s);
+  absl::StatusOr<std::string> ScoreGrad(const cuir::Stmt& s);
+  absl::StatusOr<std::string> BufferGrad(const cuir::Stmt& s);
   absl::StatusOr<ElementCode> Element(const cuir::Stmt& s, bool with_score,
                                       bool rows_to_lse = false, bool fold_scale = false,
                                       bool kv_split = false, bool outside_walk = false);
@@ -122,9 +124,14 @@ class RegionWriter {
   absl::StatusOr<std::string> DeclareHoisted(const std::vector<Hoisted>& hoisted,
                                              EmitScope* element,
                                              std::string* outside_walk = nullptr);
+  // `visitor` names the visitor family (for_each_score, or a backward's for_each_score_grad /
+  // for_each_buffer_grad); `extra` is a parameter the element function takes before `score`
+  // (a backward's `const float ds, `).
   static std::string ForEachScore(const cuir::ExprPtr& e, const std::vector<Hoisted>& hoisted,
                                   absl::string_view body, bool raw = false,
-                                  bool kv_split = false);
+                                  bool kv_split = false,
+                                  absl::string_view visitor = "for_each_score",
+                                  absl::string_view extra = "");
 
   // ---- region_checks.cc ----
   absl::Status EpilogueSink();
@@ -144,6 +151,7 @@ class RegionWriter {
   const bool kv_split_scores_;  // ... and for_each_raw_score_kv_split (KvTermFromTileStart)
   const bool kv_walk_region_;   // the expert has a `kv_walk` region (variant_kv_walk_is_whole)
   const bool stream_regions_;   // ... regions `tile_stream` and `stream_coords` (StreamTheTile)
+  const bool backward_;         // a backward expert: its walk is over query blocks (q_range)
   std::optional<TileStream> stream_;  // the tensor that comes tile by tile, if any
   EmitScope ns_;      // namespace scope: params, consts
   EmitScope kernel_;  // kernel body before the loop

@@ -154,6 +154,10 @@ const std::vector<RegionKind>& RegionKinds() {
       {"epilogue_rows", "a score_mod's row terms, moved to the LSE"},
       {"tile_stream", "a captured tensor read per score, streamed tile by tile"},
       {"stream_coords", "that tensor's leading indices for a work tile"},
+      {"q_range", "changed query-block bounds of a backward's walk"},
+      {"keeps_raw_scores", "a backward's gradient statements (they read the raw scores)"},
+      {"score_grad", "a `score_grad` statement"},
+      {"buffer_grad", "`buffer_grad` statements"},
   };
   return kRegions;
 }

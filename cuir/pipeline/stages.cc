@@ -8,7 +8,6 @@
 #include "cuir/lower/lift.h"
 
 namespace cubridge::pipeline {
-namespace {
 
 transfer::VariantSpec ToVariantSpec(const spec::Spec& s) {
   transfer::VariantSpec v;
@@ -35,8 +34,6 @@ transfer::VariantSpec ToVariantSpec(const spec::Spec& s) {
   }
   return v;
 }
-
-}  // namespace
 
 std::string ExpertFor(lower::Arch arch) { return experts::ExpertFor(arch).name; }
 

@@ -23,6 +23,10 @@ namespace cubridge::pipeline {
 // Hopper one (wgmma, TMA, warp specialisation), sm_80 the mma.sync one.
 std::string ExpertFor(lower::Arch arch);
 
+// What the transfer rules see of a spec: its translated mask and score_mod, its params as consts,
+// its read captured tensors as buffers (no gradients asked for: set grad_buffers for a backward).
+transfer::VariantSpec ToVariantSpec(const spec::Spec& s);
+
 // Parameter overrides applied; detail "file: mask_mod + score_mod, N params, M buffers".
 absl::StatusOr<spec::Spec> SpecStage(absl::StatusOr<spec::Spec> loaded,
                                      const std::vector<std::string>& overrides,

@@ -21,6 +21,8 @@ std::vector<int64_t> Unravel(int64_t flat, const std::vector<int64_t>& sizes) {
   return idx;
 }
 
+}  // namespace
+
 nlohmann::json ErrorJson(const OutputError& e, double atol, double rtol) {
   nlohmann::json worst = nlohmann::json::array();
   for (const auto& m : e.worst) {
@@ -33,6 +35,18 @@ nlohmann::json ErrorJson(const OutputError& e, double atol, double rtol) {
 std::string ShapeName(const VerifyShape& s) {
   return absl::StrFormat("b=%d sq=%d skv=%d", s.batch, s.seqlen_q, s.seqlen_kv);
 }
+
+std::string DescribeError(const std::string& what, const OutputError& e) {
+  std::string out = absl::StrFormat("%s: %d elements out of tolerance, %d unwritten, max abs %g",
+                                    what, e.violations, e.unwritten, e.max_abs);
+  for (const auto& m : e.worst) {
+    out += absl::StrFormat("; at [%s] got %g want %g", absl::StrJoin(m.index, ","), m.got,
+                           m.want);
+  }
+  return out;
+}
+
+namespace {
 
 // Recomputed from every failure kind, so CompareShape and CheckOPadding may run in either order.
 bool Passed(const ShapeResult& r) {
@@ -86,6 +100,17 @@ absl::StatusOr<cuir::AttentionConfig> ConfigFromJson(const nlohmann::json& j) {
   return c;
 }
 
+absl::StatusOr<spec::AttentionInputs> InputsAtShape(
+    const spec::Spec& spec, const cuir::AttentionConfig& job, const VerifyShape& shape,
+    const std::map<std::string, spec::BufferSource>& buffers, uint64_t seed,
+    cuir::AttentionConfig* at) {
+  *at = job;
+  at->batch = shape.batch;
+  at->seqlen_q = shape.seqlen_q;
+  at->seqlen_kv = shape.seqlen_kv;
+  return spec::MakeInputs(spec, *at, spec::SourcesForShape(spec, buffers, job, *at), seed);
+}
+
 std::vector<VerifyShape> DefaultVerifyShapes(const cuir::AttentionConfig& config) {
   // Ragged with respect to every tile size we use (64, 128), seqlen_q != seqlen_kv both ways,
   // more than one batch, and a problem smaller than one tile.
@@ -102,7 +127,13 @@ std::vector<VerifyShape> DefaultVerifyShapes(const cuir::AttentionConfig& config
 
 OutputError CompareOutputs(const torch::Tensor& got_in, const torch::Tensor& want_in, double atol,
                            double rtol) {
+  return CompareOutputs(got_in, want_in, torch::scalar_tensor(atol, torch::kFloat64), rtol);
+}
+
+OutputError CompareOutputs(const torch::Tensor& got_in, const torch::Tensor& want_in,
+                           const torch::Tensor& atol_in, double rtol) {
   OutputError e;
+  const torch::Tensor atol = atol_in.to(torch::kFloat64);
   auto got = got_in.to(torch::kFloat64).contiguous();
   auto want = want_in.to(torch::kFloat64).contiguous();
   const std::vector<int64_t> sizes(want.sizes().begin(), want.sizes().end());
@@ -230,17 +261,8 @@ std::string VerifyReport::FailureDetail() const {
   std::vector<std::string> parts;
   for (const auto& s : shapes) {
     if (s.passed) continue;
-    auto describe = [](const char* what, const OutputError& e) {
-      std::string out = absl::StrFormat("%s: %d elements out of tolerance, %d unwritten, max abs %g",
-                                        what, e.violations, e.unwritten, e.max_abs);
-      for (const auto& m : e.worst) {
-        out += absl::StrFormat("; at [%s] got %g want %g", absl::StrJoin(m.index, ","), m.got,
-                               m.want);
-      }
-      return out;
-    };
-    std::string part = absl::StrFormat("%s: %s | %s", ShapeName(s.shape), describe("O", s.o),
-                                       s.lse_checked ? describe("LSE", s.lse)
+    std::string part = absl::StrFormat("%s: %s | %s", ShapeName(s.shape), DescribeError("O", s.o),
+                                       s.lse_checked ? DescribeError("LSE", s.lse)
                                                      : std::string(kLseNotChecked));
     if (s.o_padding_written > 0) {
       part += absl::StrFormat(
@@ -264,12 +286,8 @@ absl::StatusOr<VerifyReport> VerifyOnCpu(const cuir::Program& program, const spe
   uint64_t shape_seed = seed;
   for (const auto& shape : shapes) {
     const auto start = std::chrono::steady_clock::now();
-    cuir::AttentionConfig c = config;
-    c.batch = shape.batch;
-    c.seqlen_q = shape.seqlen_q;
-    c.seqlen_kv = shape.seqlen_kv;
-    auto inputs = spec::MakeInputs(spec, c, spec::SourcesForShape(spec, buffers, config, c),
-                                   ++shape_seed);
+    cuir::AttentionConfig c;
+    auto inputs = InputsAtShape(spec, config, shape, buffers, ++shape_seed, &c);
     if (!inputs.ok()) return inputs.status();
     auto want = spec::RunOracle(spec, c, *inputs);
     if (!want.ok()) return want.status();

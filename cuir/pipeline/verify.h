@@ -80,6 +80,14 @@ struct VerifyReport {
 
 std::vector<VerifyShape> DefaultVerifyShapes(const cuir::AttentionConfig& config);
 
+// One verification shape of a job: `*at` is the job's config at the shape, and the inputs are
+// fresh random q, k, v and the job's captured tensors where they fit the shape (else random ones
+// of their dtypes), drawn from `seed`.
+absl::StatusOr<spec::AttentionInputs> InputsAtShape(
+    const spec::Spec& spec, const cuir::AttentionConfig& job, const VerifyShape& shape,
+    const std::map<std::string, spec::BufferSource>& buffers, uint64_t seed,
+    cuir::AttentionConfig* at);
+
 // Per-dtype tolerances (options override O's when non-zero): shared by the CPU and GPU verifiers.
 struct Tolerance {
   double o_atol, o_rtol, lse_atol, lse_rtol;
@@ -90,9 +98,18 @@ Tolerance ToleranceFor(cuir::DType dtype, const VerifyOptions& options);
 nlohmann::json ConfigJson(const cuir::AttentionConfig& c);
 absl::StatusOr<cuir::AttentionConfig> ConfigFromJson(const nlohmann::json& j);
 
+// How reports name a shape ("b=1 sq=257 skv=300"), show an output's error (with its tolerances)
+// and describe it in a failure ("O: 3 elements out of tolerance, ...; at [0,1,5,2] got .. want ..").
+std::string ShapeName(const VerifyShape& s);
+nlohmann::json ErrorJson(const OutputError& e, double atol, double rtol);
+std::string DescribeError(const std::string& what, const OutputError& e);
+
 // Compares got (any float dtype) against want (float64) elementwise.
 OutputError CompareOutputs(const torch::Tensor& got, const torch::Tensor& want, double atol,
                            double rtol);
+// The same with an absolute tolerance per element (atol broadcasts against want).
+OutputError CompareOutputs(const torch::Tensor& got, const torch::Tensor& want,
+                           const torch::Tensor& atol, double rtol);
 
 // Fills r's O and LSE errors (r's tolerances must be set), lse_checked and passed. `want_lse`
 // undefined (the oracle of a reference spec returning O only) skips LSE. Shared by the CPU and

@@ -41,6 +41,11 @@ struct BackwardInputs {
 struct AttentionGrads {
   torch::Tensor dq, dk, dv;
   std::map<std::string, torch::Tensor> buffers;
+  // The interpreter's only: per element of each buffer gradient, the scale of its rounding
+  // error, sum P * (|dP| + sum_d |dO * O|) * |partial| over what was added into it (dS =
+  // P * (dP - D) is only as exact as dP and D = sum_d dO * O, from the stored O, are, and a sum with cancellation, as a learned slope's over rows
+  // whose dS sum to 0, only as exact as its terms). Its verification compares against it.
+  std::map<std::string, torch::Tensor> buffer_masses;
 };
 
 // How a job provides a captured tensor's values:

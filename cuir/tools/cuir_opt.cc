@@ -3,7 +3,8 @@
 //   cuir-opt --list
 //   cuir-opt --rewrite NAME [--vars "slope float, n int"] EXPR   prints what NAME makes of EXPR
 //   cuir-opt --transfer [--program] ITEM...                       prints what the transfer rules
-//       make of a variant on the fa2_sm80 base: ITEMs as the golden files write them
+//       make of a variant on the fa2_sm80 base (its backward base with the item `backward`):
+//       ITEMs as the golden files write them
 //       (cuir/transfer/golden.h), e.g. "mask: q_idx >= kv_idx - W" "const W: int = 8";
 //       --program prints the whole program instead of the lines that changed
 //   cuir-opt FILE...                                               runs golden files: a
@@ -102,7 +103,7 @@ int TransferVariant(const std::vector<std::string>& args) {
     }
   }
   if (items.empty()) return Usage();
-  auto base = transfer::ReadGoldenBase(lower::ExpertsDir());
+  auto base = transfer::ReadGoldenBases(lower::ExpertsDir());
   if (!base.ok()) return Fail(base.status().message());
   auto variant = transfer::ParseVariant(items);
   if (!variant.ok()) return Fail(variant.status().message());
@@ -112,7 +113,7 @@ int TransferVariant(const std::vector<std::string>& args) {
 }
 
 int GoldenFiles(const std::vector<std::string>& paths) {
-  std::optional<cuir::Program> base;  // read by the first `# rule:` file
+  std::optional<transfer::GoldenBases> base;  // read by the first `# rule:` file
   int failed = 0, total = 0;
   for (const std::string& path : paths) {
     auto text = files::ReadFile(path);
@@ -134,7 +135,7 @@ int GoldenFiles(const std::vector<std::string>& paths) {
       }
       case GoldenKind::kRule: {
         if (!base) {
-          auto read = transfer::ReadGoldenBase(lower::ExpertsDir());
+          auto read = transfer::ReadGoldenBases(lower::ExpertsDir());
           if (!read.ok()) return Fail(read.status().message());
           base = *std::move(read);
         }

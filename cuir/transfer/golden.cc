@@ -162,7 +162,19 @@ absl::Status ParseItem(const std::string& item, int line, GoldenVariant* v) {
   if (absl::StartsWith(item, "buffer ")) return ParseBuffer(item, line, v);
   absl::string_view rest = item;
   if (absl::ConsumePrefix(&rest, "heads:")) return ParseHeads(rest, v);
-  return absl::InvalidArgumentError("expected mask:, score:, const, buffer or heads:");
+  if (item == "backward") {
+    v->backward = true;
+    return absl::OkStatus();
+  }
+  if (absl::ConsumePrefix(&rest, "grad:")) {
+    for (absl::string_view name : absl::StrSplit(rest, absl::ByAnyChar(", "), absl::SkipEmpty())) {
+      if (!IsName(std::string(name))) return absl::InvalidArgumentError("write grad: NAME, ...");
+      v->spec.grad_buffers.emplace_back(name);
+    }
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      "expected mask:, score:, const, buffer, heads:, backward or grad:");
 }
 
 // Each line of `after` against those of `before` by their longest common subsequence, marked
@@ -227,7 +239,8 @@ struct Shown {
   std::optional<cuir::Program> program;
 };
 
-Shown Show(const cuir::Program& base, const GoldenVariant& v, bool whole_program) {
+Shown Show(const GoldenBases& bases, const GoldenVariant& v, bool whole_program) {
+  const cuir::Program& base = v.backward ? bases.backward : bases.forward;
   absl::StatusOr<TransferResult> r = Transfer(base, v.spec, v.config);
   if (!r.ok()) {
     return {absl::StrCat("error: ", absl::StatusCodeToString(r.status().code()), ": ",
@@ -247,13 +260,20 @@ Shown Show(const cuir::Program& base, const GoldenVariant& v, bool whole_program
 
 }  // namespace
 
-absl::StatusOr<cuir::Program> ReadGoldenBase(const std::string& experts_dir) {
-  const std::string path = absl::StrCat(experts_dir, "/", kGoldenBase);
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  return cuir::ParseProgram(text.str(), kGoldenBase);
+absl::StatusOr<GoldenBases> ReadGoldenBases(const std::string& experts_dir) {
+  GoldenBases bases;
+  for (const auto& [name, program] : {std::pair{kGoldenBase, &bases.forward},
+                                      std::pair{kGoldenBackwardBase, &bases.backward}}) {
+    const std::string path = absl::StrCat(experts_dir, "/", name);
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+    absl::StatusOr<cuir::Program> parsed = cuir::ParseProgram(text.str(), name);
+    if (!parsed.ok()) return parsed.status();
+    *program = *std::move(parsed);
+  }
+  return bases;
 }
 
 absl::StatusOr<GoldenVariant> ParseVariant(const std::vector<std::string>& items) {
@@ -267,13 +287,13 @@ absl::StatusOr<GoldenVariant> ParseVariant(const std::vector<std::string>& items
   return v;
 }
 
-std::string ShowTransfer(const cuir::Program& base, const GoldenVariant& variant,
+std::string ShowTransfer(const GoldenBases& bases, const GoldenVariant& variant,
                          bool whole_program) {
-  return Show(base, variant, whole_program).text;
+  return Show(bases, variant, whole_program).text;
 }
 
 absl::StatusOr<GoldenRun> RunGolden(absl::string_view text, absl::string_view file,
-                                    const cuir::Program& base) {
+                                    const GoldenBases& bases) {
   GoldenRun run;
   const std::vector<std::string> rules = RuleNames();
   enum class State { kBetween, kInput, kOutput } state = State::kBetween;
@@ -292,7 +312,7 @@ absl::StatusOr<GoldenRun> RunGolden(absl::string_view text, absl::string_view fi
     }
     open.in = absl::StrJoin(items, "; ");
     open.want = absl::StrJoin(want, "\n");
-    Shown shown = Show(base, open.variant, /*whole_program=*/false);
+    Shown shown = Show(bases, open.variant, /*whole_program=*/false);
     open.got = std::move(shown.text);
     open.program = std::move(shown.program);
     run.cases.push_back(std::move(open));

@@ -27,6 +27,9 @@
 //   buffer NAME: DTYPE[EXTENT, ...]   a captured tensor; EXTENT an expression or `?` (its reach
 //                                     depends on data), `[]` for rank 0; DTYPE as in CuIR
 //   heads: q=N kv=N                   the config's head counts (else 8 and 8)
+//   backward                          transfer the expert's backward program (base_bwd.cuir)
+//                                     instead of the forward one
+//   grad: NAME, ...                   backward: the captured tensors whose gradient it computes
 // Its items form a little file, `variant`: the rules' messages say `variant:LINE:COL`, LINE the
 // item's place in the case (from 1), COL the column in the item as written (from its first
 // non-blank character).
@@ -56,14 +59,20 @@
 
 namespace cubridge::transfer {
 
-// The base program the files are written against: EXPERTS_DIR/fa2_sm80/base.cuir, named
-// kGoldenBase in the messages that cite it, so that they read the same wherever the tree is.
+// The base programs the files are written against: EXPERTS_DIR/fa2_sm80/base.cuir and, for
+// `backward` cases, base_bwd.cuir beside it, named as below in the messages that cite them, so
+// that they read the same wherever the tree is.
 inline constexpr char kGoldenBase[] = "fa2_sm80/base.cuir";
-absl::StatusOr<cuir::Program> ReadGoldenBase(const std::string& experts_dir);
+inline constexpr char kGoldenBackwardBase[] = "fa2_sm80/base_bwd.cuir";
+struct GoldenBases {
+  cuir::Program forward, backward;
+};
+absl::StatusOr<GoldenBases> ReadGoldenBases(const std::string& experts_dir);
 
 struct GoldenVariant {
   VariantSpec spec;
   cuir::AttentionConfig config;
+  bool backward = false;  // the `backward` item
 };
 
 // The items of one variant, in order. INVALID_ARGUMENT "`ITEM`: what" for one it cannot read.
@@ -71,7 +80,7 @@ absl::StatusOr<GoldenVariant> ParseVariant(const std::vector<std::string>& items
 
 // What Transfer makes of the variant on `base`, as the golden files write it; `whole_program`
 // prints the transferred program instead of the lines where it differs from the base.
-std::string ShowTransfer(const cuir::Program& base, const GoldenVariant& variant,
+std::string ShowTransfer(const GoldenBases& bases, const GoldenVariant& variant,
                          bool whole_program = false);
 
 struct GoldenCase {
@@ -87,6 +96,6 @@ struct GoldenRun {
 };
 // INVALID_ARGUMENT ("file:line: what") for a file it cannot read, an item included.
 absl::StatusOr<GoldenRun> RunGolden(absl::string_view text, absl::string_view file,
-                                    const cuir::Program& base);
+                                    const GoldenBases& bases);
 
 }  // namespace cubridge::transfer

@@ -22,16 +22,19 @@ absl::Status ApplyHeadsGqa(cuir::Program& program, RuleContext& ctx) {
         absl::StrCat("the K load's head index `", cuir::PrintExpr(layout->kv_head),
                      "` is not a let-bound name, so the rule cannot remap it"));
   }
+  cuir::ExprPtr group =
+      cuir::Binary(BinaryOp::kFloorDiv, cuir::Var("heads_q"), cuir::Var("heads_kv"));
+  const cuir::ExprPtr grouped = cuir::Binary(BinaryOp::kFloorDiv, layout->head, group);
   for (Stmt& s : program.stmts) {
     if (s.kind != StmtKind::kLet || s.name != layout->kv_head->name) continue;
+    // A base that maps query-head groups already (the backward experts') needs nothing.
+    if (cuir::Equal(s.value, grouped)) return absl::OkStatus();
     if (!cuir::Equal(s.value, layout->head)) {
       return absl::FailedPreconditionError(absl::StrCat(
           "expected `let ", s.name, ": int = ", cuir::PrintExpr(layout->head), "` at ",
           s.loc.ToString(), ", found `", cuir::PrintExpr(s.value), "`"));
     }
-    cuir::ExprPtr group =
-        cuir::Binary(BinaryOp::kFloorDiv, cuir::Var("heads_q"), cuir::Var("heads_kv"));
-    s.value = cuir::Binary(BinaryOp::kFloorDiv, layout->head, group);
+    s.value = grouped;
     ctx.applied.push_back(
         {"heads.gqa", absl::StrCat(s.name, " = ", cuir::PrintExpr(s.value), " (", c.heads_q,
                                    " query heads share ", c.heads_kv, " kv heads)")});

@@ -18,7 +18,8 @@ using cuir::StmtKind;
 absl::Status Missing(const std::string& what) {
   return absl::FailedPreconditionError(
       absl::StrCat("transfer: the base program has no ", what,
-                   " (the rules need the shape of cuir/experts/fa2_sm80/base.cuir)"));
+                   " (the rules need the shape of cuir/experts/fa2_sm80/base.cuir, or of "
+                   "base_bwd.cuir for a backward)"));
 }
 
 const Stmt* FindLoad(const std::vector<Stmt>& stmts, const std::string& tensor) {
@@ -40,22 +41,23 @@ void CollectDeclared(const std::vector<Stmt>& stmts, absl::flat_hash_set<std::st
   }
 }
 
-// The grid axis the Q tile's first row depends on, through the top-level lets.
-absl::StatusOr<std::string> QueryTileAxis(const Program& p, const Layout& l) {
+// The grid axis the top-level tile's first row depends on, through the top-level lets.
+absl::StatusOr<std::string> TileAxis(const Program& p, const Layout& l) {
   std::vector<std::pair<std::string, ExprPtr>> lets;
   for (const Stmt& s : p.stmts) {
     if (s.kind == StmtKind::kLet) lets.emplace_back(s.name, cuir::Substitute(s.value, lets));
   }
-  ExprPtr q_lo = cuir::Substitute(l.q_lo, lets);
+  const ExprPtr& own_lo = l.backward ? l.kv_lo : l.q_lo;
+  ExprPtr lo = cuir::Substitute(own_lo, lets);
   std::vector<std::string> axes;
   for (const std::string& axis : l.grid_axes) {
     bool batch_or_head = cuir::Mentions(l.batch, axis) || cuir::Mentions(l.head, axis);
-    if (!batch_or_head && cuir::Mentions(q_lo, axis)) axes.push_back(axis);
+    if (!batch_or_head && cuir::Mentions(lo, axis)) axes.push_back(axis);
   }
   if (axes.size() != 1) {
-    return Missing(absl::StrCat("single grid axis enumerating Q tiles (the Q load's first row ",
-                                cuir::PrintExpr(l.q_lo), " depends on [", absl::StrJoin(axes, ", "),
-                                "])"));
+    return Missing(absl::StrCat("single grid axis enumerating ", l.backward ? "K" : "Q",
+                                " tiles (the top-level load's first row ", cuir::PrintExpr(own_lo),
+                                " depends on [", absl::StrJoin(axes, ", "), "])"));
   }
   return axes[0];
 }
@@ -86,24 +88,35 @@ absl::StatusOr<Layout> FindLayout(const Program& p) {
   if (grid == p.stmts.size()) return Missing("`grid` statement");
   l.grid_axes = p.stmts[grid].names;
 
-  const Stmt* q = FindLoad(p.stmts, "q");
-  if (!q) return Missing("top-level `load ... = q[b, h, lo:hi]`");
+  l.backward = cuir::IsBackward(p);
+  // Forward: Q at the top, K in the loop; backward: the other way round.
+  const std::vector<Stmt>& q_scope = l.backward ? loop.body : p.stmts;
+  const std::vector<Stmt>& k_scope = l.backward ? p.stmts : loop.body;
+  const char* q_where = l.backward ? " inside the loop" : " at the top level";
+  const char* k_where = l.backward ? " at the top level" : " inside the KV loop";
+  const Stmt* q = FindLoad(q_scope, "q");
+  if (!q) return Missing(absl::StrCat("`load ... = q[b, h, lo:hi]`", q_where));
   l.batch = q->exprs[0];
   l.head = q->exprs[1];
   l.q_lo = q->exprs[2];
   l.q_hi = q->exprs[3];
-  const Stmt* k = FindLoad(loop.body, "k");
-  if (!k) return Missing("`load ... = k[b, kv_h, lo:hi]` inside the KV loop");
+  const Stmt* k = FindLoad(k_scope, "k");
+  if (!k) return Missing(absl::StrCat("`load ... = k[b, kv_h, lo:hi]`", k_where));
   l.kv_head = k->exprs[1];
   l.kv_lo = k->exprs[2];
   l.kv_hi = k->exprs[3];
   size_t qk = FindStmt(loop.body, StmtKind::kQK);
-  if (qk == loop.body.size()) return Missing("`S = qk Q, K scale ...` inside the KV loop");
+  if (qk == loop.body.size()) return Missing("`S = qk Q, K scale ...` inside the loop");
   l.qk_result = loop.body[qk].name;
+  if (l.backward) {
+    size_t grad = FindStmt(loop.body, StmtKind::kSoftmaxGrad);
+    if (grad == loop.body.size()) return Missing("`DS = softmax.grad P, DP, D` inside the loop");
+    l.softmax_grad = loop.body[grad].name;
+  }
 
-  absl::StatusOr<std::string> axis = QueryTileAxis(p, l);
+  absl::StatusOr<std::string> axis = TileAxis(p, l);
   if (!axis.ok()) return axis.status();
-  l.m_axis = *axis;
+  l.tile_axis = *axis;
   CollectDeclared(p.stmts, &l.declared);
   return l;
 }

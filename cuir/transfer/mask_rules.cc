@@ -50,7 +50,7 @@ absl::flat_hash_set<std::string> TileIntSymbols(const Layout& l) {
     if (type == Type::kInt) vars.insert(name);
   }
   for (const std::string& axis : l.grid_axes) {
-    if (axis != l.m_axis) vars.insert(axis);
+    if (axis != l.tile_axis) vars.insert(axis);
   }
   return vars;
 }
@@ -101,12 +101,18 @@ absl::Status ApplyMaskAnalytic(cuir::Program& program, RuleContext& ctx) {
   if (!layout.ok()) return layout.status();
   Stmt& loop = program.stmts[layout->loop_index];
   if (!loop.table.empty() || loop.ranges.empty()) return absl::OkStatus();
-  TileSymbols tile{"q_idx", "kv_idx", layout->q_lo, layout->q_hi, TileIntSymbols(*layout)};
+  // The forward walks KV blocks for a Q tile; the backward, transposed, query blocks for a K
+  // tile: the same analysis with the roles of q_idx and kv_idx exchanged.
+  const Layout& l = *layout;
+  const bool bwd = l.backward;
+  TileSymbols tile{bwd ? "kv_idx" : "q_idx", bwd ? "q_idx" : "kv_idx", bwd ? l.kv_lo : l.q_lo,
+                   bwd ? l.kv_hi : l.q_hi, TileIntSymbols(l)};
   MaskAnalysis analysis = AnalyzeMask(BindConsts(mask, ctx.spec), tile);
   if (!analysis.understood) return absl::OkStatus();  // the table is exact where we are not
 
-  BlockSymbols symbols{cuir::Var("BLOCK_N"), loop.ranges,   cuir::Var("seqlen_kv"),
-                       layout->kv_lo,        layout->kv_hi, KnownBounds(program, *layout)};
+  BlockSymbols symbols{cuir::Var(bwd ? "BLOCK_M" : "BLOCK_N"), loop.ranges,
+                       cuir::Var(bwd ? "seqlen_q" : "seqlen_kv"), bwd ? l.q_lo : l.kv_lo,
+                       bwd ? l.q_hi : l.kv_hi, KnownBounds(program, l)};
   BlockPlan plan = PlanBlocks(analysis, symbols);
   loop.ranges = plan.ranges;
   std::string full_var;
@@ -124,7 +130,8 @@ absl::Status ApplyMaskAnalytic(cuir::Program& program, RuleContext& ctx) {
   }
   InsertMask(loop.body, *layout, mask, full_var, ctx.spec.mask_loc);
   ctx.claims.Claim(MaskKey());
-  std::string detail = absl::StrCat("kv blocks ", PrintRanges(plan.ranges), "; full when ",
+  std::string detail = absl::StrCat(bwd ? "q blocks " : "kv blocks ", PrintRanges(plan.ranges),
+                                    "; full when ",
                                     plan.full ? cuir::PrintExpr(plan.full) : "never");
   ctx.applied.push_back({"mask.analytic-range", detail});
   return absl::OkStatus();
@@ -136,22 +143,23 @@ absl::Status ApplyMaskTable(cuir::Program& program, RuleContext& ctx) {
   if (cuir::Mentions(mask, "score")) return absl::OkStatus();  // declined by the analytic rule
   absl::StatusOr<Layout> layout = FindLayout(program);
   if (!layout.ok()) return layout.status();
-  if (cuir::Mentions(mask, layout->m_axis)) {
+  if (cuir::Mentions(mask, layout->tile_axis)) {
     ctx.claims.Decline(MaskKey(),
-                       absl::StrCat("mask_mod mentions the grid axis `", layout->m_axis, "`"),
+                       absl::StrCat("mask_mod mentions the grid axis `", layout->tile_axis, "`"),
                        ctx.spec.mask_loc);
     return absl::OkStatus();
   }
-  // One table row per value of the grid axes the predicate depends on (b, h), and per Q tile.
+  // One table row per value of the grid axes the predicate depends on (b, h), and per Q tile (per
+  // K tile, listing query blocks, for a backward).
   std::vector<std::string> per;
   std::vector<ExprPtr> row;
   for (const std::string& axis : layout->grid_axes) {
-    if (axis != layout->m_axis && cuir::Mentions(mask, axis)) {
+    if (axis != layout->tile_axis && cuir::Mentions(mask, axis)) {
       per.push_back(axis);
       row.push_back(cuir::Var(axis));
     }
   }
-  row.push_back(cuir::Var(layout->m_axis));
+  row.push_back(cuir::Var(layout->tile_axis));
 
   Stmt table;
   table.kind = StmtKind::kTable;
@@ -159,6 +167,7 @@ absl::Status ApplyMaskTable(cuir::Program& program, RuleContext& ctx) {
   table.name = FreshName(*layout, ctx.spec, "T");
   table.value = mask;
   table.names = per;
+  if (layout->backward) table.attr = "transposed";
   std::string full_var = FreshName(*layout, ctx.spec, "full");
   Stmt& loop = program.stmts[layout->loop_index];
   loop.ranges.clear();
@@ -168,6 +177,7 @@ absl::Status ApplyMaskTable(cuir::Program& program, RuleContext& ctx) {
   InsertMask(loop.body, *layout, mask, full_var, ctx.spec.mask_loc);
 
   std::string detail = absl::StrCat("table ", table.name, " = blocks(", cuir::PrintExpr(mask), ")",
+                                    layout->backward ? " transposed" : "",
                                     per.empty() ? "" : " per " + absl::StrJoin(per, ", "),
                                     "; the loop visits its non-empty blocks");
   size_t grid = FindStmt(program.stmts, StmtKind::kGrid);

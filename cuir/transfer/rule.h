@@ -14,15 +14,20 @@
 namespace cubridge::transfer {
 
 // The base program's structure, found by shape rather than by assumed names: the Q tile is the
-// top-level `load` of q, the KV loop the top-level `for`, the K tile its `load` of k, ...
+// top-level `load` of q, the KV loop the top-level `for`, the K tile its `load` of k, ... A
+// backward program turns it around: its K tile is the top-level one and its loop walks query
+// blocks, loading Q (and dO).
 struct Layout {
-  size_t loop_index = 0;       // the KV loop in program.stmts
+  bool backward = false;       // cuir::IsBackward
+  size_t loop_index = 0;       // the loop in program.stmts (over KV blocks; query blocks backward)
   std::string qk_result;       // S
   cuir::ExprPtr batch, head;   // the Q load's batch / head indices (b, h)
   cuir::ExprPtr q_lo, q_hi;    // the Q tile's rows
-  cuir::ExprPtr kv_lo, kv_hi;  // the K tile's rows (inside the loop)
+  cuir::ExprPtr kv_lo, kv_hi;  // the K tile's rows
   cuir::ExprPtr kv_head;       // the K load's head index (kv_h)
-  std::string m_axis;          // grid axis enumerating Q tiles (m_block)
+  std::string tile_axis;       // grid axis enumerating the program's own tiles: the top-level
+                               // tile's (m_block; n_block in a backward)
+  std::string softmax_grad;    // backward: the softmax.grad result (DS)
   std::vector<std::string> grid_axes;
   absl::flat_hash_set<std::string> declared;  // every name the program declares
 };
@@ -98,6 +103,7 @@ absl::Status ApplyHeadsGqa(cuir::Program& program, RuleContext& ctx);        // 
 absl::Status ApplyScoreInline(cuir::Program& program, RuleContext& ctx);     // score.inline
 absl::Status ApplyMaskAnalytic(cuir::Program& program, RuleContext& ctx);    // mask.analytic-range
 absl::Status ApplyMaskTable(cuir::Program& program, RuleContext& ctx);       // mask.block-table
+absl::Status ApplyScoreDerivative(cuir::Program& program, RuleContext& ctx); // score.derivative
 
 // Claim keys.
 inline std::string MaskKey() { return "mask"; }

@@ -20,6 +20,7 @@ constexpr Rule kRules[] = {
     {"score.inline", ApplyScoreInline},
     {"mask.analytic-range", ApplyMaskAnalytic},
     {"mask.block-table", ApplyMaskTable},
+    {"score.derivative", ApplyScoreDerivative},
 };
 
 // Spec expressions use the canonical b / h; the base may call its grid axes otherwise.

@@ -2,7 +2,7 @@
 //
 // Each rule is a small named rewrite from the taxonomy in docs/transfer.md:
 //   (a) mask insertion      mask.analytic-range, mask.block-table
-//   (b) score modification  score.inline
+//   (b) score modification  score.inline, score.derivative (backward programs)
 //   (c) head mapping        heads.gqa
 //   (d) buffer inputs       buffers.declare, params.const
 // A delta no rule covers fails with FAILED_PRECONDITION "not covered by the rules: <construct>
@@ -45,6 +45,9 @@ struct VariantSpec {
     cuir::SourceLoc loc;  // where the spec declares it (for messages)
   };
   std::vector<Buffer> buffers;
+  // Backward programs only: the floating captured tensors whose gradient the backward computes
+  // (the learnable ones); each must be one of `buffers`.
+  std::vector<std::string> grad_buffers;
 };
 
 struct AppliedRule {
@@ -64,6 +67,9 @@ const std::string& RulesetVersion();
 // want a file per rule).
 std::vector<std::string> RuleNames();
 
+// `base` is an expert's forward program (base.cuir) or its backward program (base_bwd.cuir):
+// the same rules give the variant of either, the backward's mask walking query blocks per KV
+// tile (transposed ranges or tables) and its score_mod followed by its derivatives.
 absl::StatusOr<TransferResult> Transfer(const cuir::Program& base, const VariantSpec& spec,
                                         const cuir::AttentionConfig& config);
 

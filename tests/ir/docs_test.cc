@@ -82,5 +82,17 @@ TEST(Docs, Sm90BaseListingMatchesTheExpertFile) {
                         "comment lines) in a ```cuir block";
 }
 
+// The backward section's listing of the sm_80 backward base, without the file's comment lines.
+TEST(Docs, BackwardBaseListingMatchesTheExpertFile) {
+  std::string base =
+      WithoutCommentLines(ReadFileOrDie(SourcePath("cuir/experts/fa2_sm80/base_bwd.cuir")));
+  bool found = false;
+  for (const Block& b : CuirBlocks(ReadFileOrDie(SourcePath("docs/cuir.md")))) {
+    found |= b.text == base;
+  }
+  EXPECT_TRUE(found) << "docs/cuir.md must list cuir/experts/fa2_sm80/base_bwd.cuir (without "
+                        "its comment lines) in a ```cuir block";
+}
+
 }  // namespace
 }  // namespace cubridge::cuir

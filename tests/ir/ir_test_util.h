@@ -33,4 +33,14 @@ inline std::string WithoutCommentLines(const std::string& text) {
   return out;
 }
 
+// Replaces the one occurrence of `from`; a missing or ambiguous anchor fails the test, so an
+// edit can never silently leave the program it edits unchanged.
+inline std::string ReplaceOnce(std::string text, const std::string& from, const std::string& to) {
+  const size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << "anchor not found: " << from;
+  if (at == std::string::npos) return text;
+  EXPECT_EQ(text.find(from, at + 1), std::string::npos) << "anchor not unique: " << from;
+  return text.replace(at, from.size(), to);
+}
+
 }  // namespace cubridge::cuir::testing

@@ -10,6 +10,7 @@
 #include "cuir/ir/program.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/ir/ir_test_util.h"
 
 namespace cubridge::cuir {
 namespace {
@@ -28,14 +29,8 @@ std::string BaseText() {
   return ss.str();
 }
 
-// Replaces the one occurrence of `from`; a missing or ambiguous anchor fails the test, so an
-// edit can never silently leave the base program unchanged.
-std::string Replace(std::string text, const std::string& from, const std::string& to) {
-  const size_t at = text.find(from);
-  EXPECT_NE(at, std::string::npos) << "anchor not found: " << from;
-  if (at == std::string::npos) return text;
-  EXPECT_EQ(text.find(from, at + 1), std::string::npos) << "anchor not unique: " << from;
-  return text.replace(at, from.size(), to);
+std::string Replace(const std::string& text, const std::string& from, const std::string& to) {
+  return testing::ReplaceOnce(text, from, to);
 }
 
 // Inserts `lines` after the line that contains `anchor`.

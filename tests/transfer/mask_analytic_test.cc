@@ -1,6 +1,7 @@
 // mask.analytic-range: the rewritten loop visits every block that holds a kept element and skips
 // the mask only on blocks kept everywhere, checked by brute force on every (m_block, n_block) of
-// many small launches; for causal and window masks it also visits no empty block.
+// many small launches; for causal and window masks it also visits no empty block. The same for
+// the backward program's transposed walk (query blocks per K tile).
 #include <algorithm>
 #include <iostream>
 
@@ -23,26 +24,31 @@ struct MaskCase {
   std::vector<std::vector<int64_t>> values;  // one transfer per row
   bool tight;  // the normal form admits exact ranges: no visited block may be empty
   int64_t heads = 1;
+  // The backward's walk, with q_idx isolated, is understood too (else, for some values, its
+  // table takes the mask: exact, so only soundness is checked).
+  bool transposed_analytic = true;
 };
 
 std::ostream& operator<<(std::ostream& os, const MaskCase& c) { return os << c.name; }
 
 class StandardMasks : public ::testing::TestWithParam<MaskCase> {};
 
-TEST_P(StandardMasks, SoundOnEveryBlockAndTightWhereExpected) {
-  const MaskCase& c = GetParam();
+void ExpectSoundAndTight(const MaskCase& c, bool backward) {
   Totals totals;
   for (const std::vector<int64_t>& values : c.values) {
     std::vector<IntConst> consts;
-    std::string label = c.name;
+    std::string label = absl::StrCat(c.name, backward ? " (backward)" : "");
     for (size_t i = 0; i < c.params.size(); ++i) {
       consts.push_back({c.params[i], values[i]});
       absl::StrAppend(&label, " ", c.params[i], "=", values[i]);
     }
     VariantSpec spec = MaskSpec(c.mask, consts);
-    absl::StatusOr<TransferResult> r = TransferOnBase(spec);
+    absl::StatusOr<TransferResult> r = TransferOnBase(spec, {}, backward);
     ASSERT_TRUE(r.ok()) << label << ": " << r.status();
-    ASSERT_TRUE(Applied(*r, "mask.analytic-range")) << label << "\n"
+    const bool analytic = !backward || c.transposed_analytic;
+    ASSERT_TRUE(Applied(*r, "mask.analytic-range") ||
+                (!analytic && Applied(*r, "mask.block-table")))
+        << label << "\n"
                                                     << cuir::PrintProgram(r->program);
     ExpectValidRoundTrip(r->program);
     Totals one;
@@ -53,13 +59,20 @@ TEST_P(StandardMasks, SoundOnEveryBlockAndTightWhereExpected) {
     };
     CheckBlocksSound(r->program, spec, label, {std::begin(kShapes), std::end(kShapes)}, shape,
                      &one);
-    if (c.tight) {
+    if (c.tight && analytic) {
       EXPECT_EQ(one.empty, 0) << label << " visits empty blocks\n"
                               << cuir::PrintProgram(r->program);
     }
     totals.Add(one);
   }
-  std::cout << "[tightness] " << c.name << ": " << totals.Report() << "\n";
+  std::cout << "[tightness] " << c.name << (backward ? " (backward)" : "") << ": "
+            << totals.Report() << "\n";
+}
+
+TEST_P(StandardMasks, SoundOnEveryBlockAndTightWhereExpected) { ExpectSoundAndTight(GetParam(), false); }
+
+TEST_P(StandardMasks, BackwardSoundOnEveryBlockAndTightWhereExpected) {
+  ExpectSoundAndTight(GetParam(), true);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -110,11 +123,12 @@ INSTANTIATE_TEST_SUITE_P(
                  {"C"},
                  {{0}, {8}},
                  false},
+        // Transposed, the select's condition is on the isolated q_idx: the table takes it.
         MaskCase{"chunked_select",
                  "kv_idx >= select(q_idx >= C, C, 0) && kv_idx <= q_idx",
                  {"C"},
                  {{0}, {10}},
-                 false},
+                 false, 1, false},
         // Not tight: for the first rows the bounds 3 and q - h cross inside block 0, which is then
         // visited although empty (bounds from different atoms are not compared per tile).
         MaskCase{
@@ -169,7 +183,7 @@ TEST(MaskAnalytic, KeepsTheSpecsConstNamesInTheMask) {
   EXPECT_TRUE(cuir::Equal(masks[0]->value, spec.mask));
 }
 
-TEST(MaskAnalytic, RandomAffineMasksAreSound) {
+void ExpectRandomAffineMasksSound(bool backward) {
   RandomMask gen(20240611, /*rich=*/false);
   const std::vector<SeqShape> shapes = {{9, 23}, {24, 11}, {16, 16}};
   Totals totals;
@@ -177,19 +191,25 @@ TEST(MaskAnalytic, RandomAffineMasksAreSound) {
     VariantSpec spec;
     spec.mask = gen.Tree(3);
     std::string label = cuir::PrintExpr(spec.mask);
-    absl::StatusOr<TransferResult> r = TransferOnBase(spec);
+    absl::StatusOr<TransferResult> r = TransferOnBase(spec, {}, backward);
     ASSERT_TRUE(r.ok()) << label << ": " << r.status();
     EXPECT_TRUE(Applied(*r, "mask.analytic-range")) << label;
     ExpectValidRoundTrip(r->program);
     CheckBlocksSound(r->program, spec, label, shapes, PlainShape, &totals);
-    if (HasFatalFailure()) return;
+    if (::testing::Test::HasFatalFailure()) return;
   }
-  std::cout << "[tightness] random affine: " << totals.Report() << "\n";
+  std::cout << "[tightness] random affine" << (backward ? " (backward)" : "") << ": "
+            << totals.Report() << "\n";
+}
+
+TEST(MaskAnalytic, RandomAffineMasksAreSound) { ExpectRandomAffineMasksSound(false); }
+TEST(MaskAnalytic, RandomAffineMasksAreSoundInTheBackwardsTransposedWalk) {
+  ExpectRandomAffineMasksSound(true);
 }
 
 // Richer shapes (cdiv, max, row-dependent selects, products, %): whichever mask rule takes them,
 // the loop must stay sound.
-TEST(MaskAnalytic, RichRandomMasksAreSoundWhicheverRuleApplies) {
+void ExpectRichRandomMasksSound(bool backward) {
   RandomMask gen(77, /*rich=*/true);
   const std::vector<SeqShape> shapes = {{13, 21}, {20, 8}};
   Totals totals;
@@ -198,18 +218,23 @@ TEST(MaskAnalytic, RichRandomMasksAreSoundWhicheverRuleApplies) {
     VariantSpec spec;
     spec.mask = gen.Tree(2);
     std::string label = cuir::PrintExpr(spec.mask);
-    absl::StatusOr<TransferResult> r = TransferOnBase(spec);
+    absl::StatusOr<TransferResult> r = TransferOnBase(spec, {}, backward);
     ASSERT_TRUE(r.ok()) << label << ": " << r.status();
     analytic += Applied(*r, "mask.analytic-range");
     ExpectValidRoundTrip(r->program);
     CheckBlocksSound(r->program, spec, label, shapes, PlainShape, &totals);
-    if (HasFatalFailure()) return;
+    if (::testing::Test::HasFatalFailure()) return;
   }
   // About a third have an atom the analysis must decline (%, products, two-sided floor
   // divisions, non-monotone bounds); guard against losing coverage of the rest.
   EXPECT_GE(analytic, 20) << "analysis coverage regressed";
-  std::cout << "[tightness] rich random (" << analytic << "/60 analytic): " << totals.Report()
-            << "\n";
+  std::cout << "[tightness] rich random" << (backward ? " (backward)" : "") << " (" << analytic
+            << "/60 analytic): " << totals.Report() << "\n";
+}
+
+TEST(MaskAnalytic, RichRandomMasksAreSoundWhicheverRuleApplies) { ExpectRichRandomMasksSound(false); }
+TEST(MaskAnalytic, RichRandomMasksAreSoundInTheBackwardsTransposedWalk) {
+  ExpectRichRandomMasksSound(true);
 }
 
 }  // namespace

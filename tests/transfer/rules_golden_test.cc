@@ -24,11 +24,11 @@ namespace fs = std::filesystem;
 
 const fs::path kGolden = fs::path(CUBRIDGE_SOURCE_ROOT) / "tests/transfer/golden";
 
-cuir::Program Base() {
-  auto base = ReadGoldenBase(std::string(CUBRIDGE_SOURCE_ROOT) + "/cuir/experts");
+GoldenBases Base() {
+  auto base = ReadGoldenBases(std::string(CUBRIDGE_SOURCE_ROOT) + "/cuir/experts");
   if (!base.ok()) {
     ADD_FAILURE() << base.status();
-    return cuir::Program{};
+    return GoldenBases{};
   }
   return *std::move(base);
 }
@@ -94,8 +94,10 @@ TEST(RuleGolden, ExpectedMaskedProgramsAreSoundOnEveryBlock) {
     for (const GoldenCase& c : RunFile(rule).cases) {
       if (!c.variant.spec.mask || !c.program || c.got != c.want) continue;
       const VariantSpec& spec = c.variant.spec;
-      std::vector<std::string> ids;
+      std::vector<std::string> ids, read;
+      cuir::CollectBuffers(spec.mask, &read);
       for (const VariantSpec::Buffer& b : spec.buffers) {
+        if (std::find(read.begin(), read.end(), b.name) == read.end()) continue;  // the score's
         ASSERT_TRUE(b.extents.size() == 1 && cuir::ElementType(b.dtype) == cuir::Type::kInt)
             << rule << ".txt:" << c.line << ": only 1-D int buffers are simulated";
         ids.push_back(b.name);
@@ -156,7 +158,7 @@ TEST(RuleGolden, AMultiLineOutputEndsAtABlankLineOrTheNextCase) {
 }
 
 TEST(RuleGolden, AMalformedFileIsRefusedWithItsLine) {
-  const cuir::Program base = Base();
+  const GoldenBases base = Base();
   auto message = [&](const std::string& text) {
     auto run = RunGolden(text, "f.txt", base);
     return run.ok() ? std::string("ok") : std::string(run.status().message());
@@ -165,13 +167,14 @@ TEST(RuleGolden, AMalformedFileIsRefusedWithItsLine) {
             "f.txt:1: no `# rule: NAME` line before the cases");
   EXPECT_EQ(message("# rule: mask.analytic\n"),
             "f.txt:1: no rule named 'mask.analytic' (the rules are params.const, "
-            "buffers.declare, heads.gqa, score.inline, mask.analytic-range, mask.block-table)");
+            "buffers.declare, heads.gqa, score.inline, mask.analytic-range, mask.block-table, "
+            "score.derivative)");
   EXPECT_EQ(message("# rule: heads.gqa\nin: heads: q=8 kv=8\n"),
             "f.txt:2: an `in:` without its `out:`");
   EXPECT_EQ(message("# rule: heads.gqa\nout: applied: none\n"), "f.txt:2: an `out:` without its `in:`");
   EXPECT_EQ(message("# rule: heads.gqa\nin:\nout: applied: none\n"), "f.txt:3: an `in:` with no item");
   EXPECT_EQ(message("# rule: heads.gqa\nin: heads: q=8\n  window: 3\nout: none\n"),
-            "f.txt:3: `window: 3`: expected mask:, score:, const, buffer or heads:");
+            "f.txt:3: `window: 3`: expected mask:, score:, const, buffer, heads:, backward or grad:");
   EXPECT_EQ(message("# rule: heads.gqa\nin: const W: long = 3\nout: none\n"),
             "f.txt:2: `const W: long = 3`: `long`: the type is int, float or bool");
   EXPECT_EQ(message("# rule: heads.gqa\nin: mask: q_idx >=\nout: none\n"),

@@ -93,9 +93,10 @@ using TableRow = std::vector<std::pair<int64_t, bool>>;
 using Table = std::map<std::vector<int64_t>, TableRow>;
 
 // The table semantics of docs/cuir.md: per listed axes and Q tile, the non-empty KV blocks in
-// ascending order with their full flag.
+// ascending order with their full flag; transposed, per K tile the non-empty query blocks.
 absl::StatusOr<Table> ComputeTable(const Stmt& t, const Grid& grid, const ScalarEnv& env,
                                    const SimShape& s) {
+  const bool transposed = !t.attr.empty();
   std::vector<int64_t> extents;
   for (const std::string& axis : t.names) {
     size_t i = std::find(grid.axes.begin(), grid.axes.end(), axis) - grid.axes.begin();
@@ -107,10 +108,10 @@ absl::StatusOr<Table> ComputeTable(const Stmt& t, const Grid& grid, const Scalar
     ScalarEnv e = env;
     for (size_t i = 0; i < pt.size(); ++i) e.vars[t.names[i]] = pt[i];
     for (int64_t m = 0; m < CeilDiv(s.seqlen_q, s.block_m); ++m) {
-      std::vector<int64_t> key = pt;
-      key.push_back(m);
-      TableRow& row = table[key];
       for (int64_t n = 0; n < CeilDiv(s.seqlen_kv, s.block_n); ++n) {
+        std::vector<int64_t> key = pt;
+        key.push_back(transposed ? n : m);
+        TableRow& row = table[key];
         bool any = false, all = true;
         for (int64_t q = m * s.block_m; q < std::min((m + 1) * s.block_m, s.seqlen_q); ++q) {
           for (int64_t kv = n * s.block_n; kv < std::min((n + 1) * s.block_n, s.seqlen_kv); ++kv) {
@@ -121,7 +122,7 @@ absl::StatusOr<Table> ComputeTable(const Stmt& t, const Grid& grid, const Scalar
             all &= keep;
           }
         }
-        if (any) row.emplace_back(n, all);
+        if (any) row.emplace_back(transposed ? m : n, all);
       }
     }
     return absl::OkStatus();
@@ -163,6 +164,21 @@ struct Tile {
   int64_t b, h, q_lo, q_hi, kv_lo, kv_hi;
 };
 
+// Which tile a program keeps and which its loop walks: a forward keeps a Q tile and walks KV
+// blocks, a backward keeps a K tile and walks query blocks.
+struct Walk {
+  bool backward = false;
+  const char* own = "q";     // the top-level load's tensor
+  const char* walked = "k";  // the loop body's load checked against each block
+  int64_t block = 0, len = 0;  // the walked blocks' size and the walked sequence's length
+  const char* range = "[0, cdiv(seqlen_kv, BLOCK_N))";
+};
+
+Walk WalkOf(const Program& p, const SimShape& s) {
+  if (!cuir::IsBackward(p)) return Walk{false, "q", "k", s.block_n, s.seqlen_kv};
+  return Walk{true, "k", "q", s.block_m, s.seqlen_q, "[0, cdiv(seqlen_q, BLOCK_M))"};
+}
+
 void Classify(const Tile& t, const MaskOracle& mask, bool* any, bool* all) {
   *any = false;
   *all = true;
@@ -190,14 +206,17 @@ absl::StatusOr<bool> MaskSkipped(const Stmt& loop, const ScalarEnv& env) {
 void Violation(BlockStats* stats, const std::string& what, const Tile& t, int64_t n) {
   if (stats->violations.size() >= 8) return;
   stats->violations.push_back(absl::StrCat(what, ": b=", t.b, " h=", t.h, " rows [", t.q_lo, ", ",
-                                           t.q_hi, ") n_block=", n));
+                                           t.q_hi, ") kv rows [", t.kv_lo, ", ", t.kv_hi,
+                                           ") block=", n));
 }
 
 absl::Status CheckBlock(const Stmt& loop, const ScalarEnv& program_env, Tile t, int64_t n,
-                        bool visited, bool table_full, const SimShape& s, const MaskOracle& mask,
+                        bool visited, bool table_full, const Walk& w, const MaskOracle& mask,
                         BlockStats* stats) {
-  t.kv_lo = n * s.block_n;
-  t.kv_hi = std::min(t.kv_lo + s.block_n, s.seqlen_kv);
+  int64_t& lo_of_walk = w.backward ? t.q_lo : t.kv_lo;
+  int64_t& hi_of_walk = w.backward ? t.q_hi : t.kv_hi;
+  lo_of_walk = n * w.block;
+  hi_of_walk = std::min(lo_of_walk + w.block, w.len);
   bool any = false, all = true;
   Classify(t, mask, &any, &all);
   if (!visited) {
@@ -212,10 +231,12 @@ absl::Status CheckBlock(const Stmt& loop, const ScalarEnv& program_env, Tile t, 
   if (!loop.full_var.empty()) env.vars[loop.full_var] = table_full;
   if (absl::Status st = EvalLets(loop.body, &env); !st.ok()) return st;
   for (const Stmt& st : loop.body) {
-    if (st.kind != StmtKind::kLoad || st.operands[0] != "k") continue;
+    if (st.kind != StmtKind::kLoad || st.operands[0] != w.walked) continue;
     SIM_ASSIGN(lo, cuir::EvalInt(st.exprs[2], env));
     SIM_ASSIGN(hi, cuir::EvalInt(st.exprs[3], env));
-    if (lo != t.kv_lo || hi != t.kv_hi) Violation(stats, "K tile is not the block", t, n);
+    if (lo != lo_of_walk || hi != hi_of_walk) {
+      Violation(stats, absl::StrCat(w.walked, " tile is not the block"), t, n);
+    }
   }
   SIM_ASSIGN(skipped, MaskSkipped(loop, env));
   if (skipped) ++stats->skipped_full;
@@ -225,8 +246,9 @@ absl::Status CheckBlock(const Stmt& loop, const ScalarEnv& program_env, Tile t, 
 
 }  // namespace
 
-Program LoadBase() {
-  std::string path = std::string(CUBRIDGE_SOURCE_ROOT) + "/cuir/experts/fa2_sm80/base.cuir";
+Program LoadBase(bool backward) {
+  std::string path = std::string(CUBRIDGE_SOURCE_ROOT) + "/cuir/experts/fa2_sm80/" +
+                     (backward ? "base_bwd.cuir" : "base.cuir");
   std::ifstream in(path);
   std::stringstream text;
   text << in.rdbuf();
@@ -258,8 +280,9 @@ VariantSpec MaskSpec(const std::string& mask, const std::vector<IntConst>& const
 }
 
 absl::StatusOr<TransferResult> TransferOnBase(const VariantSpec& spec,
-                                              const cuir::AttentionConfig& config) {
-  return Transfer(LoadBase(), spec, config);
+                                              const cuir::AttentionConfig& config,
+                                              bool backward) {
+  return Transfer(LoadBase(backward), spec, config);
 }
 
 bool Applied(const TransferResult& r, const std::string& rule) {
@@ -335,13 +358,18 @@ absl::StatusOr<BlockStats> SimulateBlocks(const Program& p, const SimShape& s,
     tables[st.name] = std::move(table);
   }
   const Stmt& loop = KvLoop(p);
-  const Stmt* q_load = nullptr;
+  const Walk w = WalkOf(p, s);
+  const Stmt* own_load = nullptr;
+  const Stmt* q_load = nullptr;  // its batch and head name the mask's b and h
   for (const Stmt& st : p.stmts) {
+    if (st.kind == StmtKind::kLoad && st.operands[0] == w.own) own_load = &st;
+  }
+  for (const Stmt& st : w.backward ? loop.body : p.stmts) {
     if (st.kind == StmtKind::kLoad && st.operands[0] == "q") q_load = &st;
   }
-  if (!q_load) return absl::InvalidArgumentError("no Q load");
+  if (!own_load || !q_load) return absl::InvalidArgumentError("no Q or K load");
   BlockStats stats;
-  int64_t n_blocks = CeilDiv(s.seqlen_kv, s.block_n);
+  int64_t n_blocks = CeilDiv(w.len, w.block);
   absl::Status st = ForEachPoint(grid.extents, [&](const std::vector<int64_t>& pt) -> absl::Status {
     ScalarEnv e = env;
     for (size_t i = 0; i < pt.size(); ++i) e.vars[grid.axes[i]] = pt[i];
@@ -349,18 +377,19 @@ absl::StatusOr<BlockStats> SimulateBlocks(const Program& p, const SimShape& s,
     Tile t{};
     SIM_ASSIGN(b, cuir::EvalInt(q_load->exprs[0], e));
     SIM_ASSIGN(h, cuir::EvalInt(q_load->exprs[1], e));
-    SIM_ASSIGN(q_lo, cuir::EvalInt(q_load->exprs[2], e));
-    SIM_ASSIGN(q_hi, cuir::EvalInt(q_load->exprs[3], e));
-    t.b = b, t.h = h, t.q_lo = q_lo, t.q_hi = q_hi;
+    SIM_ASSIGN(lo, cuir::EvalInt(own_load->exprs[2], e));
+    SIM_ASSIGN(hi, cuir::EvalInt(own_load->exprs[3], e));
+    t.b = b, t.h = h;
+    (w.backward ? t.kv_lo : t.q_lo) = lo;
+    (w.backward ? t.kv_hi : t.q_hi) = hi;
     SIM_ASSIGN(visited, VisitedBlocks(loop, e, tables, &stats));
     for (auto [n, full] : visited) {
-      if (n < 0 || n >= n_blocks)
-        Violation(&stats, "block outside [0, cdiv(seqlen_kv, BLOCK_N))", t, n);
+      if (n < 0 || n >= n_blocks) Violation(&stats, absl::StrCat("block outside ", w.range), t, n);
     }
     for (int64_t n = 0; n < n_blocks; ++n) {
       auto it = visited.find(n);
       bool in = it != visited.end();
-      absl::Status cs = CheckBlock(loop, e, t, n, in, in && it->second, s, mask, &stats);
+      absl::Status cs = CheckBlock(loop, e, t, n, in, in && it->second, w, mask, &stats);
       if (!cs.ok()) return cs;
     }
     return absl::OkStatus();

@@ -16,8 +16,9 @@
 
 namespace cubridge::transfer::testing {
 
-// cuir/experts/fa2_sm80/base.cuir, parsed (aborts the test on failure).
-cuir::Program LoadBase();
+// cuir/experts/fa2_sm80/base.cuir (base_bwd.cuir when `backward`), parsed (aborts the test on
+// failure).
+cuir::Program LoadBase(bool backward = false);
 cuir::ExprPtr E(const std::string& text, const std::string& file = "");
 
 struct IntConst {
@@ -26,9 +27,10 @@ struct IntConst {
 };
 VariantSpec MaskSpec(const std::string& mask, const std::vector<IntConst>& consts = {});
 
-// Transfer on the base program (default config: MHA).
+// Transfer on the base program (default config: MHA), or on the backward base.
 absl::StatusOr<TransferResult> TransferOnBase(const VariantSpec& spec,
-                                              const cuir::AttentionConfig& config = {});
+                                              const cuir::AttentionConfig& config = {},
+                                              bool backward = false);
 bool Applied(const TransferResult& r, const std::string& rule);
 
 // The program validates and survives PrintProgram / ParseProgram unchanged.
@@ -65,7 +67,8 @@ struct BlockStats {
 // compares every (m_block, n_block) with the oracle: a block the loop does not visit must hold no
 // kept element, a visited block whose mask is skipped must be kept everywhere, visited blocks
 // must be inside [0, cdiv(seqlen_kv, BLOCK_N)) and visited once. Table loops are fed from
-// tables computed as the CuIR semantics define them.
+// tables computed as the CuIR semantics define them. A backward program (cuir::IsBackward) is
+// checked transposed: its K tile's walk over query blocks, inside [0, cdiv(seqlen_q, BLOCK_M)).
 absl::StatusOr<BlockStats> SimulateBlocks(const cuir::Program& p, const SimShape& shape,
                                           const MaskOracle& mask);
 

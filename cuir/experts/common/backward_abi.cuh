@@ -1,0 +1,31 @@
+// The launcher ABI of a backward attention call (issue 29): the gradients of one forward call
+// (common/launch_abi.cuh) with respect to q, k, v and the captured tensors that learn.
+//
+// `fwd` is the forward call's params as given to it: q, k, v, o, lse (what the forward wrote),
+// the shapes, dtype, scale and captured tensors. `d_o` is the loss's gradient with respect to O
+// (O's shape, unit stride along head_dim). The kernel writes dq, dk, dv (q's, k's and v's shapes,
+// unit stride along head_dim; dK and dV summed over each kv head's query group) and, for each
+// buffers[i] that learns, its fp32 gradient into buffer_grads[i] (contiguous in that buffer's
+// shape; null where the buffer does not learn). The call needs `workspace_bytes` of device
+// scratch (cubridge_attn_bwd_workspace_size), which holds D = rowsum(dO * O) and the fp32
+// accumulators of dQ (and of dK and dV under GQA).
+#ifndef cubridge_attn_bwd_BACKWARD_ABI_CUH_
+#define cubridge_attn_bwd_BACKWARD_ABI_CUH_
+#include "launch_abi.cuh"
+
+typedef struct cubridge_attn_bwd_params {
+  cubridge_attn_fwd_params fwd;
+  const void* d_o;
+  int64_t do_batch_stride, do_head_stride, do_row_stride;
+  void* dq;
+  int64_t dq_batch_stride, dq_head_stride, dq_row_stride;
+  void* dk;
+  int64_t dk_batch_stride, dk_head_stride, dk_row_stride;
+  void* dv;
+  int64_t dv_batch_stride, dv_head_stride, dv_row_stride;
+  float* buffer_grads[CUBRIDGE_MAX_BUFFERS];
+  void* workspace;
+  size_t workspace_size;
+} cubridge_attn_bwd_params;
+
+#endif  // cubridge_attn_bwd_BACKWARD_ABI_CUH_

@@ -1,0 +1,208 @@
+#!/usr/bin/env python3
+"""The sm_80 backward expert (cuir/experts/fa2_sm80/kernel_bwd.cu) on the GPU (issue 29, item 4).
+
+Builds the kernel with nvcc beside a C shim (shim.cu) for this GPU's arch, runs it at ragged
+shapes (Sq != Skv both ways, tails in both directions, GQA and MQA, head dims 64 and 128, bf16 and
+fp16) on fresh random inputs, and compares dQ, dK and dV, every element, with the float64
+autograd of attention: |got - want| <= atol_rel * scale + rtol * |want|, scale = max|want| but
+at least a thousandth of the largest gradient's (the CPU verifier's rule,
+pipeline/verify_backward.h). The outputs start as NaN, so an element the kernel never
+writes fails. With --bench it also times the backward at the issue's shape (bf16, d 128,
+B * S = 16k tokens) against SDPA's fastest backward and FlexAttention's, in the same process.
+
+Exit status: 0 all cases match, 1 a mismatch or a build failure, 77 no GPU or no nvcc (skipped).
+"""
+import argparse
+import ctypes
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOLERANCE = {"bf16": (2e-2, 2e-2), "fp16": (4e-3, 4e-3)}
+
+
+def skip(why):
+    print(f"SKIPPED: {why}")
+    sys.exit(77)
+
+
+def build(out_dir, arch):
+    nvcc = os.environ.get("NVCC") or shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    if not os.path.exists(nvcc):
+        skip("no nvcc")
+    lib = os.path.join(out_dir, "libcubridge_bwd_check.so")
+    cmd = [nvcc, "-std=c++17", "-O3", f"-arch={arch}", "-shared", "-Xcompiler", "-fPIC",
+           os.path.join(HERE, "shim.cu"), "-o", lib]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        print(r.stdout + r.stderr)
+        sys.exit(1)
+    so = ctypes.CDLL(lib)
+    so.bwd_check_workspace.restype = ctypes.c_size_t
+    so.bwd_check_workspace.argtypes = [ctypes.c_int] * 6
+    so.bwd_check_run.restype = ctypes.c_int
+    so.bwd_check_run.argtypes = ([ctypes.c_void_p] * 10 + [ctypes.c_size_t] + [ctypes.c_int] * 7 +
+                                 [ctypes.c_float, ctypes.c_void_p])
+    return so
+
+
+def reference(torch, q, k, v, grad_o, scale):
+    """O, LSE and dQ, dK, dV of softmax(Q K^T * scale) V in float64, GQA by repeating K and V."""
+    group = q.shape[1] // k.shape[1]
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    kr, vr = k64.repeat_interleave(group, 1), v64.repeat_interleave(group, 1)
+    s = torch.matmul(q64, kr.transpose(-1, -2)) * scale
+    lse = torch.logsumexp(s, -1)
+    o = torch.matmul(torch.softmax(s, -1), vr)
+    dq, dk, dv = torch.autograd.grad(o, (q64, k64, v64), grad_o.double())
+    return o.detach(), lse.detach(), dq, dk, dv
+
+
+def run_kernel(torch, so, q, k, v, o, lse, grad_o, scale, dtype_code):
+    b, hq, sq, d = q.shape
+    hkv, skv = k.shape[1], k.shape[2]
+    grads = [torch.full_like(t, float("nan")) for t in (q, k, v)]
+    ws = torch.empty(so.bwd_check_workspace(b, hq, hkv, d, sq, skv), dtype=torch.uint8,
+                     device=q.device)
+    args = [t.data_ptr() for t in (q, k, v, o, lse, grad_o, *grads, ws)]
+    stream = torch.cuda.current_stream().cuda_stream
+    err = so.bwd_check_run(*args, ws.numel(), b, hq, hkv, d, sq, skv, dtype_code, scale, stream)
+    return err, grads, (args, ws)
+
+
+def compare(torch, got, want, dtype_name, floor):
+    """floor: the least scale, a thousandth of the largest of the three gradients, so that a
+    gradient that is 0 (one key: dS = P (dP - D) = 0) meets fp32 rounding with a tolerance."""
+    atol_rel, rtol = TOLERANCE[dtype_name]
+    got, want = got.double(), want.double()
+    scale = max(want.abs().max().item(), floor)
+    diff = (got - want).abs()
+    diff = torch.where(torch.isnan(diff), torch.full_like(diff, float("inf")), diff)
+    bad = diff > atol_rel * scale + rtol * want.abs()
+    return {"max_abs": diff.max().item(), "max_abs_want": scale,
+            "rel": diff.max().item() / scale if scale > 0 else diff.max().item(),
+            "violations": int(bad.sum().item()), "unwritten": int(torch.isnan(got).sum().item())}
+
+
+def check(torch, so, cases, seed):
+    results, ok = [], True
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    for (b, hq, hkv, d, sq, skv, name) in cases:
+        dt = torch.bfloat16 if name == "bf16" else torch.float16
+        q = torch.randn(b, hq, sq, d, device="cuda", generator=gen).to(dt)
+        k = torch.randn(b, hkv, skv, d, device="cuda", generator=gen).to(dt)
+        v = torch.randn(b, hkv, skv, d, device="cuda", generator=gen).to(dt)
+        grad_o = torch.randn(b, hq, sq, d, device="cuda", generator=gen).to(dt)
+        scale = d ** -0.5
+        o, lse, dq, dk, dv = reference(torch, q, k, v, grad_o, scale)
+        err, got, _ = run_kernel(torch, so, q, k, v, o.to(dt).contiguous(),
+                                 lse.float().contiguous(), grad_o, scale, 0 if name == "bf16" else 1)
+        torch.cuda.synchronize()
+        case = {"shape": [b, hq, hkv, d, sq, skv], "dtype": name, "launch": err}
+        if err != 0:
+            ok = False
+        else:
+            floor = 1e-3 * max(w.abs().max().item() for w in (dq, dk, dv))
+            for label, g, w in zip(("dq", "dk", "dv"), got, (dq, dk, dv)):
+                case[label] = compare(torch, g, w, name, floor)
+                ok &= case[label]["violations"] == 0 and case[label]["unwritten"] == 0
+        results.append(case)
+        print(json.dumps(case))
+    return ok, results
+
+
+def bench(torch, so, reps):
+    """The issue's shape: bf16, d 128, Llama2-7B heads (32), B * S = 16k tokens, S = 8k; full."""
+    import torch.nn.functional as F
+    b, h, s, d = 2, 32, 8192, 128
+    dt = torch.bfloat16
+    q, k, v, grad_o = (torch.randn(b, h, s, d, device="cuda", dtype=dt) for _ in range(4))
+    scale = d ** -0.5
+    flops = 2.5 * 4.0 * b * h * s * s * d
+
+    def timed(fn):
+        fn()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        times = []
+        for _ in range(reps):
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        times.sort()
+        t = times[len(times) // 2]
+        return {"seconds": t, "tflops": flops / t / 1e12}
+
+    out = {"shape": [b, h, s, d], "dtype": "bf16", "mask": "full"}
+    qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+    o_sdpa = F.scaled_dot_product_attention(qg, kg, vg, scale=scale)
+    out["sdpa"] = timed(lambda: torch.autograd.grad(o_sdpa, (qg, kg, vg), grad_o,
+                                                    retain_graph=True))
+    try:
+        from torch.nn.attention.flex_attention import flex_attention
+        flex = torch.compile(flex_attention)
+        o_flex = flex(qg, kg, vg, scale=scale)
+        out["flex"] = timed(lambda: torch.autograd.grad(o_flex, (qg, kg, vg), grad_o,
+                                                        retain_graph=True))
+    except Exception as e:  # noqa: BLE001 - recorded, not fatal
+        out["flex"] = {"error": str(e)[:200]}
+    # The kernel reads the forward's O and LSE: SDPA's math-free reference is too slow at this
+    # size, so O and LSE come from a float32 pass (their accuracy does not change the timing).
+    with torch.no_grad():
+        o = F.scaled_dot_product_attention(q, k, v, scale=scale)
+        lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
+        for i in range(0, s, 1024):
+            lse[:, :, i:i + 1024] = torch.logsumexp(
+                torch.matmul(q[:, :, i:i + 1024].float(), k.float().transpose(-1, -2)) * scale, -1)
+    state = {}
+
+    def run():
+        state["r"] = run_kernel(torch, so, q, k, v, o, lse, grad_o, scale, 0)
+
+    out["cubridge"] = timed(run)
+    out["cubridge"]["launch"] = state["r"][0]
+    print(json.dumps(out))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", help="write the results as JSON here")
+    ap.add_argument("--bench", action="store_true")
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--seed", type=int, default=20261129)
+    a = ap.parse_args()
+    try:
+        import torch
+    except ImportError:
+        skip("no torch")
+    if not torch.cuda.is_available():
+        skip("no GPU")
+    major, minor = torch.cuda.get_device_capability()
+    tmp = tempfile.mkdtemp(prefix="cubridge-bwd-")
+    so = build(tmp, f"sm_{major}{minor}")
+    cases = [
+        (1, 2, 2, 64, 70, 45, "bf16"), (2, 4, 2, 128, 33, 100, "fp16"),
+        (1, 3, 1, 128, 257, 300, "bf16"), (2, 8, 8, 64, 130, 130, "fp16"),
+        (1, 4, 4, 128, 300, 257, "fp16"), (1, 2, 2, 128, 1000, 1000, "bf16"),
+        (1, 1, 1, 64, 1, 1, "bf16"), (2, 6, 2, 64, 511, 129, "bf16"),
+    ]
+    ok, results = check(torch, so, cases, a.seed)
+    report = {"device": torch.cuda.get_device_name(), "passed": ok, "cases": results}
+    if a.bench:
+        report["bench"] = bench(torch, so, a.reps)
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(report, f, indent=1)
+    print("PASSED" if ok else "FAILED")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

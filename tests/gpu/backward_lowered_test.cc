@@ -1,0 +1,217 @@
+// On a GPU: backward kernels lowered from variants into the sm_80 backward expert (issue 29),
+// built by nvcc for the GPU at hand and loaded with dlopen, against the float64 autograd of each
+// spec at ragged shapes (Sq != Skv both ways, GQA): dQ, dK, dV from NaN-poisoned outputs and the
+// learnable captured tensors' gradients, by the CPU verifier's tolerances (CompareGrads, the
+// interpreter's error scales for the buffers). Without a GPU or nvcc every test skips itself.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "cuir/experts/common/backward_abi.cuh"
+#include "cuir/interp/interp.h"
+#include "cuir/lower/expert.h"
+#include "cuir/lower/lower.h"
+#include "cuir/pipeline/stages.h"
+#include "cuir/pipeline/verify.h"
+#include "cuir/pipeline/verify_backward.h"
+#include "cuir/spec/oracle.h"
+#include "cuir/transfer/transfer.h"
+#include "tests/generality_suite.h"
+#include "tests/lower/lower_test_util.h"
+#include "worker/gpu/driver.h"
+
+namespace cubridge::gpu {
+namespace {
+
+using cubridge::testing::GeneralitySpec;
+
+struct BackwardLib {
+  void* handle = nullptr;
+  size_t (*workspace)(const cubridge_attn_bwd_params*) = nullptr;
+  int (*run)(const cubridge_attn_bwd_params*, void*) = nullptr;
+};
+
+void SetStrides(const torch::Tensor& t, int64_t* b, int64_t* h, int64_t* r) {
+  *b = t.stride(0), *h = t.stride(1), *r = t.stride(2);
+}
+
+class BackwardOnGpu : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    auto device = ProbeDevice(0);
+    if (!device.ok()) GTEST_SKIP() << "no usable GPU: " << device.status().message();
+    nvcc_ = lower::testing::FindNvcc();
+    if (nvcc_.empty()) GTEST_SKIP() << "no nvcc";
+    arch_flag_ = absl::StrCat("-arch=sm_", device->cc_major, device->cc_minor);
+    dir_ = lower::testing::MakeTempDir("cubridge-bwd-gpu-");
+  }
+  void TearDown() override {
+    if (lib_.handle != nullptr) dlclose(lib_.handle);
+    lower::testing::CleanUpTempDir(dir_, HasFailure());
+  }
+
+  // The kernel lowered from `program`, built as a shared library and loaded.
+  void Build(const cuir::Program& program, const cuir::AttentionConfig& c) {
+    auto k = lower::Lower(program, c, lower::Arch::kSm80);
+    ASSERT_TRUE(k.ok()) << k.status();
+    const std::string stem = dir_ + "/kernel";
+    lower::testing::WriteFile(stem + ".cu", k->cuda_source);
+    const auto r = lower::testing::RunCommand(absl::StrCat(
+        nvcc_, " -std=c++17 -O3 -shared -Xcompiler -fPIC ", arch_flag_, " -o ", stem, ".so ",
+        stem, ".cu"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    lib_.handle = dlopen((stem + ".so").c_str(), RTLD_NOW | RTLD_LOCAL);
+    ASSERT_NE(lib_.handle, nullptr) << dlerror();
+    const std::string entry = k->entry_point;
+    lib_.workspace = reinterpret_cast<size_t (*)(const cubridge_attn_bwd_params*)>(
+        dlsym(lib_.handle, (entry + "_workspace_size").c_str()));
+    lib_.run = reinterpret_cast<int (*)(const cubridge_attn_bwd_params*, void*)>(
+        dlsym(lib_.handle, entry.c_str()));
+    ASSERT_TRUE(lib_.workspace != nullptr && lib_.run != nullptr) << entry;
+    buffer_order_.clear();
+    for (const lower::LoweredBuffer& b : k->buffers) buffer_order_.push_back(b.name);
+  }
+
+  // The lowered kernel's gradients for these inputs (dQ, dK, dV and the buffers in `learn`).
+  spec::AttentionGrads RunOnGpu(const cuir::AttentionConfig& c, const spec::AttentionInputs& in,
+                                const spec::BackwardInputs& b,
+                                const std::vector<std::string>& learn) {
+    const torch::Device cuda(torch::kCUDA);
+    auto dev = [&](const torch::Tensor& t) { return t.to(cuda).contiguous(); };
+    const torch::Tensor q = dev(in.q), k = dev(in.k), v = dev(in.v), o = dev(b.o);
+    const torch::Tensor lse = dev(b.lse.to(torch::kFloat)), d_o = dev(b.grad_o);
+    torch::Tensor dq = torch::full_like(q, NAN), dk = torch::full_like(k, NAN),
+                  dv = torch::full_like(v, NAN);
+    cubridge_attn_bwd_params p{};
+    cubridge_attn_fwd_params& f = p.fwd;
+    f.q = q.data_ptr(), f.k = k.data_ptr(), f.v = v.data_ptr(), f.o = o.data_ptr();
+    f.lse = lse.data_ptr<float>();
+    SetStrides(q, &f.q_batch_stride, &f.q_head_stride, &f.q_row_stride);
+    SetStrides(k, &f.k_batch_stride, &f.k_head_stride, &f.k_row_stride);
+    SetStrides(v, &f.v_batch_stride, &f.v_head_stride, &f.v_row_stride);
+    SetStrides(o, &f.o_batch_stride, &f.o_head_stride, &f.o_row_stride);
+    f.lse_batch_stride = lse.stride(0), f.lse_head_stride = lse.stride(1);
+    f.batch = static_cast<int32_t>(c.batch), f.heads_q = static_cast<int32_t>(c.heads_q);
+    f.heads_kv = static_cast<int32_t>(c.heads_kv), f.head_dim = static_cast<int32_t>(c.head_dim);
+    f.seqlen_q = static_cast<int32_t>(c.seqlen_q), f.seqlen_kv = static_cast<int32_t>(c.seqlen_kv);
+    f.dtype = c.dtype == cuir::DType::kBF16 ? 0 : 1;
+    f.softmax_scale = static_cast<float>(c.scale());
+    std::vector<torch::Tensor> keep;  // the buffers' device copies, alive until the call is done
+    std::map<std::string, torch::Tensor> grads;
+    for (size_t i = 0; i < buffer_order_.size(); ++i) {
+      const torch::Tensor t = dev(in.buffers.at(buffer_order_[i]));
+      keep.push_back(t);
+      f.buffers[i].data = t.data_ptr();
+      f.buffers[i].dtype = static_cast<int32_t>(*spec::TensorDTypeOf(t.scalar_type()));
+      f.buffers[i].rank = static_cast<int32_t>(t.dim());
+      for (int64_t d = 0; d < t.dim(); ++d) {
+        f.buffers[i].sizes[d] = t.size(d);
+        f.buffers[i].strides[d] = t.stride(d);
+      }
+      if (std::find(learn.begin(), learn.end(), buffer_order_[i]) != learn.end()) {
+        torch::Tensor g = torch::zeros(t.sizes(), torch::TensorOptions().device(cuda));
+        p.buffer_grads[i] = g.data_ptr<float>();
+        grads[buffer_order_[i]] = g;
+      }
+    }
+    p.d_o = d_o.data_ptr();
+    SetStrides(d_o, &p.do_batch_stride, &p.do_head_stride, &p.do_row_stride);
+    p.dq = dq.data_ptr(), p.dk = dk.data_ptr(), p.dv = dv.data_ptr();
+    SetStrides(dq, &p.dq_batch_stride, &p.dq_head_stride, &p.dq_row_stride);
+    SetStrides(dk, &p.dk_batch_stride, &p.dk_head_stride, &p.dk_row_stride);
+    SetStrides(dv, &p.dv_batch_stride, &p.dv_head_stride, &p.dv_row_stride);
+    const torch::Tensor ws = torch::empty({static_cast<int64_t>(lib_.workspace(&p))},
+                                          torch::TensorOptions().dtype(torch::kUInt8).device(cuda));
+    p.workspace = ws.data_ptr();
+    p.workspace_size = static_cast<size_t>(ws.numel());
+    EXPECT_EQ(lib_.run(&p, nullptr), 0);
+    torch::cuda::synchronize();
+    spec::AttentionGrads out{dq.cpu(), dk.cpu(), dv.cpu(), {}, {}};
+    for (auto& [name, g] : grads) out.buffers[name] = g.cpu();
+    return out;
+  }
+
+  std::string nvcc_, arch_flag_, dir_;
+  BackwardLib lib_;
+  std::vector<std::string> buffer_order_;
+};
+
+GeneralitySpec Find(const std::string& name) {
+  for (const GeneralitySpec& g : cubridge::testing::GeneralitySuite()) {
+    if (g.name == name) return g;
+  }
+  GeneralitySpec g;
+  g.name = name;
+  g.path = std::string(CUBRIDGE_SOURCE_ROOT) + "/examples/specs/" + name + ".py";
+  return g;
+}
+
+TEST_P(BackwardOnGpu, LoweredVariantMatchesTheOracle) {
+  const GeneralitySpec g = Find(GetParam());
+  auto dtypes = spec::BufferDTypesOf(g.buffers);
+  ASSERT_TRUE(dtypes.ok()) << dtypes.status();
+  auto loaded = spec::LoadSpecFile(g.path, *dtypes);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_TRUE(spec::OverrideParams(*loaded, g.params).ok());
+  const spec::Spec& s = *loaded;
+  for (const auto& [hq, hkv, dtype, d] : {std::tuple{4, 2, cuir::DType::kBF16, 64},
+                                          std::tuple{2, 2, cuir::DType::kFP16, 128}}) {
+    cuir::AttentionConfig c;
+    c.batch = 2, c.heads_q = hq, c.heads_kv = hkv, c.head_dim = d, c.dtype = dtype;
+    c.seqlen_q = c.seqlen_kv = 300;
+    auto base = lower::LoadExpert("fa2_sm80", /*backward=*/true);
+    ASSERT_TRUE(base.ok()) << base.status();
+    transfer::VariantSpec v = pipeline::ToVariantSpec(s);
+    v.grad_buffers = pipeline::LearnableBuffers(s);
+    auto t = transfer::Transfer(base->base, v, c);
+    ASSERT_TRUE(t.ok()) << t.status();
+    Build(t->program, c);
+    if (HasFatalFailure()) return;
+    uint64_t seed = 20261129;
+    for (const pipeline::VerifyShape& shape :
+         std::vector<pipeline::VerifyShape>{{2, 300, 300}, {1, 257, 390}, {1, 390, 257}}) {
+      SCOPED_TRACE(absl::StrCat(g.name, " ", pipeline::ShapeName(shape), " d", d));
+      cuir::AttentionConfig at;
+      auto in = pipeline::InputsAtShape(s, c, shape, g.buffers, ++seed, &at);
+      ASSERT_TRUE(in.ok()) << in.status();
+      auto fwd = spec::RunOracle(s, at, *in);
+      ASSERT_TRUE(fwd.ok()) << fwd.status();
+      torch::manual_seed(static_cast<int64_t>(seed));
+      const torch::ScalarType type = in->q.scalar_type();
+      const spec::BackwardInputs b{fwd->o.to(type), fwd->lse.to(torch::kFloat),
+                                   torch::randn(in->q.sizes()).to(type)};
+      auto want = spec::RunBackwardOracle(s, at, *in, b.grad_o,
+                                          {v.grad_buffers.begin(), v.grad_buffers.end()});
+      ASSERT_TRUE(want.ok()) << want.status();
+      // The interpreter's run gives the buffers' error scales (and checks the program too).
+      auto cpu = interp::InterpretBackward(t->program, at, *in, b);
+      ASSERT_TRUE(cpu.ok()) << cpu.status();
+      const spec::AttentionGrads got = RunOnGpu(at, *in, b, v.grad_buffers);
+      const pipeline::BackwardShapeResult r =
+          pipeline::CompareGrads(got, *want, cpu->buffer_masses, v.grad_buffers, at.dtype);
+      for (const pipeline::GradResult& gr : r.grads) {
+        EXPECT_TRUE(gr.error.violations == 0 && gr.error.unwritten == 0)
+            << pipeline::DescribeError(gr.name, gr.error);
+      }
+    }
+    dlclose(lib_.handle);
+    lib_.handle = nullptr;
+  }
+}
+
+// A variant of every kind the backward lowers: ranges of a mask (causal, a window, prefix-LM,
+// block-causal), a score_mod with its derivative (softcap, ALiBi with both), learnable tensors
+// (slopes under a mask, a 2-D bucket table, a rank-0 scale, a per-(batch, head) scale).
+INSTANTIATE_TEST_SUITE_P(Variants, BackwardOnGpu,
+                         ::testing::Values("full", "causal", "sliding_window", "prefix_lm",
+                                           "block_causal", "softcap", "alibi_window_softcap",
+                                           "alibi_learned_slopes", "t5_relative_buckets",
+                                           "clip_logit_scale", "per_batch_head_scale"));
+
+}  // namespace
+}  // namespace cubridge::gpu
