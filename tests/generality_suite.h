@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cuir/spec/spec.h"
 #include "cuir/spec/tensors.h"
 
 namespace cubridge::testing {
@@ -53,6 +54,40 @@ inline std::vector<GeneralitySpec> GeneralitySuite() {
 
 inline std::string GeneralityName(const ::testing::TestParamInfo<GeneralitySpec>& info) {
   return info.param.name;
+}
+
+// The twelve tuned examples (examples/specs), with their default buffer sources.
+inline std::vector<GeneralitySpec> ExampleSpecs() {
+  std::vector<GeneralitySpec> out;
+  for (const char* file : {"full", "causal", "sliding_window", "global_sliding_window",
+                           "prefix_lm", "block_causal", "causal_document", "share_question",
+                           "relative_position", "alibi", "softcap", "alibi_window_softcap"}) {
+    GeneralitySpec g;
+    g.name = file;
+    g.path = std::string(CUBRIDGE_SOURCE_ROOT) + "/examples/specs/" + file + ".py";
+    out.push_back(std::move(g));
+  }
+  return out;
+}
+
+// A suite entry or example by name (generality suite first).
+inline GeneralitySpec FindSpec(const std::string& name) {
+  for (std::vector<GeneralitySpec> list : {GeneralitySuite(), ExampleSpecs()}) {
+    for (GeneralitySpec& g : list) {
+      if (g.name == name) return g;
+    }
+  }
+  return GeneralitySpec{name, "", {}, {}};
+}
+
+// The spec loaded for the dtypes its buffer sources give, its parameter overrides applied.
+inline absl::StatusOr<spec::Spec> LoadSuiteSpec(const GeneralitySpec& g) {
+  auto dtypes = spec::BufferDTypesOf(g.buffers);
+  if (!dtypes.ok()) return dtypes.status();
+  auto loaded = spec::LoadSpecFile(g.path, *dtypes);
+  if (!loaded.ok()) return loaded.status();
+  if (absl::Status s = spec::OverrideParams(*loaded, g.params); !s.ok()) return s;
+  return loaded;
 }
 
 }  // namespace cubridge::testing

@@ -67,7 +67,7 @@ absl::Status RegionWriter::TableLoop(const Stmt& loop) {
       row = Convert(index, CType::kLong);
       continue;
     }
-    std::string extent = "cuir_cdiv(seqlen_q, BLOCK_M)";
+    std::string extent = t->tile_rows("");
     if (i < t->axes.size()) {
       CUBRIDGE_ASSIGN_OR_RETURN(auto e, EmitExpr(t->extents[i], kernel_));
       extent = e.text;
@@ -80,21 +80,24 @@ absl::Status RegionWriter::TableLoop(const Stmt& loop) {
   // `block_full` (and `n_block`, `n_next`) are the names the expert's walk hands on with the
   // block (docs/lowering.md, "Variant hooks").
   loop_.Bind(loop.full_var, "block_full", CType::kBool);
-  out_["kv_range"] = absl::StrCat("// table form: the blocks come from table ", loop.table,
-                                  " (kv_loop)\n");
-  out_["kv_loop"] = absl::StrCat(
+  // A backward's walk (regions q_range, q_loop) hands on `m_next`.
+  const char* const range = backward_ ? "q_range" : "kv_range";
+  const char* const walk = backward_ ? "q_loop" : "kv_loop";
+  out_[range] = absl::StrCat("// table form: the blocks come from table ", loop.table, " (", walk,
+                             ")\n");
+  out_[walk] = absl::StrCat(
       "// table_loop\n", Origin(loop),
       "const long long ", row_var, " = ", row, ";\n",
       "const int* const ", entries, " = ", t->cpp, " + ", t->rows_fn, "(p) + ", row_var,
-      " * cuir_cdiv(seqlen_kv, BLOCK_N);\n",
+      " * ", t->cols(""), ";\n",
       "const int ", count, " = __ldg(", t->cpp, " + ", row_var, ");\n",
       "for (int ", i, " = 0; ", i, " < ", count, "; ++", i, ") {\n",
       "  const int ", entry, " = __ldg(", entries, " + ", i, ");\n",
       "  const int ", loop.name, " = ", entry, " >> 1;\n",
       "  const bool block_full = (", entry, " & 1) != 0;\n",
       // The expert's pipelined mainloop prefetches the next visited block (INT_MAX: none).
-      "  const int n_next = ", i, " + 1 < ", count, " ? __ldg(", entries, " + ", i,
-      " + 1) >> 1 : INT_MAX;\n");
+      "  const int ", backward_ ? "m_next" : "n_next", " = ", i, " + 1 < ", count,
+      " ? __ldg(", entries, " + ", i, " + 1) >> 1 : INT_MAX;\n");
   return absl::OkStatus();
 }
 

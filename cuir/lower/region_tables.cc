@@ -36,12 +36,6 @@ using cuir::Stmt;
 
 absl::Status RegionWriter::Tables() {
   std::string kernels;
-  if (backward_ && !plan_.tables.empty()) {
-    const Stmt& t = *plan_.tables.front();
-    return absl::UnimplementedError(absl::StrCat(
-        t.loc.ToString(), ": the lowering does not know a backward's block table yet (`",
-        StmtHeader(t), "`): the backward expert walks ranges of query blocks only"));
-  }
   for (const Stmt* s : plan_.tables) {
     if (static_cast<int>(tables_.size()) == kMaxTables) {
       return absl::UnimplementedError(absl::StrCat(
@@ -50,6 +44,7 @@ absl::Status RegionWriter::Tables() {
     }
     TableInfo t{s, Fresh(s->name), Fresh(s->name + "_rows"), Fresh(s->name + "_classify"),
                 s->names, {}, static_cast<int>(tables_.size())};
+    t.transposed = !s->attr.empty();
     for (const std::string& axis : t.axes) {
       auto it = std::find(plan_.grid->names.begin(), plan_.grid->names.end(), axis);
       if (it == plan_.grid->names.end()) {
@@ -69,11 +64,12 @@ absl::Status RegionWriter::Tables() {
   return absl::OkStatus();
 }
 
-// Rows of a table: one per (per-axes values..., m_block).
+// Rows of a table: one per (per-axes values..., m_block), transposed (per-axes values...,
+// n_block).
 absl::StatusOr<std::string> RegionWriter::RowsFunction(const TableInfo& t) {
   EmitScope scope = ns_;
   BindBuiltins(&scope, "p.");
-  std::string product = "static_cast<long long>(cuir_cdiv(p.seqlen_q, BLOCK_M))";
+  std::string product = absl::StrCat("static_cast<long long>(", t.tile_rows("p."), ")");
   for (const ExprPtr& extent : t.extents) {
     CUBRIDGE_ASSIGN_OR_RETURN(auto e, EmitExpr(extent, scope));
     absl::StrAppend(&product, " * ", Convert(e, CType::kLong));
@@ -109,10 +105,16 @@ absl::StatusOr<std::string> RegionWriter::ClassifyKernel(const TableInfo& t) {
   BindBuiltins(&scope, p + ".");
   BindBuffers(&scope);
   std::string decode = BufferLocals(p);
+  // A tile is (row, column): column n_block of the row (axes..., m_block), or, transposed,
+  // column m_block of the row (axes..., n_block).
+  const std::string& col_block = t.transposed ? m_block : n_block;
+  const std::string& row_block = t.transposed ? n_block : m_block;
+  const std::string& num_cols = t.transposed ? num_m : num_n;
+  const std::string& num_rows = t.transposed ? num_n : num_m;
   absl::StrAppend(&decode, "  int ", n_block, ", ", m_block, ";\n  const long long ", row,
-                  " = cuir_udivmod(", tile, ", ", num_n, ", &", n_block, ");\n  ",
+                  " = cuir_udivmod(", tile, ", ", num_cols, ", &", col_block, ");\n  ",
                   t.axes.empty() ? "" : absl::StrCat("long long ", rest, " = "), "cuir_udivmod(",
-                  row, ", ", num_m, ", &", m_block, ");\n");
+                  row, ", ", num_rows, ", &", row_block, ");\n");
   for (size_t i = t.axes.size(); i-- > 0;) {
     CUBRIDGE_ASSIGN_OR_RETURN(auto extent, EmitExpr(t.extents[i], scope));
     const std::string axis = local.Fresh(t.axes[i]);
@@ -156,20 +158,27 @@ absl::StatusOr<std::string> RegionWriter::ClassifyKernel(const TableInfo& t) {
       ");\n",
       "  }\n",
       "  ", any, " = __syncthreads_or(", any, ");\n  ", all, " = __syncthreads_and(", all, ");\n",
-      "  if (threadIdx.x == 0) ", table, "[", t.rows_fn, "(", p, ") + ", row, " * ", num_n,
-      " + ", n_block, "] = ", any, " ? (", all, " ? 2 : 1) : 0;\n",
+      "  if (threadIdx.x == 0) ", table, "[", t.rows_fn, "(", p, ") + ", row, " * ", num_cols,
+      " + ", col_block, "] = ", any, " ? (", all, " ? 2 : 1) : 0;\n",
       // The next tile's classification reuses the CTA: no thread may still read any/all.
       "  __syncthreads();\n}\n");
 }
 
-// Tables are laid out one after the other, 256-byte aligned: counts[rows], entries[rows][num_n].
-// The table kernels of the expert visit tiles and rows of all tables as one range each; these
-// functions map a position in that range to its table.
+// Tables are laid out one after the other, 256-byte aligned: counts[rows], entries[rows][cols]
+// (cols: the KV blocks, or a transposed table's query blocks). The table kernels of the expert
+// visit tiles and rows of all tables as one range each; these functions map a position in that
+// range to its table.
 std::string RegionWriter::WorkspaceFunctions() const {
   const std::string P = absl::StrCat("const ", params_type_, "& p");
-  const std::string num_n = "cuir_cdiv<long long>(p.seqlen_kv, BLOCK_N)";
   std::string layout, tiles, rows, classify, compact;
+  bool any_transposed = false, any_plain = false;
   for (const TableInfo& t : tables_) {
+    any_transposed |= t.transposed;
+    any_plain |= !t.transposed;
+    // The row's entries: its KV blocks, or a transposed table's query blocks (num_m below).
+    const std::string num_n = t.transposed ? "cuir_cdiv<long long>(p.seqlen_q, BLOCK_M)"
+                                           : "cuir_cdiv<long long>(p.seqlen_kv, BLOCK_N)";
+    const std::string cols = t.transposed ? "num_m" : "num_n";
     const std::string at =
         absl::StrCat("reinterpret_cast<int*>(workspace + offsets[", t.slot, "])");
     absl::StrAppend(&layout, "  if (offsets != nullptr) offsets[", t.slot, "] = bytes;  // ",
@@ -178,16 +187,19 @@ std::string RegionWriter::WorkspaceFunctions() const {
                     ") * sizeof(int);\n  bytes = (bytes + 255) / 256 * 256;\n");
     absl::StrAppend(&tiles, " + ", t.rows_fn, "(p) * ", num_n);
     absl::StrAppend(&rows, " + ", t.rows_fn, "(p)");
-    absl::StrAppend(&classify, "  if (tile < ", t.rows_fn, "(p) * num_n) return ", t.classify,
-                    "(p, ", at, ", tile);\n  tile -= ", t.rows_fn, "(p) * num_n;\n");
+    absl::StrAppend(&classify, "  if (tile < ", t.rows_fn, "(p) * ", cols, ") return ",
+                    t.classify, "(p, ", at, ", tile);\n  tile -= ", t.rows_fn, "(p) * ", cols,
+                    ";\n");
     absl::StrAppend(&compact, "  if (row < ", t.rows_fn, "(p)) return cuir_compact_row(", at,
-                    ", ", t.rows_fn, "(p), static_cast<int>(num_n), row);\n  row -= ", t.rows_fn,
-                    "(p);\n");
+                    ", ", t.rows_fn, "(p), static_cast<int>(", cols, "), row);\n  row -= ",
+                    t.rows_fn, "(p);\n");
   }
   // Where each table starts, for the two routing functions.
-  const std::string locate =
-      absl::StrCat("  size_t offsets[", tables_.size(), "];\n  variant_workspace(p, offsets);\n",
-                   "  const long long num_n = ", num_n, ";\n");
+  const std::string locate = absl::StrCat(
+      "  size_t offsets[", tables_.size(), "];\n  variant_workspace(p, offsets);\n",
+      any_plain ? "  const long long num_n = cuir_cdiv<long long>(p.seqlen_kv, BLOCK_N);\n" : "",
+      any_transposed ? "  const long long num_m = cuir_cdiv<long long>(p.seqlen_q, BLOCK_M);\n"
+                     : "");
   return absl::StrCat(
       "// Block tables, each counts[rows] then entries[rows][num_n], 256-byte aligned; their rows\n"
       "// are BLOCK_M-row blocks, which an expert's tile choices must keep.\n",

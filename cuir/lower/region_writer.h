@@ -56,6 +56,18 @@ class RegionWriter {
     std::vector<std::string> axes;
     std::vector<cuir::ExprPtr> extents;  // grid extents of `axes`
     int slot;
+    // A backward's table: a row per (axes..., n_block), its entries query blocks.
+    bool transposed = false;
+    // Entries per row and rows per value of the axes, in the params' names (p.): the counts of
+    // query and key blocks, swapped when transposed.
+    std::string cols(const std::string& p) const {
+      return transposed ? "cuir_cdiv(" + p + "seqlen_q, BLOCK_M)"
+                        : "cuir_cdiv(" + p + "seqlen_kv, BLOCK_N)";
+    }
+    std::string tile_rows(const std::string& p) const {
+      return transposed ? "cuir_cdiv(" + p + "seqlen_kv, BLOCK_N)"
+                        : "cuir_cdiv(" + p + "seqlen_q, BLOCK_M)";
+    }
   };
 
   // An element expression (a score_mod's value or a mask's predicate) as the element loop runs

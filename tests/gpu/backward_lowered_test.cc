@@ -141,23 +141,10 @@ class BackwardOnGpu : public ::testing::TestWithParam<std::string> {
   std::vector<std::string> buffer_order_;
 };
 
-GeneralitySpec Find(const std::string& name) {
-  for (const GeneralitySpec& g : cubridge::testing::GeneralitySuite()) {
-    if (g.name == name) return g;
-  }
-  GeneralitySpec g;
-  g.name = name;
-  g.path = std::string(CUBRIDGE_SOURCE_ROOT) + "/examples/specs/" + name + ".py";
-  return g;
-}
-
 TEST_P(BackwardOnGpu, LoweredVariantMatchesTheOracle) {
-  const GeneralitySpec g = Find(GetParam());
-  auto dtypes = spec::BufferDTypesOf(g.buffers);
-  ASSERT_TRUE(dtypes.ok()) << dtypes.status();
-  auto loaded = spec::LoadSpecFile(g.path, *dtypes);
+  const GeneralitySpec g = cubridge::testing::FindSpec(GetParam());
+  auto loaded = cubridge::testing::LoadSuiteSpec(g);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
-  ASSERT_TRUE(spec::OverrideParams(*loaded, g.params).ok());
   const spec::Spec& s = *loaded;
   for (const auto& [hq, hkv, dtype, d] : {std::tuple{4, 2, cuir::DType::kBF16, 64},
                                           std::tuple{2, 2, cuir::DType::kFP16, 128}}) {
@@ -205,13 +192,18 @@ TEST_P(BackwardOnGpu, LoweredVariantMatchesTheOracle) {
 }
 
 // A variant of every kind the backward lowers: ranges of a mask (causal, a window, prefix-LM,
-// block-causal), a score_mod with its derivative (softcap, ALiBi with both), learnable tensors
-// (slopes under a mask, a 2-D bucket table, a rank-0 scale, a per-(batch, head) scale).
+// block-causal), transposed block tables (documents, shared questions, an unstructured mask,
+// padding, graphormer's adjacency), a score_mod with its derivative (softcap, ALiBi with both),
+// learnable tensors (slopes under a mask, a 2-D bucket table, a rank-0 scale, a per-(batch,
+// head) scale, graphormer's spatial table read at a captured distance).
 INSTANTIATE_TEST_SUITE_P(Variants, BackwardOnGpu,
                          ::testing::Values("full", "causal", "sliding_window", "prefix_lm",
                                            "block_causal", "softcap", "alibi_window_softcap",
                                            "alibi_learned_slopes", "t5_relative_buckets",
-                                           "clip_logit_scale", "per_batch_head_scale"));
+                                           "clip_logit_scale", "per_batch_head_scale",
+                                           "causal_document", "share_question",
+                                           "unstructured_keep_mask", "padding_lengths_both",
+                                           "graphormer_spatial"));
 
 }  // namespace
 }  // namespace cubridge::gpu

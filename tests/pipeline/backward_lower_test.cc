@@ -1,9 +1,8 @@
 // Lowering backward programs into the sm_80 backward expert (cuir/experts/fa2_sm80/kernel_bwd.cu,
-// issue 29): every example and generality spec's transferred backward program lowers, or, where
-// its mask needs a block table, is refused by name (the backward expert walks ranges only for
-// now); the regions each construct generates are the ones the hooks hold; and lowered kernels of
-// every kind of variant (mask ranges, score_mod with its derivative, learnable captured tensors)
-// compile with nvcc, warnings as errors.
+// issue 29): every example and generality spec's transferred backward program lowers; the
+// regions each construct generates are the ones the hooks hold (a transposed table's kernels and
+// walk); and lowered kernels of every kind of variant (mask ranges, transposed tables, score_mod
+// with its derivative, learnable captured tensors) compile with nvcc, warnings as errors.
 #include <string>
 #include <vector>
 
@@ -36,25 +35,15 @@ cuir::AttentionConfig Config(int heads_q, int heads_kv) {
 
 std::vector<GeneralitySpec> AllSpecs() {
   std::vector<GeneralitySpec> out = cubridge::testing::GeneralitySuite();
-  for (const char* file : {"full", "causal", "sliding_window", "global_sliding_window",
-                           "prefix_lm", "block_causal", "causal_document", "share_question",
-                           "relative_position", "alibi", "softcap", "alibi_window_softcap"}) {
-    GeneralitySpec g;
-    g.name = file;
-    g.path = std::string(CUBRIDGE_SOURCE_ROOT) + "/examples/specs/" + file + ".py";
-    out.push_back(std::move(g));
-  }
+  for (GeneralitySpec& g : cubridge::testing::ExampleSpecs()) out.push_back(std::move(g));
   return out;
 }
 
 // The spec's backward program on the sm_80 expert, its learnable tensors' gradients asked for.
 absl::StatusOr<cuir::Program> BackwardProgram(const GeneralitySpec& g,
                                               const cuir::AttentionConfig& c) {
-  auto dtypes = spec::BufferDTypesOf(g.buffers);
-  if (!dtypes.ok()) return dtypes.status();
-  auto loaded = spec::LoadSpecFile(g.path, *dtypes);
+  auto loaded = cubridge::testing::LoadSuiteSpec(g);
   if (!loaded.ok()) return loaded.status();
-  if (auto st = spec::OverrideParams(*loaded, g.params); !st.ok()) return st;
   auto base = cuir::ParseProgram(cuir::testing::ReadFileOrDie(cuir::testing::SourcePath(
                                      "cuir/experts/fa2_sm80/base_bwd.cuir")),
                                  "fa2_sm80/base_bwd.cuir");
@@ -70,22 +59,22 @@ bool HasTable(const cuir::Program& p) {
   return cuir::FindDecl(p, cuir::StmtKind::kTable) != nullptr;
 }
 
-TEST(BackwardLowering, EverySpecLowersOrIsRefusedForItsTable) {
-  int lowered = 0, tables = 0;
+TEST(BackwardLowering, EverySpecLowers) {
+  int tables = 0;
   for (const GeneralitySpec& g : AllSpecs()) {
     SCOPED_TRACE(g.name);
     const cuir::AttentionConfig c = Config(8, 2);
     auto program = BackwardProgram(g, c);
     ASSERT_TRUE(program.ok()) << program.status();
     auto k = lower::Lower(*program, c, lower::Arch::kSm80);
-    if (HasTable(*program)) {
-      EXPECT_EQ(k.status().code(), absl::StatusCode::kUnimplemented) << k.status();
-      EXPECT_TRUE(absl::StrContains(k.status().message(), "a backward's block table"))
-          << k.status();
-      ++tables;
-      continue;
-    }
     ASSERT_TRUE(k.ok()) << k.status() << "\n" << cuir::PrintProgram(*program);
+    const auto& gen = k->generated_regions;
+    if (HasTable(*program)) {
+      ++tables;
+      for (const char* region : {"table_kernel", "workspace", "q_loop"}) {
+        EXPECT_EQ(std::count(gen.begin(), gen.end(), region), 1) << region;
+      }
+    }
     EXPECT_EQ(k->expert, "fa2_sm80");
     EXPECT_TRUE(absl::StrContains(k->cuda_source, "attn_bwd_kernel"));
     const bool grads = cuir::FindKvLoop(*program) != nullptr &&
@@ -95,12 +84,9 @@ TEST(BackwardLowering, EverySpecLowersOrIsRefusedForItsTable) {
                                      return s.kind == cuir::StmtKind::kScoreGrad ||
                                             s.kind == cuir::StmtKind::kBufferGrad;
                                    });
-    const auto& gen = k->generated_regions;
     EXPECT_EQ(std::count(gen.begin(), gen.end(), "keeps_raw_scores"), grads ? 1 : 0);
-    ++lowered;
   }
-  EXPECT_GE(lowered, 30);  // every spec whose mask the analysis takes, and every mask-free one
-  EXPECT_GE(tables, 10);  // refused until the transposed table kernels exist
+  EXPECT_GE(tables, 10);  // the masks the analysis declines: transposed tables
 }
 
 // One lowered kernel per kind of variant, built by nvcc for sm_80 with warnings as errors.
@@ -111,7 +97,8 @@ TEST(BackwardLowering, LoweredKernelsCompile) {
   for (const GeneralitySpec& g : AllSpecs()) {
     static const std::vector<std::string> kPicked = {
         "causal", "softcap", "alibi_learned_slopes", "t5_relative_buckets", "prefix_lm",
-        "per_batch_head_scale", "alibi_window_softcap", "clip_logit_scale"};
+        "per_batch_head_scale", "alibi_window_softcap", "clip_logit_scale", "causal_document",
+        "graphormer_spatial"};
     if (std::find(kPicked.begin(), kPicked.end(), g.name) == kPicked.end()) continue;
     SCOPED_TRACE(g.name);
     const cuir::AttentionConfig c = Config(8, 2);

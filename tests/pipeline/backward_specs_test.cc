@@ -30,11 +30,8 @@ cuir::Program BaseBackward(const std::string& expert) {
 // Transfers the expert's backward to the spec and verifies it on the CPU, for an MHA bf16 config
 // on the Hopper expert's program and a GQA fp16 one on the sm_80 expert's.
 void ExpectBackwardVerifies(const GeneralitySpec& g) {
-  auto dtypes = spec::BufferDTypesOf(g.buffers);
-  ASSERT_TRUE(dtypes.ok()) << dtypes.status();
-  auto loaded = spec::LoadSpecFile(g.path, *dtypes);
+  auto loaded = cubridge::testing::LoadSuiteSpec(g);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
-  ASSERT_TRUE(spec::OverrideParams(*loaded, g.params).ok());
   const spec::Spec& s = *loaded;
   for (const auto& [hq, hkv, dtype, expert] :
        {std::tuple{4, 4, cuir::DType::kBF16, "fa3_sm90"},
@@ -70,24 +67,11 @@ INSTANTIATE_TEST_SUITE_P(Suite, BackwardGenerality,
                          ::testing::ValuesIn(cubridge::testing::GeneralitySuite()),
                          cubridge::testing::GeneralityName);
 
-std::vector<GeneralitySpec> Examples() {
-  std::vector<GeneralitySpec> out;
-  for (const char* file : {"full", "causal", "sliding_window", "global_sliding_window",
-                           "prefix_lm", "block_causal", "causal_document", "share_question",
-                           "relative_position", "alibi", "softcap", "alibi_window_softcap"}) {
-    GeneralitySpec g;
-    g.name = file;
-    g.path = std::string(CUBRIDGE_SOURCE_ROOT) + "/examples/specs/" + file + ".py";
-    out.push_back(std::move(g));
-  }
-  return out;
-}
-
 class BackwardExamples : public ::testing::TestWithParam<GeneralitySpec> {};
 
 TEST_P(BackwardExamples, GradientsMatchTheOracle) { ExpectBackwardVerifies(GetParam()); }
 
-INSTANTIATE_TEST_SUITE_P(Examples, BackwardExamples, ::testing::ValuesIn(Examples()),
+INSTANTIATE_TEST_SUITE_P(Examples, BackwardExamples, ::testing::ValuesIn(cubridge::testing::ExampleSpecs()),
                          cubridge::testing::GeneralityName);
 
 }  // namespace

@@ -25,8 +25,8 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile) {
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warp_row0 = warp * 16;
   const BwdWorkspace ws = bwd_workspace(p);
-  const float* delta = reinterpret_cast<const float*>(tile.workspace + ws.delta);
-  float* dq_acc = reinterpret_cast<float*>(tile.workspace + ws.dq);
+  const float* delta = reinterpret_cast<const float*>(tile.scratch + ws.delta);
+  float* dq_acc = reinterpret_cast<float*>(tile.scratch + ws.dq);
   const int64_t row0 = (static_cast<int64_t>(tile.b) * f.heads_q + tile.h) * seqlen_q;
 
   // load K = k[b, kv_h, kv_lo:kv_hi], load V = v[b, kv_h, kv_lo:kv_hi]
@@ -266,8 +266,8 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile) {
       const float dk0 = acc_dk[0][dt][2 * r] * scale, dk1 = acc_dk[0][dt][2 * r + 1] * scale;
       const float dv0 = acc_dv[0][dt][2 * r], dv1 = acc_dv[0][dt][2 * r + 1];
       if (gqa) {
-        float* dk = reinterpret_cast<float*>(tile.workspace + ws.dk) + (kv_row0 + kv) * D + col;
-        float* dv = reinterpret_cast<float*>(tile.workspace + ws.dv) + (kv_row0 + kv) * D + col;
+        float* dk = reinterpret_cast<float*>(tile.scratch + ws.dk) + (kv_row0 + kv) * D + col;
+        float* dv = reinterpret_cast<float*>(tile.scratch + ws.dv) + (kv_row0 + kv) * D + col;
         atomicAdd(dk, dk0);
         atomicAdd(dk + 1, dk1);
         atomicAdd(dv, dv0);

@@ -71,6 +71,41 @@ constexpr int WARPS = 8;
 // @cuir-region variant_consts
 // @cuir-end variant_consts
 
+constexpr int kTableThreads = 128;  // threads of the table-building kernels
+
+// @cuir-region table_kernel
+// @cuir-end table_kernel
+
+// @cuir-region workspace
+// The program's block tables (transposed: a row per K tile listing query blocks): their device
+// workspace (offsets[i] receives where table i starts), the tiles the classifier visits, the rows
+// the compaction visits. None here.
+__host__ __device__ __forceinline__ size_t variant_workspace(const cubridge_attn_fwd_params& p,
+                                                             size_t* offsets) {
+  (void)p, (void)offsets;
+  return 0;
+}
+__host__ __device__ __forceinline__ long long variant_table_tiles(const cubridge_attn_fwd_params& p) {
+  (void)p;
+  return 0;
+}
+__host__ __device__ __forceinline__ long long variant_table_rows(const cubridge_attn_fwd_params& p) {
+  (void)p;
+  return 0;
+}
+__device__ __forceinline__ void variant_classify_tile(const cubridge_attn_fwd_params& p,
+                                                      char* workspace, long long tile) {
+  (void)p, (void)workspace, (void)tile;
+}
+__device__ __forceinline__ void variant_compact_row(const cubridge_attn_fwd_params& p,
+                                                    char* workspace, long long row) {
+  (void)p, (void)workspace, (void)row;
+}
+// @cuir-end workspace
+
+// The block-table kernels (classify, then compact), on the regions above.
+#include "../common/table_kernels.cuh"
+
 // One warp per 16 keys of the K/V tile; for dQ the warps split the query block's 16-row m-tiles
 // and, PARTS ways, the head dim.
 static_assert(BLOCK_N == 16 * WARPS, "each warp owns 16 rows of the K/V tile");
@@ -91,10 +126,10 @@ struct BwdTiling {
   static constexpr size_t kSmemBytes = kTileBytes + kDsBytes + 4 * BLOCK_M * sizeof(float);
 };
 
-// Where the call's fp32 scratch lies in the workspace: D (rows), dQ's accumulator and, under
-// GQA, dK's and dV's.
+// Where the call's scratch lies in the workspace: D (rows), dQ's fp32 accumulator and, under
+// GQA, dK's and dV's, then the program's block tables (at `tables`, variant_workspace's layout).
 struct BwdWorkspace {
-  size_t delta, dq, dk, dv, total;
+  size_t delta, dq, dk, dv, tables, total;
 };
 __host__ __device__ __forceinline__ BwdWorkspace bwd_workspace(const cubridge_attn_bwd_params& p) {
   const cubridge_attn_fwd_params& f = p.fwd;
@@ -107,7 +142,8 @@ __host__ __device__ __forceinline__ BwdWorkspace bwd_workspace(const cubridge_at
   w.dk = w.dq + round(rows * f.head_dim * sizeof(float));
   const bool gqa = f.heads_q != f.heads_kv;
   w.dv = w.dk + (gqa ? round(kv_rows * f.head_dim * sizeof(float)) : 0);
-  w.total = w.dv + (gqa ? round(kv_rows * f.head_dim * sizeof(float)) : 0);
+  w.tables = w.dv + (gqa ? round(kv_rows * f.head_dim * sizeof(float)) : 0);
+  w.total = w.tables + variant_workspace(f, nullptr);
   return w;
 }
 
@@ -147,7 +183,8 @@ __device__ __forceinline__ long long cuir_grad_offset(const cubridge_attn_fwd_bu
 struct BwdCall {
   const cubridge_attn_bwd_params& bp;
   const cubridge_attn_fwd_params& p;  // the forward call's: buffers, shapes, scale
-  char* workspace;
+  char* scratch;    // the backward's own: D and the accumulators (BwdWorkspace)
+  char* workspace;  // the program's block tables
   int batch, heads_q, heads_kv, head_dim, seqlen_q, seqlen_kv;
   float softmax_scale;
   // @cuir-region variant_bind
@@ -170,9 +207,11 @@ struct BwdTile : BwdCall {
     // @cuir-region q_range
     const KvUnion<1> q_blocks = {{0}, {cuir_cdiv(seqlen_q, BLOCK_M)}};
     // @cuir-end q_range
+    // @cuir-region q_loop
     for (int m_block = q_blocks.first(), m_next; m_block != q_blocks.kEnd; m_block = m_next) {
       m_next = q_blocks.next(m_block + 1);
       const bool block_full = false;
+    // @cuir-end q_loop
       body(m_block, m_next, block_full);
     }
   }
@@ -274,7 +313,7 @@ __global__ void __launch_bounds__(kRowThreads)
   }
   // The accumulators (dQ's and, under GQA, dK's and dV's) are contiguous after D's rows.
   float4* acc = reinterpret_cast<float4*>(ws + w.dq);
-  const long long n4 = static_cast<long long>(w.total - w.dq) / 16;
+  const long long n4 = static_cast<long long>(w.tables - w.dq) / 16;
   const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
   for (long long i = blockIdx.x * kRowThreads + threadIdx.x; i < n4;
        i += static_cast<long long>(gridDim.x) * kRowThreads) {
@@ -286,8 +325,9 @@ template <typename T, int D>
 __global__ void __launch_bounds__(kThreads)
     attn_bwd_kernel(const __grid_constant__ cubridge_attn_bwd_params p) {
   const cubridge_attn_fwd_params& f = p.fwd;
-  const BwdCall call{p, f, static_cast<char*>(p.workspace), f.batch, f.heads_q, f.heads_kv, D,
-                     f.seqlen_q, f.seqlen_kv, f.softmax_scale};
+  char* const scratch = static_cast<char*>(p.workspace);
+  const BwdCall call{p, f, scratch, scratch + bwd_workspace(p).tables, f.batch, f.heads_q,
+                     f.heads_kv, D, f.seqlen_q, f.seqlen_kv, f.softmax_scale};
   const int n_block = blockIdx.x, kv_lo = n_block * BLOCK_N;
   const BwdTile tile{call, n_block, static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.z),
                      kv_lo, min(kv_lo + BLOCK_N, f.seqlen_kv)};
@@ -367,6 +407,17 @@ static int launch_bwd(const cubridge_attn_bwd_params* p, const uint32_t grid[3],
                       cudaStream_t stream) {
   const int row_grid = 1024;
   attn_bwd_preprocess<T><<<row_grid, kRowThreads, 0, stream>>>(*p);
+  // The block tables (transposed: per K tile, its query blocks), into the workspace's end.
+  const long long tiles = variant_table_tiles(p->fwd), rows = variant_table_rows(p->fwd);
+  if (tiles > 0) {
+    char* tables = static_cast<char*>(p->workspace) + bwd_workspace(*p).tables;
+    cubridge_attn_fwd_classify<<<static_cast<unsigned>(cuir_min<long long>(tiles, 16384)),
+                                 kTableThreads, 0, stream>>>(p->fwd, tables);
+    cubridge_attn_fwd_compact<<<static_cast<unsigned>(
+                                    cuir_min<long long>(cuir_cdiv<long long>(rows, kTableThreads),
+                                                        16384)),
+                                kTableThreads, 0, stream>>>(p->fwd, tables);
+  }
   cudaError_t err = cudaFuncSetAttribute(attn_bwd_kernel<T, D>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) return err;
