@@ -205,5 +205,18 @@ INSTANTIATE_TEST_SUITE_P(Variants, BackwardOnGpu,
                                            "unstructured_keep_mask", "padding_lengths_both",
                                            "graphormer_spatial"));
 
+// Every example and generality spec (the pass a lent GPU runs in shards; the Variants above are
+// the everyday subset).
+std::vector<std::string> EverySpec() {
+  std::vector<std::string> names;
+  for (const GeneralitySpec& g : cubridge::testing::GeneralitySuite()) names.push_back(g.name);
+  for (const GeneralitySpec& g : cubridge::testing::ExampleSpecs()) names.push_back(g.name);
+  return names;
+}
+INSTANTIATE_TEST_SUITE_P(Suite, BackwardOnGpu, ::testing::ValuesIn(EverySpec()),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
+
 }  // namespace
 }  // namespace cubridge::gpu
