@@ -690,19 +690,26 @@ class Interpreter {
     return static_cast<float>(std::bit_cast<double>(bits[0]));
   }
 
+  // a . b^T of two loads (fp32, exact products of the input dtype): rows of a's rows, columns of
+  // b's, and a's batch and heads.
+  static Tile RowProduct(Tile::Kind kind, const Tile& a, const Tile& b) {
+    Tile tile;
+    tile.kind = kind;
+    tile.row0 = a.row0;
+    tile.col0 = b.row0;
+    tile.batch = a.batch;
+    tile.heads = a.heads;
+    tile.data = torch::bmm(a.data, b.data.transpose(1, 2));
+    return tile;
+  }
+
   absl::Status ExecQK(const Stmt& s, Group& g) {
     CUBRIDGE_ASSIGN_OR_RETURN(const float scale, AgreedScale(s, g));
     if (g.dry()) return absl::OkStatus();
     CUBRIDGE_ASSIGN_OR_RETURN(Tile * q, GetTile(s, g, 0, Tile::kLoad, "a loaded tile"));
     CUBRIDGE_ASSIGN_OR_RETURN(Tile * k, GetTile(s, g, 1, Tile::kLoad, "a loaded tile"));
-    Tile tile;
-    tile.kind = Tile::kScore;
-    tile.row0 = q->row0;
-    tile.col0 = k->row0;
-    tile.batch = q->batch;
-    tile.heads = q->heads;
-    tile.data = torch::bmm(q->data, k->data.transpose(1, 2))
-                    .mul_(scale);
+    Tile tile = RowProduct(Tile::kScore, *q, *k);
+    tile.data.mul_(scale);
     tile.raw = tile.data;  // score_mod and mask replace `data`, never write into it
     g.tiles[s.name] = std::move(tile);
     return absl::OkStatus();
@@ -975,14 +982,7 @@ class Interpreter {
   absl::Status ExecDP(const Stmt& s, Group& g) {
     CUBRIDGE_ASSIGN_OR_RETURN(Tile * d_o, GetTile(s, g, 0, Tile::kLoad, "a loaded tile"));
     CUBRIDGE_ASSIGN_OR_RETURN(Tile * v, GetTile(s, g, 1, Tile::kLoad, "a loaded tile"));
-    Tile tile;
-    tile.kind = Tile::kDP;
-    tile.row0 = d_o->row0;
-    tile.col0 = v->row0;
-    tile.batch = d_o->batch;
-    tile.heads = d_o->heads;
-    tile.data = torch::bmm(d_o->data, v->data.transpose(1, 2));
-    g.tiles[s.name] = std::move(tile);
+    g.tiles[s.name] = RowProduct(Tile::kDP, *d_o, *v);
     return absl::OkStatus();
   }
 
