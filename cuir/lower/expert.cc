@@ -100,9 +100,13 @@ absl::StatusOr<Expert> LoadExpert(const std::string& name, bool backward) {
                                             "the experts, e.g. <source>/cuir/experts)"));
   }
   const fs::path base_path = fs::path(expert.dir) / (backward ? "base_bwd.cuir" : "base.cuir");
-  if (backward && !fs::exists(base_path)) {
-    return absl::NotFoundError(absl::StrCat("expert \"", name, "\" has no backward kernel yet (no ",
-                                            base_path.string(), "); the sm_80 expert has one"));
+  const fs::path kernel_path = fs::path(expert.dir) / (backward ? "kernel_bwd.cu" : "kernel.cu");
+  if (backward && !(fs::exists(base_path) && fs::exists(kernel_path))) {
+    // fa3_sm90 has its backward program (base_bwd.cuir) but not yet the kernel.
+    return absl::NotFoundError(absl::StrCat(
+        "expert \"", name, "\" has no backward kernel yet (no ",
+        (fs::exists(base_path) ? kernel_path : base_path).string(),
+        "); lower a backward program for the sm_80 expert (fa2_sm80), which has one"));
   }
   auto base_text = ReadExpertFile(base_path);
   if (!base_text.ok()) return base_text.status();
@@ -110,7 +114,6 @@ absl::StatusOr<Expert> LoadExpert(const std::string& name, bool backward) {
   if (!base.ok()) return base.status();
   expert.base = *std::move(base);
 
-  const fs::path kernel_path = fs::path(expert.dir) / (backward ? "kernel_bwd.cu" : "kernel.cu");
   auto kernel_text = ReadExpertFile(kernel_path);
   if (!kernel_text.ok()) return kernel_text.status();
   auto source = ParseRegions(*kernel_text, kernel_path.string());

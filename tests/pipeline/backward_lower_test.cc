@@ -89,6 +89,19 @@ TEST(BackwardLowering, EverySpecLowers) {
   EXPECT_GE(tables, 10);  // the masks the analysis declines: transposed tables
 }
 
+// The Hopper expert has its backward program but not yet its kernel: lowering for it says so.
+TEST(BackwardLowering, AnExpertWithoutABackwardKernelIsNamed) {
+  auto base = cuir::ParseProgram(cuir::testing::ReadFileOrDie(cuir::testing::SourcePath(
+                                     "cuir/experts/fa3_sm90/base_bwd.cuir")),
+                                 "fa3_sm90/base_bwd.cuir");
+  ASSERT_TRUE(base.ok()) << base.status();
+  auto k = lower::Lower(*base, Config(8, 8), lower::Arch::kSm90);
+  EXPECT_EQ(k.status().code(), absl::StatusCode::kNotFound) << k.status();
+  EXPECT_TRUE(absl::StrContains(k.status().message(), "has no backward kernel yet"))
+      << k.status();
+  EXPECT_TRUE(absl::StrContains(k.status().message(), "kernel_bwd.cu")) << k.status();
+}
+
 // One lowered kernel per kind of variant, built by nvcc for sm_80 with warnings as errors.
 TEST(BackwardLowering, LoweredKernelsCompile) {
   const std::string nvcc = lower::testing::FindNvcc();
