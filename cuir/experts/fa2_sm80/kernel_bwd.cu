@@ -271,19 +271,6 @@ struct BwdBlock : BwdTile {
 namespace cubridge_fa2_bwd {
 #include "attend_bwd.cuh"
 
-template <typename T>
-__device__ __forceinline__ float to_float(T x);
-template <>
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <>
-__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
-template <typename T>
-__device__ __forceinline__ T from_float(float x);
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float(float x) { return __float2bfloat16_rn(x); }
-template <>
-__device__ __forceinline__ __half from_float(float x) { return __float2half_rn(x); }
-
 // delta: D[b, h, i] = sum_d dO[b, h, i, d] * O[b, h, i, d] in fp32, one warp per row; and the
 // fp32 accumulators cleared.
 template <typename T>
@@ -306,7 +293,10 @@ __global__ void __launch_bounds__(kRowThreads)
     const T* d_o = static_cast<const T*>(p.d_o) + b * p.do_batch_stride + h * p.do_head_stride +
                    i * p.do_row_stride;
     float sum = 0.f;
-    for (int d = lane; d < f.head_dim; d += 32) sum += to_float(o[d]) * to_float(d_o[d]);
+    for (int d = lane; d < f.head_dim; d += 32) {
+      sum += cubridge::fa2::ElemTraitsConvert<T>::to(o[d]) *
+             cubridge::fa2::ElemTraitsConvert<T>::to(d_o[d]);
+    }
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
     if (lane == 0) delta[row] = sum;
@@ -352,7 +342,7 @@ __global__ void __launch_bounds__(kRowThreads)
       const int s = static_cast<int>(row % seqlen);
       const int h = static_cast<int>(row / seqlen % heads);
       const int b = static_cast<int>(row / seqlen / heads);
-      static_cast<T*>(out)[b * bs + h * hs + s * rs + d] = from_float<T>(acc[i]);
+      static_cast<T*>(out)[b * bs + h * hs + s * rs + d] = cubridge::fa2::ElemTraitsConvert<T>::from(acc[i]);
     }
   };
   convert(reinterpret_cast<const float*>(ws + w.dq), p.dq, f.heads_q, f.seqlen_q,

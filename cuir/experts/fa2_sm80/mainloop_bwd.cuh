@@ -11,16 +11,19 @@
 namespace cubridge {
 namespace fa2 {
 
-// One element in the input dtype (dS into shared memory for dQ's MMA).
+// One element between fp32 and the input dtype: dS into shared memory for dQ's MMA, the
+// preprocessing's reads of O and dO, the postprocessing's writes of the gradients.
 template <typename Elem>
 struct ElemTraitsConvert;
 template <>
 struct ElemTraitsConvert<__nv_bfloat16> {
   static __device__ __forceinline__ __nv_bfloat16 from(float x) { return __float2bfloat16_rn(x); }
+  static __device__ __forceinline__ float to(__nv_bfloat16 x) { return __bfloat162float(x); }
 };
 template <>
 struct ElemTraitsConvert<__half> {
   static __device__ __forceinline__ __half from(float x) { return __float2half_rn(x); }
+  static __device__ __forceinline__ float to(__half x) { return __half2float(x); }
 };
 
 // acc[dt] += dS[16 query rows] . K[the block's BN keys, head-dim columns of part PART of PARTS]:
