@@ -26,6 +26,7 @@ struct AdaptFlags {
   bool no_cache = false;
   std::string arch = "sm_80";
   std::string gpu = "auto";
+  std::string backward = "auto";
   double gpu_timeout = 120;
   std::vector<std::string> tiles;  // BMxBNwW[sSTAGES]
   std::string tile;                // BMxBNwW[sSTAGES]
@@ -52,6 +53,10 @@ void AddFlags(CLI::App* cmd, AdaptFlags& f) {
                   "require: fail without one; off: CPU verification only");
   cmd->add_option("--gpu-timeout", f.gpu_timeout,
                   "Seconds one candidate may run on the GPU before it is killed");
+  cmd->add_option("--backward", f.backward,
+                  "auto: also make the backward kernel (kernel_bwd.*) where the pipeline can, "
+                  "saying why not in the report elsewhere; require: fail without one; off: "
+                  "forward only");
   cmd->add_option("--tiles", f.tiles,
                   "Tile candidates to autotune, e.g. 128x64w4,64x64w4 (default: all that fit)")
       ->delimiter(',');
@@ -92,6 +97,9 @@ std::string ApplyFlags(AdaptFlags& f, cubridge::gpu::AutotuneOptions& tune) {
   } else {
     return "--gpu must be auto, require or off, got '" + f.gpu + "'";
   }
+  auto backward = pipeline::ParseBackwardMode(f.backward);
+  if (!backward.ok()) return std::string(backward.status().message());
+  o.backward = *backward;
   tune.isolate.timeout_seconds = f.gpu_timeout;
   for (const auto& t : f.tiles) {
     auto tile = cubridge::experts::ParseTile(t);

@@ -1,5 +1,6 @@
 #include "client/torch/kernel.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -23,6 +24,62 @@ absl::StatusOr<std::string> ReadText(const std::string& path) {
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
+}
+
+// The report's `backward` section and kernel_bwd.cu.
+absl::Status ReadBackward(const std::string& dir, const nlohmann::json& report,
+                          const std::vector<KernelBuffer>& buffers, BackwardInfo* out) {
+  const std::string where = dir + "/report.json";
+  if (!report.contains("backward")) {
+    out->reason = absl::StrCat(
+        "the kernel folder ", dir, " has no backward kernel: it was made without one (an older "
+        "CuBridge, or `adapt --backward off`); adapt the variant again to get one");
+    return absl::OkStatus();
+  }
+  try {
+    const auto& b = report.at("backward");
+    if (!b.at("available").get<bool>()) {
+      out->reason = absl::StrCat("CuBridge could not make this variant's backward kernel: ",
+                                 b.at("reason").get<std::string>());
+      return absl::OkStatus();
+    }
+    std::vector<std::string> learnable = b.at("grad_buffers").get<std::vector<std::string>>();
+    std::vector<std::string> slots;
+    for (const auto& buffer : b.at("lowering").at("buffers")) {
+      slots.push_back(buffer.at("name").get<std::string>());
+    }
+    for (const KernelBuffer& buffer : buffers) {
+      const auto at = std::find(slots.begin(), slots.end(), buffer.name);
+      if (at == slots.end()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ": the backward kernel does not read captured tensor '", buffer.name,
+            "', which the forward does"));
+      }
+      out->slots.push_back(static_cast<int>(at - slots.begin()));
+      out->learns.push_back(std::find(learnable.begin(), learnable.end(), buffer.name) !=
+                            learnable.end());
+    }
+    if (slots.size() != buffers.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": the backward kernel reads ", slots.size(), " captured tensors, the forward ",
+          buffers.size()));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": backward: ", e.what()));
+  }
+  auto source = ReadText(dir + "/kernel_bwd.cu");
+  if (!source.ok()) return source.status();
+  out->source = *std::move(source);
+  out->entries = lower::DeviceEntries(out->source);
+  for (const char* role : {"plan", "preprocess", "attention", "postprocess"}) {
+    if (out->entries.count(role) == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          dir, "/kernel_bwd.cu: names no `// @cuir-entry ", role,
+          "` line; it is not a lowered backward kernel"));
+    }
+  }
+  out->available = true;
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -67,6 +124,7 @@ absl::StatusOr<KernelInfo> ReadKernel(const std::string& dir) {
   } catch (const nlohmann::json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": ", e.what()));
   }
+  if (auto s = ReadBackward(dir, report, k.buffers, &k.backward); !s.ok()) return s;
   if (k.entries.count("plan") == 0 || k.entries.count("attention") == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         dir, "/kernel.cu: names no `// @cuir-entry plan` and `attention` lines; it is not a "

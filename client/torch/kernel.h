@@ -24,6 +24,18 @@ struct KernelBuffer {
   int rank() const { return static_cast<int>(extents.size()); }
 };
 
+// The folder's backward kernel (kernel_bwd.cu, the report's `backward`), where adapt made one.
+struct BackwardInfo {
+  bool available = false;
+  std::string reason;  // why there is none
+  std::string source;  // kernel_bwd.cu
+  std::map<std::string, std::string> entries;
+  // Per captured tensor of the forward's slot order: its slot in the backward's params, and
+  // whether the backward computes its gradient (the floating tensors the score_mod reads).
+  std::vector<int> slots;
+  std::vector<bool> learns;
+};
+
 struct KernelInfo {
   std::string dir;
   std::string spec_hash;
@@ -33,10 +45,12 @@ struct KernelInfo {
   int dtype = 0;       // 0 = bf16, 1 = fp16 (the launcher ABI's)
   int head_dim = 0, heads_q = 0, heads_kv = 0;
   std::vector<KernelBuffer> buffers;
+  BackwardInfo backward;
 };
 
 // NOT_FOUND when the folder lacks report.json or kernel.cu, INVALID_ARGUMENT naming the field
-// when the report is not one adapt writes.
+// when the report is not one adapt writes. A folder without a backward kernel reads fine: its
+// `backward.reason` says why (and what to do), for the op's backward to raise.
 absl::StatusOr<KernelInfo> ReadKernel(const std::string& dir);
 
 // The shape of one call, for the extents: the kernel's indexing is in these names.

@@ -1,4 +1,7 @@
-// The PyTorch op: torch.ops.cubridge.attention(q, k, v, buffers, scale, kernel) -> (O, LSE).
+// The PyTorch op: torch.ops.cubridge.attention(q, k, v, buffers, scale, kernel) -> (O, LSE), and
+// its gradient torch.ops.cubridge.attention_backward(grad_o, q, k, v, o, lse, buffers, scale,
+// kernel) -> (dQ, dK, dV, the learnable captured tensors' gradients), which the op's autograd
+// calls: `loss.backward()` works through it, in eager mode and under torch.compile.
 //
 // `kernel` is a folder CuBridge wrote (client/torch/kernel.h). A call is checked against what the
 // kernel was lowered for before anything launches: a wrong dtype, device, layout, head count or
@@ -8,13 +11,15 @@
 // computed once per call geometry; each call then enqueues on torch's current stream with
 // workspace from the caching allocator and no host synchronisation, so calls can be captured in a
 // CUDA graph once their geometry has been seen. The Meta kernel gives torch.compile the shapes.
-// There is no backward yet: a call that needs a gradient gets one that raises.
+// A kernel folder without a backward kernel (kernel_bwd.cu) gives outputs whose backward raises
+// with the reason adapt recorded.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <mutex>
@@ -25,6 +30,7 @@
 #include "client/torch/launch.h"
 #include "cuir/files/files.h"
 #include "cuir/ir/dtype.h"
+#include "worker/gpu/backward_module.h"
 #include "worker/gpu/module.h"
 
 #ifdef CUBRIDGE_TORCH_CUDA
@@ -150,6 +156,67 @@ std::tuple<at::Tensor, at::Tensor> AttentionCpu(const at::Tensor& q, const at::T
   return Outputs(q);
 }
 
+constexpr char kBackwardOp[] = "cubridge.attention_backward";
+
+const BackwardInfo& BackwardOf(const KernelInfo& kn) {
+  TORCH_CHECK(kn.backward.available, kBackwardOp, ": ", kn.backward.reason);
+  return kn.backward;
+}
+
+// The backward call's own tensors against the forward's: grad_o, o and lse as the forward made
+// them (the autograd node passes them; a direct caller may not).
+void CheckBackwardCall(const at::Tensor& grad_o, const at::Tensor& q, const at::Tensor& o,
+                       const at::Tensor& lse) {
+  for (const auto& [name, t] : {std::pair{"grad_o", &grad_o}, std::pair{"o", &o}}) {
+    TORCH_CHECK_VALUE(t->sizes() == q.sizes(), kBackwardOp, ": ", name, " has shape ",
+                      Sizes(*t), "; it must have q's, ", Sizes(q));
+    TORCH_CHECK_TYPE(t->scalar_type() == q.scalar_type(), kBackwardOp, ": ", name, " is ",
+                     t->scalar_type(), " and q ", q.scalar_type());
+    TORCH_CHECK_VALUE(t->device() == q.device(), kBackwardOp, ": ", name, " is on ", t->device(),
+                      " and q on ", q.device());
+  }
+  TORCH_CHECK_VALUE(lse.dim() == 3 && lse.size(0) == q.size(0) && lse.size(1) == q.size(1) &&
+                        lse.size(2) == q.size(2),
+                    kBackwardOp, ": lse has shape ", Sizes(lse), "; it must be [batch, heads_q, "
+                    "seqlen_q] as the forward returned it");
+  TORCH_CHECK_TYPE(lse.scalar_type() == at::kFloat, kBackwardOp, ": lse is ", lse.scalar_type(),
+                   "; the forward returns it as float32");
+}
+
+using BackwardOutputs = std::tuple<at::Tensor, at::Tensor, at::Tensor, std::vector<at::Tensor>>;
+
+// dQ, dK, dV in q's, k's and v's shapes and dtype, and a float32 gradient per learnable
+// captured tensor (in its shape), in the forward's slot order.
+BackwardOutputs BackwardOutputsFor(const BackwardInfo& bw, const at::Tensor& q, const at::Tensor& k,
+                                   const at::Tensor& v, at::TensorList buffers) {
+  std::vector<at::Tensor> grads;
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    if (bw.learns[i]) grads.push_back(at::zeros(buffers[i].sizes(), buffers[i].options().dtype(at::kFloat)));
+  }
+  return {at::empty(q.sizes(), q.options()), at::empty(k.sizes(), k.options()),
+          at::empty(v.sizes(), v.options()), grads};
+}
+
+BackwardOutputs AttentionBackwardMeta(const at::Tensor& grad_o, const at::Tensor& q,
+                                      const at::Tensor& k, const at::Tensor& v, const at::Tensor& o,
+                                      const at::Tensor& lse, at::TensorList buffers, double scale,
+                                      c10::string_view kernel) {
+  const KernelInfo& kn = Kernel(std::string(kernel));
+  CheckCall(kn, q, k, v, buffers, scale);
+  CheckBackwardCall(grad_o, q, o, lse);
+  return BackwardOutputsFor(BackwardOf(kn), q, k, v, buffers);
+}
+
+BackwardOutputs AttentionBackwardCpu(const at::Tensor& grad_o, const at::Tensor& q,
+                                     const at::Tensor& k, const at::Tensor& v, const at::Tensor& o,
+                                     const at::Tensor& lse, at::TensorList buffers, double scale,
+                                     c10::string_view kernel) {
+  AttentionBackwardMeta(grad_o, q, k, v, o, lse, buffers, scale, kernel);
+  TORCH_CHECK_VALUE(false, kBackwardOp, ": the kernel runs on a CUDA GPU and q is on ", q.device(),
+                    "; move q, k, v and the captured tensors to the GPU");
+  return {};
+}
+
 #ifdef CUBRIDGE_TORCH_CUDA
 
 // A kernel's module on one device, and the launch plans of the call geometries it has seen.
@@ -157,6 +224,10 @@ struct Loaded {
   std::unique_ptr<gpu::KernelModule> module;
   std::mutex mu;
   std::map<std::string, gpu::LaunchPlan> plans;
+  int cc = 0;  // the device's compute capability (90 for sm_90)
+  // The backward's module, loaded on the first backward call, and its plans.
+  std::unique_ptr<gpu::BackwardModule> backward;
+  std::map<std::string, gpu::BwdLaunchPlan> backward_plans;
 };
 
 void Ok(const absl::Status& s, const std::string& what) {
@@ -167,20 +238,27 @@ int ArchNumber(const std::string& arch) { return std::atoi(arch.c_str() + 3); } 
 
 // The compiled module kept beside the kernel (gpu::ModuleFileName: adapt's GPU stage writes it
 // too), so a new process skips NVRTC; a folder that is not writable only costs the compile.
-absl::StatusOr<gpu::CompiledModule> CompiledFor(const KernelInfo& kn, int device_cc) {
+// The backward's module is kept under the same name with this prefix.
+constexpr char kBackwardModulePrefix[] = "backward_";
+
+absl::StatusOr<gpu::CompiledModule> CompiledFor(const KernelInfo& kn, int device_cc,
+                                                bool backward = false) {
   // A kernel for an older arch than the GPU's runs through PTX and the driver's JIT.
   const bool ptx = device_cc / 10 != ArchNumber(kn.arch) / 10;
-  const std::string name = gpu::ModuleFileName(device_cc, ptx);
+  const std::string name =
+      absl::StrCat(backward ? kBackwardModulePrefix : "", gpu::ModuleFileName(device_cc, ptx));
   if (auto kept = gpu::ReadModuleFiles(kn.dir, name, ptx); kept.ok()) return kept;
   auto arch = lower::ParseArch(kn.arch);
   if (!arch.ok()) return arch.status();
   gpu::CompileOptions copt;
   copt.arch = *arch;
   copt.ptx = ptx;
-  for (const auto& [role, expr] : gpu::EntryExpressions(kn.entries, kn.dtype, kn.head_dim)) {
+  const auto& entries = backward ? kn.backward.entries : kn.entries;
+  for (const auto& [role, expr] : gpu::EntryExpressions(entries, kn.dtype, kn.head_dim)) {
     copt.name_expressions.push_back(expr);
   }
-  auto compiled = gpu::CompileWithNvrtc(kn.source, "kernel.cu", copt);
+  auto compiled = gpu::CompileWithNvrtc(backward ? kn.backward.source : kn.source,
+                                        backward ? "kernel_bwd.cu" : "kernel.cu", copt);
   if (!compiled.ok()) return compiled.status();
   // Published whole (temporary names, then renames), so a concurrent reader sees all of it or
   // nothing; a folder that cannot take it only costs the next process the compile.
@@ -206,6 +284,7 @@ Loaded& LoadedOn(const KernelInfo& kn, int device) {
     Ok(module.status(), "load " + kn.dir);
     auto out = std::make_unique<Loaded>();
     out->module = std::make_unique<gpu::KernelModule>(*std::move(module));
+    out->cc = cc;
     slot = std::move(out);
   }
   return *slot;
@@ -242,6 +321,54 @@ std::string GeometryKey(const gpu::AttnParams& p) {
   return key;
 }
 
+// The CUDA driver, with `device`'s primary context current: LibTorch works in it, so the
+// modules must be loaded into it too.
+const gpu::Driver& DriverOn(int device) {
+  auto cu = gpu::Driver::Get();
+  Ok(cu.status(), "load the CUDA driver");
+  CUdevice current = -1;
+  if ((*cu)->CtxGetDevice(&current) != CUDA_SUCCESS || current != device) {
+    Ok(gpu::UsePrimaryContext(device), "use the GPU's primary context");
+  }
+  return **cu;
+}
+
+// The launch plan of a call geometry, computed on its first call by `make(scratch)`. The plan
+// kernel is read back, which a CUDA graph capture forbids: a geometry is planned outside any
+// capture (the usual warm-up before capturing). Call with loaded.mu held.
+template <typename PlanT, typename Make>
+PlanT PlanOnce(std::map<std::string, PlanT>& plans, const std::string& key, const gpu::Driver& cu,
+               CUstream stream, const at::Tensor& like, Make make) {
+  auto it = plans.find(key);
+  if (it != plans.end()) return it->second;
+  CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_NONE;
+  cu.StreamIsCapturing(stream, &capturing);
+  TORCH_CHECK(capturing == CU_STREAM_CAPTURE_STATUS_NONE, kOp,
+              ": this call geometry is new inside a CUDA graph capture; call the model once "
+              "with the same shapes before capturing (its launch plan is computed then)");
+  // The plan kernel runs on the legacy stream: everything on torch's streams (the scratch's
+  // zero fill, earlier users of its memory) finishes first. Once per geometry.
+  at::Tensor scratch = at::zeros({256}, like.options().dtype(at::kByte));
+  Ok(cu.Check(cu.CtxSynchronize(), "cuCtxSynchronize"), "plan");
+  auto planned = make(reinterpret_cast<CUdeviceptr>(scratch.data_ptr()));
+  TORCH_CHECK_VALUE(planned.ok(), kOp, ": the kernel refuses this call: ",
+                    planned.status().message());
+  return plans.emplace(key, *planned).first->second;
+}
+
+// Device scratch from the caching allocator, on the call's stream.
+at::Tensor Workspace(uint64_t bytes, const at::Tensor& like) {
+  return at::empty({static_cast<int64_t>(std::max<uint64_t>(bytes, 1))},
+                   like.options().dtype(at::kByte));
+}
+
+// A captured tensor in the launcher ABI's layout: unit stride innermost unless that size is 1 (a
+// broadcast stride 0 elsewhere is fine); others are copied into it.
+at::Tensor InAbiLayout(at::Tensor b) {
+  if (b.dim() > 0 && b.size(-1) > 1 && b.stride(-1) != 1) b = b.contiguous();
+  return b;
+}
+
 std::tuple<at::Tensor, at::Tensor> AttentionCuda(const at::Tensor& q, const at::Tensor& k,
                                                  const at::Tensor& v, at::TensorList buffers,
                                                  double scale, c10::string_view kernel) {
@@ -249,53 +376,25 @@ std::tuple<at::Tensor, at::Tensor> AttentionCuda(const at::Tensor& q, const at::
   CheckCall(kn, q, k, v, buffers, scale);
   c10::DeviceGuard guard(q.device());
   auto [o, lse] = Outputs(q);
-  // The launcher ABI's captured tensors: unit stride innermost unless that size is 1 (a
-  // broadcast stride 0 elsewhere is fine); others are copied into that layout.
   std::vector<at::Tensor> held;
-  for (at::Tensor b : buffers) {
-    if (b.dim() > 0 && b.size(-1) > 1 && b.stride(-1) != 1) b = b.contiguous();
-    held.push_back(b);
-  }
+  for (const at::Tensor& b : buffers) held.push_back(InAbiLayout(b));
   gpu::AttnParams p = CallParams(kn, q, k, v, o, lse, held, scale);
 
   const int device = q.device().index();
-  auto cu = gpu::Driver::Get();
-  Ok(cu.status(), "load the CUDA driver");
-  // LibTorch works in the device's primary context; the module must be loaded into it too.
-  CUdevice current = -1;
-  if ((*cu)->CtxGetDevice(&current) != CUDA_SUCCESS || current != device) {
-    Ok(gpu::UsePrimaryContext(device), "use the GPU's primary context");
-  }
+  const gpu::Driver& cu = DriverOn(device);
   Loaded& loaded = LoadedOn(kn, device);
   const CUstream stream = c10::cuda::getCurrentCUDAStream(device).stream();
   gpu::LaunchPlan plan{};
   {
     std::lock_guard lock(loaded.mu);
-    const std::string key = GeometryKey(p);
-    auto it = loaded.plans.find(key);
-    if (it == loaded.plans.end()) {
-      // The plan kernel is read back, which a CUDA graph capture forbids: a geometry is planned
-      // on its first call, outside any capture (the usual warm-up before capturing).
-      CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_NONE;
-      (*cu)->StreamIsCapturing(stream, &capturing);
-      TORCH_CHECK(capturing == CU_STREAM_CAPTURE_STATUS_NONE, kOp,
-                  ": this call geometry is new inside a CUDA graph capture; call the model once "
-                  "with the same shapes before capturing (its launch plan is computed then)");
-      // The plan kernel runs on the legacy stream: everything on torch's streams (the scratch's
-      // zero fill, earlier users of its memory) finishes first. Once per geometry.
-      at::Tensor scratch = at::zeros({256}, q.options().dtype(at::kByte));
-      Ok((*cu)->Check((*cu)->CtxSynchronize(), "cuCtxSynchronize"), "plan");
-      auto planned = loaded.module->Plan(p, reinterpret_cast<CUdeviceptr>(scratch.data_ptr()));
-      TORCH_CHECK_VALUE(planned.ok(), kOp, ": the kernel refuses this call: ",
-                        planned.status().message());
-      it = loaded.plans.emplace(key, *planned).first;
-    }
-    plan = it->second;
+    plan = PlanOnce(loaded.plans, GeometryKey(p), cu, stream, q, [&](CUdeviceptr scratch) {
+      return loaded.module->Plan(p, scratch);
+    });
   }
   const uint64_t workspace = plan.workspace_bytes + plan.split_workspace_bytes;
   at::Tensor scratch;
   if (workspace > 0) {
-    scratch = at::empty({static_cast<int64_t>(workspace)}, q.options().dtype(at::kByte));
+    scratch = Workspace(workspace, q);
     p.workspace = scratch.data_ptr();
     p.workspace_size = workspace;
   }
@@ -303,14 +402,85 @@ std::tuple<at::Tensor, at::Tensor> AttentionCuda(const at::Tensor& q, const at::
   return {o, lse};
 }
 
+void SetStrides(const at::Tensor& t, int64_t* batch, int64_t* head, int64_t* row) {
+  *batch = t.stride(0), *head = t.stride(1), *row = t.stride(2);
+}
+
+BackwardOutputs AttentionBackwardCuda(const at::Tensor& grad_o, const at::Tensor& q,
+                                      const at::Tensor& k, const at::Tensor& v, const at::Tensor& o,
+                                      const at::Tensor& lse, at::TensorList buffers, double scale,
+                                      c10::string_view kernel) {
+  const KernelInfo& kn = Kernel(std::string(kernel));
+  CheckCall(kn, q, k, v, buffers, scale);
+  CheckBackwardCall(grad_o, q, o, lse);
+  const BackwardInfo& bw = BackwardOf(kn);
+  c10::DeviceGuard guard(q.device());
+  auto outputs = BackwardOutputsFor(bw, q, k, v, buffers);
+  auto& [dq, dk, dv, grads] = outputs;
+  // The backward's params hold the captured tensors in its own slot order.
+  std::vector<at::Tensor> held(buffers.size());
+  for (size_t i = 0; i < buffers.size(); ++i) held[bw.slots[i]] = InAbiLayout(buffers[i]);
+  const at::Tensor d_o = grad_o.size(3) <= 1 || grad_o.stride(3) == 1 ? grad_o : grad_o.contiguous();
+  const at::Tensor o_in = o.size(3) <= 1 || o.stride(3) == 1 ? o : o.contiguous();
+  const at::Tensor lse_in = lse.stride(2) == 1 ? lse : lse.contiguous();
+  gpu::BwdParams p{};
+  p.fwd = CallParams(kn, q, k, v, o_in, lse_in, held, scale);
+  p.d_o = d_o.data_ptr();
+  SetStrides(d_o, &p.do_batch_stride, &p.do_head_stride, &p.do_row_stride);
+  p.dq = dq.data_ptr(), p.dk = dk.data_ptr(), p.dv = dv.data_ptr();
+  SetStrides(dq, &p.dq_batch_stride, &p.dq_head_stride, &p.dq_row_stride);
+  SetStrides(dk, &p.dk_batch_stride, &p.dk_head_stride, &p.dk_row_stride);
+  SetStrides(dv, &p.dv_batch_stride, &p.dv_head_stride, &p.dv_row_stride);
+  for (size_t i = 0, g = 0; i < buffers.size(); ++i) {
+    if (bw.learns[i]) p.buffer_grads[bw.slots[i]] = grads[g++].data_ptr<float>();
+  }
+
+  const int device = q.device().index();
+  const gpu::Driver& cu = DriverOn(device);
+  Loaded& loaded = LoadedOn(kn, device);
+  const CUstream stream = c10::cuda::getCurrentCUDAStream(device).stream();
+  gpu::BwdLaunchPlan plan{};
+  {
+    std::lock_guard lock(loaded.mu);
+    if (loaded.backward == nullptr) {
+      auto compiled = CompiledFor(kn, loaded.cc, /*backward=*/true);
+      Ok(compiled.status(), "compile " + kn.dir + "/kernel_bwd.cu");
+      auto module = gpu::BackwardModule::Load(*compiled, bw.entries, kn.dtype, kn.head_dim);
+      Ok(module.status(), "load the backward of " + kn.dir);
+      loaded.backward = std::make_unique<gpu::BackwardModule>(*std::move(module));
+    }
+    std::string key = absl::StrCat("bwd;", GeometryKey(p.fwd));
+    for (const int64_t st : {p.do_batch_stride, p.do_head_stride, p.do_row_stride}) {
+      absl::StrAppend(&key, ",", st);
+    }
+    absl::StrAppend(&key, reinterpret_cast<uintptr_t>(p.d_o) % 16 == 0 ? "a" : "u");
+    plan = PlanOnce(loaded.backward_plans, key, cu, stream, q, [&](CUdeviceptr scratch) {
+      return loaded.backward->Plan(p, scratch);
+    });
+  }
+  at::Tensor scratch = Workspace(plan.workspace_bytes, q);
+  p.workspace = scratch.data_ptr();
+  p.workspace_size = static_cast<size_t>(scratch.numel());
+  Ok(loaded.backward->Enqueue(p, plan, stream), "launch the backward");
+  for (size_t i = 0, g = 0; i < buffers.size(); ++i) {
+    if (bw.learns[i]) {
+      at::Tensor& grad = grads[g++];
+      grad = grad.to(buffers[i].scalar_type());
+    }
+  }
+  return outputs;
+}
+
 #endif  // CUBRIDGE_TORCH_CUDA
 
-// No backward yet: the outputs of a call that needs a gradient carry a node that says so.
+// The op's autograd: the forward saves q, k, v, O, LSE and the captured tensors; the backward
+// runs the kernel folder's backward kernel (attention_backward) on them, giving dQ, dK, dV and
+// the learnable captured tensors' gradients. LSE is not differentiable.
 class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
  public:
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
                                                 const at::Tensor& q, const at::Tensor& k,
-                                                const at::Tensor& v, std::vector<at::Tensor> buffers,
+                                                const at::Tensor& v, at::TensorList buffers,
                                                 double scale, std::string kernel) {
     at::AutoDispatchBelowADInplaceOrView below;
     static auto op = c10::Dispatcher::singleton()
@@ -320,20 +490,69 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
                              at::TensorList, double, c10::string_view)>();
     auto [o, lse] = op.call(q, k, v, buffers, scale, kernel);
     ctx->mark_non_differentiable({lse});
+    std::vector<at::Tensor> saved = {q, k, v, o, lse};
+    saved.insert(saved.end(), buffers.begin(), buffers.end());
+    ctx->save_for_backward(saved);
+    ctx->saved_data["scale"] = scale;
+    ctx->saved_data["kernel"] = kernel;
     return {o, lse};
   }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
-                                                 torch::autograd::variable_list) {
-    TORCH_CHECK(false, kOp, ": backward is not available yet; CuBridge kernels are forward-only "
-                "for now (run this variant under torch.no_grad(), or use flex_attention where "
-                "you need its gradient)");
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    static auto op = c10::Dispatcher::singleton()
+                         .findSchemaOrThrow("cubridge::attention_backward", "")
+                         .typed<BackwardOutputs(const at::Tensor&, const at::Tensor&,
+                                                const at::Tensor&, const at::Tensor&,
+                                                const at::Tensor&, const at::Tensor&,
+                                                at::TensorList, double, c10::string_view)>();
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &o = saved[3], &lse = saved[4];
+    const std::vector<at::Tensor> buffers(saved.begin() + 5, saved.end());
+    const std::string kernel = ctx->saved_data["kernel"].toStringRef();
+    const KernelInfo& kn = Kernel(kernel);
+    // O unused by the loss: its gradient is zero.
+    const at::Tensor grad_o = grad_outputs[0].defined() ? grad_outputs[0] : at::zeros_like(o);
+    auto [dq, dk, dv, grads] =
+        op.call(grad_o, q, k, v, o, lse, buffers, ctx->saved_data["scale"].toDouble(), kernel);
+    // One gradient per input of forward: q, k, v, each captured tensor, scale, kernel.
+    torch::autograd::variable_list out = {dq, dk, dv};
+    for (size_t i = 0, g = 0; i < buffers.size(); ++i) {
+      out.push_back(kn.backward.learns[i] ? grads[g++] : at::Tensor());
+    }
+    out.emplace_back();
+    out.emplace_back();
+    return out;
   }
 };
+
+// The backward op's own autograd: none (no double backward). Called by AttentionFunction's
+// backward with grad mode off; with create_graph=True its results would silently be taken as
+// constants, so a call that would need a graph raises instead.
+BackwardOutputs AttentionBackwardAutograd(const at::Tensor& grad_o, const at::Tensor& q,
+                                          const at::Tensor& k, const at::Tensor& v,
+                                          const at::Tensor& o, const at::Tensor& lse,
+                                          at::TensorList buffers, double scale,
+                                          c10::string_view kernel) {
+  bool needs_grad = grad_o.requires_grad() || q.requires_grad() || k.requires_grad() ||
+                    v.requires_grad() || o.requires_grad();
+  for (const at::Tensor& b : buffers) needs_grad = needs_grad || b.requires_grad();
+  TORCH_CHECK(!at::GradMode::is_enabled() || !needs_grad, kBackwardOp,
+              ": a gradient of the gradient (create_graph=True, double backward) is not "
+              "available for CuBridge kernels");
+  at::AutoDispatchBelowADInplaceOrView below;
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("cubridge::attention_backward", "")
+                       .typed<BackwardOutputs(const at::Tensor&, const at::Tensor&,
+                                              const at::Tensor&, const at::Tensor&,
+                                              const at::Tensor&, const at::Tensor&,
+                                              at::TensorList, double, c10::string_view)>();
+  return op.call(grad_o, q, k, v, o, lse, buffers, scale, kernel);
+}
 
 std::tuple<at::Tensor, at::Tensor> AttentionAutograd(const at::Tensor& q, const at::Tensor& k,
                                                      const at::Tensor& v, at::TensorList buffers,
                                                      double scale, c10::string_view kernel) {
-  auto out = AttentionFunction::apply(q, k, v, buffers.vec(), scale, std::string(kernel));
+  auto out = AttentionFunction::apply(q, k, v, buffers, scale, std::string(kernel));
   return {out[0], out[1]};
 }
 
@@ -375,13 +594,27 @@ gpu::AttnParams CallParams(const KernelInfo& kn, const at::Tensor& q, const at::
 TORCH_LIBRARY(cubridge, m) {
   m.def("attention(Tensor q, Tensor k, Tensor v, Tensor[] buffers, float scale, str kernel) "
         "-> (Tensor, Tensor)");
+  m.def("attention_backward(Tensor grad_o, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, "
+        "Tensor[] buffers, float scale, str kernel) -> (Tensor, Tensor, Tensor, Tensor[])");
 }
 
-TORCH_LIBRARY_IMPL(cubridge, CPU, m) { m.impl("attention", AttentionCpu); }
-TORCH_LIBRARY_IMPL(cubridge, Meta, m) { m.impl("attention", AttentionMeta); }
-TORCH_LIBRARY_IMPL(cubridge, Autograd, m) { m.impl("attention", AttentionAutograd); }
+TORCH_LIBRARY_IMPL(cubridge, CPU, m) {
+  m.impl("attention", AttentionCpu);
+  m.impl("attention_backward", AttentionBackwardCpu);
+}
+TORCH_LIBRARY_IMPL(cubridge, Meta, m) {
+  m.impl("attention", AttentionMeta);
+  m.impl("attention_backward", AttentionBackwardMeta);
+}
+TORCH_LIBRARY_IMPL(cubridge, Autograd, m) {
+  m.impl("attention", AttentionAutograd);
+  m.impl("attention_backward", AttentionBackwardAutograd);
+}
 #ifdef CUBRIDGE_TORCH_CUDA
-TORCH_LIBRARY_IMPL(cubridge, CUDA, m) { m.impl("attention", AttentionCuda); }
+TORCH_LIBRARY_IMPL(cubridge, CUDA, m) {
+  m.impl("attention", AttentionCuda);
+  m.impl("attention_backward", AttentionBackwardCuda);
+}
 #endif
 
 }  // namespace cubridge::torch_op

@@ -54,8 +54,8 @@ const std::vector<std::string>& KnownRegions() {
   return names;
 }
 
-absl::StatusOr<LiftResult> LiftExpert(const std::string& name) {
-  auto expert = LoadExpert(name);
+absl::StatusOr<LiftResult> LiftExpert(const std::string& name, bool backward) {
+  auto expert = LoadExpert(name, backward);
   if (!expert.ok()) return expert.status();
   if (auto s = cuir::Validate(expert->base); !s.ok()) return s;
   const std::string file = expert->source.filename;
@@ -117,14 +117,19 @@ absl::StatusOr<LiftResult> LiftExpert(const std::string& name) {
       roles.push_back(std::string(line.substr(0, line.find(' '))));
     }
   }
-  for (const char* role : {"plan", "classify", "compact", "attention"}) {
+  // A backward call runs D's preprocessing before and dQ's conversion after its attention.
+  const std::vector<std::string> needed =
+      backward ? std::vector<std::string>{"plan", "classify", "compact", "preprocess", "attention",
+                                          "postprocess"}
+               : std::vector<std::string>{"plan", "classify", "compact", "attention"};
+  for (const std::string& role : needed) {
     if (std::find(roles.begin(), roles.end(), role) == roles.end()) {
       return absl::FailedPreconditionError(absl::StrCat(
           file, ": no `// @cuir-entry ", role, " NAME` line (the device entry points a "
           "run-time loader needs)"));
     }
   }
-  out.checks.push_back("device entry points plan, classify, compact, attention");
+  out.checks.push_back(absl::StrCat("device entry points ", absl::StrJoin(needed, ", ")));
   return out;
 }
 

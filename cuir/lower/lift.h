@@ -21,8 +21,10 @@ struct LiftResult {
 // kernel.cu is one the lowering knows; the `tile_params` region declares exactly the base
 // program's int params with the same values; the launcher ABI region and the four device entry
 // points (`@cuir-entry plan|classify|compact|attention`) are there; the base program validates.
-// FAILED_PRECONDITION naming the file and what disagrees otherwise.
-absl::StatusOr<LiftResult> LiftExpert(const std::string& expert);
+// FAILED_PRECONDITION naming the file and what disagrees otherwise. `backward`: its
+// base_bwd.cuir and kernel_bwd.cu instead, whose entry points add preprocess and postprocess
+// (NOT_FOUND for an expert without a backward kernel).
+absl::StatusOr<LiftResult> LiftExpert(const std::string& expert, bool backward = false);
 
 // A user's own kernel (`cubridge-cli lift`, a lift job): its `// @cuir-entry` points, which must be
 // exactly plan and attention (cuir/experts/common/launch_abi.cuh). INVALID_ARGUMENT naming `path`.

@@ -155,6 +155,7 @@ const std::vector<RegionKind>& RegionKinds() {
       {"tile_stream", "a captured tensor read per score, streamed tile by tile"},
       {"stream_coords", "that tensor's leading indices for a work tile"},
       {"q_range", "changed query-block bounds of a backward's walk"},
+      {"q_loop", "a table-form (transposed) query-block walk of a backward"},
       {"keeps_raw_scores", "a backward's gradient statements (they read the raw scores)"},
       {"score_grad", "a `score_grad` statement"},
       {"buffer_grad", "`buffer_grad` statements"},

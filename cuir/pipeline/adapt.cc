@@ -113,6 +113,15 @@ absl::StatusOr<AdaptResult> Adapt(const AdaptOptions& o) {
       auto files = cubridge::files::ReadDir(cache_dir);
       bool complete = files.has_value();
       for (const char* name : kOutputs) complete = complete && files->count(name);
+      // A kernel cached by a forward-only job is redone for a job that wants the backward.
+      if (complete && o.backward != BackwardMode::kOff) {
+        auto cached_report = nlohmann::json::parse((*files)["report.json"], nullptr, false);
+        const bool has = cached_report.is_object() && cached_report.contains("backward") &&
+                         cached_report["backward"].value("available", false);
+        const bool known = cached_report.is_object() && cached_report.contains("backward");
+        complete = o.backward == BackwardMode::kRequire ? has : known;
+        for (const char* name : kBackwardFiles) complete = complete && (!has || files->count(name));
+      }
       *detail = complete ? absl::StrFormat("hit %s/%s (%s)", result.spec_hash.substr(0, 16), arch,
                                            cache_dir)
                          : absl::StrFormat("miss %s/%s", result.spec_hash.substr(0, 16), arch);
@@ -198,6 +207,24 @@ absl::StatusOr<AdaptResult> Adapt(const AdaptOptions& o) {
     gpu_files = gpu->files;
   }
 
+  // The backward: its own expert, transfer, verification and lowering. kAuto keeps the forward
+  // when it cannot be made and says why in the report.
+  nlohmann::json backward_report;
+  std::map<std::string, std::string> backward_files;
+  if (o.backward != BackwardMode::kOff) {
+    auto backward = stage.Run("backward", [&](std::string* d) {
+      return BuildBackward(*spec, o.config, o.buffers, o.arch, seed, o.verify, d);
+    });
+    if (backward.ok()) {
+      backward_report = backward->ToJson();
+      backward_files = backward->Files();
+    } else if (o.backward == BackwardMode::kRequire) {
+      return backward.status();
+    } else {
+      backward_report = BackwardUnavailableJson(std::string(backward.status().message()));
+    }
+  }
+
   KernelReport account;
   account.spec = o.spec_path;
   account.spec_hash = result.spec_hash;
@@ -216,6 +243,7 @@ absl::StatusOr<AdaptResult> Adapt(const AdaptOptions& o) {
   account.stages = stages;
   account.canonical_buffers = spec::CanonicalBufferNames(*spec);
   nlohmann::json report = account.ToJson();
+  if (!backward_report.is_null()) report["backward"] = backward_report;
   std::map<std::string, std::string> files = {
       {"kernel.cuir", cuir::PrintProgram(program)},
       {"kernel.cu", lowered->cuda_source},
@@ -224,10 +252,12 @@ absl::StatusOr<AdaptResult> Adapt(const AdaptOptions& o) {
   };
   if (!proposal.transcript.empty()) files["transcript.json"] = proposal.transcript.dump(2) + "\n";
   files.insert(gpu_files.begin(), gpu_files.end());
+  files.insert(backward_files.begin(), backward_files.end());
 
   auto written = stage.Run("write", [&](std::string* detail) -> absl::StatusOr<bool> {
     if (auto s = cubridge::files::PublishFiles(o.out_dir, files); !s.ok()) return s;
-    *detail = absl::StrFormat("%s/{kernel.cuir, kernel.cu, kernel.h, report.json}", o.out_dir);
+    *detail = absl::StrFormat("%s/{kernel.cuir, kernel.cu, kernel.h, report.json%s}", o.out_dir,
+                              backward_files.empty() ? "" : ", kernel_bwd.{cuir,cu,h}");
     // The cache only ever holds verified kernels; a cache write failure is not the user's
     // failure, the outputs are already in place.
     if (o.use_cache && !cubridge::files::PublishFiles(cache_dir, files).ok()) *detail += " (cache not writable)";

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "cuir/ir/config.h"
 #include "cuir/lower/lower.h"
+#include "cuir/pipeline/backward.h"
 #include "cuir/pipeline/proposer.h"
 #include "cuir/pipeline/verify.h"
 #include "cuir/spec/tensors.h"
@@ -21,7 +22,7 @@ namespace cubridge::pipeline {
 
 // One stage's outcome, reported as it finishes (the CLI prints these live).
 struct StageEvent {
-  std::string stage;   // spec | lift | transfer | verify | lower | write | cache
+  std::string stage;   // spec | lift | transfer | verify | lower | gpu | backward | write | cache
   bool ok = true;
   double seconds = 0;
   std::string detail;  // one line
@@ -84,6 +85,9 @@ struct AdaptOptions {
   // kRequire: fail without one. kOff: CPU verification only.
   GpuStage* gpu = nullptr;
   GpuMode gpu_mode = GpuMode::kAuto;
+  // The backward kernel (kernel_bwd.*, the report's `backward`): by default made where the
+  // pipeline can, its absence explained in the report otherwise (backward.h).
+  BackwardMode backward = BackwardMode::kAuto;
   // Who proposes the transferred program; null = the rules. An LLM conversation is written to
   // out_dir/transcript.json with the outputs, and to *transcript whatever the outcome.
   Proposer* proposer = nullptr;

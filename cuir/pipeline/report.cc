@@ -74,7 +74,28 @@ absl::Status BindBuffers(nlohmann::json* report, const std::map<std::string, std
           "before kernels recorded which buffer is which: adapt this spec again (--no-cache)"));
     }
   }
-  for (size_t i = 0; i < names.size(); ++i) buffers[i]["name"] = names[i];
+  std::map<std::string, std::string> renamed;  // the kernel's name -> this spec's
+  for (size_t i = 0; i < names.size(); ++i) {
+    renamed[buffers[i].value("name", "")] = names[i];
+    buffers[i]["name"] = names[i];
+  }
+  // The backward reads the same tensors: its slots and learnable tensors are renamed alike.
+  if (!report->contains("backward") || !(*report)["backward"].is_object()) return absl::OkStatus();
+  auto& backward = (*report)["backward"];
+  const auto rename = [&](nlohmann::json& name) {
+    if (!name.is_string()) return;
+    const auto it = renamed.find(name.get<std::string>());
+    if (it != renamed.end()) name = it->second;
+  };
+  if (backward.contains("grad_buffers") && backward["grad_buffers"].is_array()) {
+    for (auto& name : backward["grad_buffers"]) rename(name);
+  }
+  if (backward.contains("lowering") && backward["lowering"].contains("buffers") &&
+      backward["lowering"]["buffers"].is_array()) {
+    for (auto& b : backward["lowering"]["buffers"]) {
+      if (b.is_object() && b.contains("name")) rename(b["name"]);
+    }
+  }
   return absl::OkStatus();
 }
 

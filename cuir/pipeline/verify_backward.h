@@ -53,6 +53,9 @@ struct BackwardVerifyReport {
   std::string FailureDetail() const;
 };
 
+// The shapes a backward is verified at when the options name none.
+std::vector<VerifyShape> BackwardVerifyShapes();
+
 // Per-dtype tolerances of the gradients: atol relative to max|want| and rtol.
 struct GradTolerance {
   double atol_rel, rtol;

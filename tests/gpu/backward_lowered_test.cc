@@ -1,9 +1,10 @@
 // On a GPU: backward kernels lowered from variants into the sm_80 backward expert (issue 29),
-// built by nvcc for the GPU at hand and loaded with dlopen, against the float64 autograd of each
+// compiled by NVRTC for the GPU at hand and launched through the loader the PyTorch op uses
+// (worker/gpu/backward_module.h: plan kernel, then preprocess, tables, attention, postprocess),
+// against the float64 autograd of each
 // spec at ragged shapes (Sq != Skv both ways, GQA): dQ, dK, dV from NaN-poisoned outputs and the
 // learnable captured tensors' gradients, by the CPU verifier's tolerances (CompareGrads, the
-// interpreter's error scales for the buffers). Without a GPU or nvcc every test skips itself.
-#include <dlfcn.h>
+// interpreter's error scales for the buffers). Without a GPU every test skips itself.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -23,18 +24,13 @@
 #include "cuir/transfer/transfer.h"
 #include "tests/generality_suite.h"
 #include "tests/lower/lower_test_util.h"
+#include "worker/gpu/backward_module.h"
 #include "worker/gpu/driver.h"
 
 namespace cubridge::gpu {
 namespace {
 
 using cubridge::testing::GeneralitySpec;
-
-struct BackwardLib {
-  void* handle = nullptr;
-  size_t (*workspace)(const cubridge_attn_bwd_params*) = nullptr;
-  int (*run)(const cubridge_attn_bwd_params*, void*) = nullptr;
-};
 
 void SetStrides(const torch::Tensor& t, int64_t* b, int64_t* h, int64_t* r) {
   *b = t.stride(0), *h = t.stride(1), *r = t.stride(2);
@@ -45,34 +41,29 @@ class BackwardOnGpu : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     auto device = ProbeDevice(0);
     if (!device.ok()) GTEST_SKIP() << "no usable GPU: " << device.status().message();
-    nvcc_ = lower::testing::FindNvcc();
-    if (nvcc_.empty()) GTEST_SKIP() << "no nvcc";
-    arch_flag_ = absl::StrCat("-arch=sm_", device->cc_major, device->cc_minor);
-    dir_ = lower::testing::MakeTempDir("cubridge-bwd-gpu-");
-  }
-  void TearDown() override {
-    if (lib_.handle != nullptr) dlclose(lib_.handle);
-    lower::testing::CleanUpTempDir(dir_, HasFailure());
+    arch_ = device->cc_major >= 9 ? lower::Arch::kSm90 : lower::Arch::kSm80;
   }
 
-  // The kernel lowered from `program`, built as a shared library and loaded.
+  // The kernel lowered from `program`, compiled by NVRTC for this GPU and loaded.
   void Build(const cuir::Program& program, const cuir::AttentionConfig& c) {
-    auto k = lower::Lower(program, c, lower::Arch::kSm80);
+    auto k = lower::Lower(program, c, arch_);
     ASSERT_TRUE(k.ok()) << k.status();
-    const std::string stem = dir_ + "/kernel";
-    lower::testing::WriteFile(stem + ".cu", k->cuda_source);
-    const auto r = lower::testing::RunCommand(absl::StrCat(
-        nvcc_, " -std=c++17 -O3 -shared -Xcompiler -fPIC ", arch_flag_, " -o ", stem, ".so ",
-        stem, ".cu"));
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    lib_.handle = dlopen((stem + ".so").c_str(), RTLD_NOW | RTLD_LOCAL);
-    ASSERT_NE(lib_.handle, nullptr) << dlerror();
-    const std::string entry = k->entry_point;
-    lib_.workspace = reinterpret_cast<size_t (*)(const cubridge_attn_bwd_params*)>(
-        dlsym(lib_.handle, (entry + "_workspace_size").c_str()));
-    lib_.run = reinterpret_cast<int (*)(const cubridge_attn_bwd_params*, void*)>(
-        dlsym(lib_.handle, entry.c_str()));
-    ASSERT_TRUE(lib_.workspace != nullptr && lib_.run != nullptr) << entry;
+    dtype_ = c.dtype == cuir::DType::kBF16 ? 0 : 1;
+    CompileOptions copt;
+    copt.arch = arch_;
+    for (const auto& [role, expr] :
+         EntryExpressions(k->device_entries, dtype_, static_cast<int>(c.head_dim))) {
+      copt.name_expressions.push_back(expr);
+    }
+    auto compiled = CompileWithNvrtc(k->cuda_source, "kernel_bwd.cu", copt);
+    ASSERT_TRUE(compiled.ok()) << compiled.status();
+    // LibTorch's context: the module's launches and the tensors must share it.
+    torch::zeros({1}, torch::TensorOptions().device(torch::kCUDA));
+    ASSERT_TRUE(UsePrimaryContext(0).ok());
+    auto module = BackwardModule::Load(*compiled, k->device_entries, dtype_,
+                                       static_cast<int>(c.head_dim));
+    ASSERT_TRUE(module.ok()) << module.status();
+    module_ = std::make_unique<BackwardModule>(*std::move(module));
     buffer_order_.clear();
     for (const lower::LoweredBuffer& b : k->buffers) buffer_order_.push_back(b.name);
   }
@@ -125,19 +116,28 @@ class BackwardOnGpu : public ::testing::TestWithParam<std::string> {
     SetStrides(dq, &p.dq_batch_stride, &p.dq_head_stride, &p.dq_row_stride);
     SetStrides(dk, &p.dk_batch_stride, &p.dk_head_stride, &p.dk_row_stride);
     SetStrides(dv, &p.dv_batch_stride, &p.dv_head_stride, &p.dv_row_stride);
-    const torch::Tensor ws = torch::empty({static_cast<int64_t>(lib_.workspace(&p))},
-                                          torch::TensorOptions().dtype(torch::kUInt8).device(cuda));
+    const torch::Tensor plan_scratch =
+        torch::zeros({256}, torch::TensorOptions().dtype(torch::kUInt8).device(cuda));
+    torch::cuda::synchronize();
+    auto plan = module_->Plan(p, reinterpret_cast<CUdeviceptr>(plan_scratch.data_ptr()));
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    if (!plan.ok()) return {};
+    const torch::Tensor ws =
+        torch::empty({static_cast<int64_t>(plan->workspace_bytes)},
+                     torch::TensorOptions().dtype(torch::kUInt8).device(cuda));
     p.workspace = ws.data_ptr();
     p.workspace_size = static_cast<size_t>(ws.numel());
-    EXPECT_EQ(lib_.run(&p, nullptr), 0);
+    const absl::Status launched = module_->Enqueue(p, *plan, nullptr);
+    EXPECT_TRUE(launched.ok()) << launched;
     torch::cuda::synchronize();
     spec::AttentionGrads out{dq.cpu(), dk.cpu(), dv.cpu(), {}, {}};
     for (auto& [name, g] : grads) out.buffers[name] = g.cpu();
     return out;
   }
 
-  std::string nvcc_, arch_flag_, dir_;
-  BackwardLib lib_;
+  lower::Arch arch_ = lower::Arch::kSm80;
+  int dtype_ = 0;
+  std::unique_ptr<BackwardModule> module_;
   std::vector<std::string> buffer_order_;
 };
 
@@ -186,8 +186,7 @@ TEST_P(BackwardOnGpu, LoweredVariantMatchesTheOracle) {
             << pipeline::DescribeError(gr.name, gr.error);
       }
     }
-    dlclose(lib_.handle);
-    lib_.handle = nullptr;
+    module_.reset();
   }
 }
 

@@ -28,6 +28,17 @@ TEST(Lift, TheSm80ExpertAgreesWithItsBaseProgram) {
   EXPECT_THAT(r->checks[1], HasSubstr("tile params agree (4)"));
 }
 
+TEST(Lift, TheSm80BackwardExpertAgreesWithItsBaseProgramAndNamesItsFourKernels) {
+  auto r = LiftExpert("fa2_sm80", /*backward=*/true);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->base.kernel, "attn_bwd");
+  ASSERT_EQ(r->checks.size(), 3u);
+  EXPECT_THAT(r->checks[2], HasSubstr("plan, classify, compact, preprocess, attention, postprocess"));
+  // The Hopper expert has its backward program but not yet the kernel.
+  auto hopper = LiftExpert("fa3_sm90", /*backward=*/true);
+  EXPECT_TRUE(absl::IsNotFound(hopper.status())) << hopper.status();
+}
+
 // A copy of the experts folder with one edit to fa2_sm80/kernel.cu or base.cuir.
 class TamperedExpert : public ::testing::Test {
  protected:

@@ -1,6 +1,7 @@
 // End-to-end tests of `cubridge-cli adapt --local`: the real binary, run as a user would.
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -226,6 +227,88 @@ TEST(AdaptTile, APinnedTileIsVerifiedAtItLoweredAtItAndCachedApart) {
   ASSERT_EQ(again.exit_code, 0) << again.output;
   EXPECT_NE(again.output.find("cache hit"), std::string::npos) << again.output;
   EXPECT_EQ(slurp(tmp / "a/kernel.cu"), slurp(tmp / "c/kernel.cu"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The backward kernel beside the forward's (issue 29).
+
+nlohmann::json ReadReport(const std::string& dir) {
+  std::ifstream in(fs::path(dir) / "report.json");
+  return nlohmann::json::parse(in);
+}
+
+// Learned slopes under a causal mask: the backward gets the score_mod's derivative, the slopes'
+// gradient, and transposed causal ranges; verified on the CPU against the spec's autograd.
+TEST(AdaptBackward, WritesAVerifiedBackwardKernelBesideTheForward) {
+  TempDir tmp;
+  const std::string spec = WriteFile(tmp, "slopes.py", R"(
+def mask_mod(b, h, q_idx, kv_idx):
+    return q_idx >= kv_idx
+
+def score_mod(score, b, h, q_idx, kv_idx, slopes):
+    return score + slopes[h] * (kv_idx - q_idx)
+)");
+  const std::string common = "adapt " + spec + " --local --heads-q 4 --heads-kv 2 --seqlen 100" +
+                             " --arch sm_90 --buffer slopes=random:float32 --cache-dir " +
+                             (tmp / "cache");
+  auto r = RunCli(common + " --out " + (tmp / "a"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("[backward"), std::string::npos) << r.output;
+  for (const char* f : {"kernel_bwd.cuir", "kernel_bwd.cu", "kernel_bwd.h"}) {
+    EXPECT_TRUE(fs::exists(fs::path(tmp / "a") / f)) << f << "\n" << r.output;
+  }
+  const auto report = ReadReport(tmp / "a");
+  const auto& backward = report["backward"];
+  ASSERT_TRUE(backward["available"].get<bool>()) << backward.dump(2);
+  // fa3_sm90 has no backward kernel yet: the sm_80 one serves sm_90 GPUs too.
+  EXPECT_EQ(backward["expert"], "fa2_sm80");
+  EXPECT_EQ(backward["grad_buffers"], nlohmann::json::array({"slopes"}));
+  EXPECT_TRUE(backward["verification"]["passed"].get<bool>());
+  for (const auto& shape : backward["verification"]["shapes"]) {
+    for (const char* grad : {"dq", "dk", "dv", "slopes"}) {
+      EXPECT_EQ(shape["grads"][grad]["violations"].get<int64_t>(), 0) << grad;
+    }
+  }
+  std::vector<std::string> rules;
+  for (const auto& rule : backward["transfer"]) rules.push_back(rule["rule"]);
+  EXPECT_NE(std::find(rules.begin(), rules.end(), "score.derivative"), rules.end())
+      << backward["transfer"].dump();
+  for (const char* role : {"plan", "preprocess", "attention", "postprocess"}) {
+    EXPECT_TRUE(backward["entries"].contains(role)) << role;
+  }
+  std::ifstream cu(fs::path(tmp / "a") / "kernel_bwd.cu");
+  const std::string source((std::istreambuf_iterator<char>(cu)), {});
+  EXPECT_NE(source.find("atomicAdd(bp.buffer_grads["), std::string::npos);
+
+  // The second run is a cache hit with the backward; a forward-only run takes the same kernel.
+  auto hit = RunCli(common + " --out " + (tmp / "b"));
+  ASSERT_EQ(hit.exit_code, 0) << hit.output;
+  EXPECT_NE(hit.output.find("cache hit"), std::string::npos) << hit.output;
+  EXPECT_TRUE(fs::exists(fs::path(tmp / "b") / "kernel_bwd.cu"));
+  auto off = RunCli(common + " --backward off --out " + (tmp / "c"));
+  ASSERT_EQ(off.exit_code, 0) << off.output;
+  EXPECT_NE(off.output.find("cache hit"), std::string::npos) << off.output;
+}
+
+TEST(AdaptBackward, OffMakesNoneAndAForwardOnlyCacheEntryIsRedoneForABackward) {
+  TempDir tmp;
+  const std::string common = "adapt " + Example("causal.py") + " --local --heads-q 2 --heads-kv 2" +
+                             " --seqlen 64 --cache-dir " + (tmp / "cache");
+  auto off = RunCli(common + " --backward off --out " + (tmp / "a"));
+  ASSERT_EQ(off.exit_code, 0) << off.output;
+  EXPECT_EQ(off.output.find("[backward"), std::string::npos) << off.output;
+  EXPECT_FALSE(fs::exists(fs::path(tmp / "a") / "kernel_bwd.cu"));
+  EXPECT_FALSE(ReadReport(tmp / "a").contains("backward"));
+  auto require = RunCli(common + " --backward require --out " + (tmp / "b"));
+  ASSERT_EQ(require.exit_code, 0) << require.output;
+  EXPECT_EQ(require.output.find("cache hit"), std::string::npos) << require.output;
+  EXPECT_TRUE(ReadReport(tmp / "b")["backward"]["available"].get<bool>());
+  EXPECT_TRUE(fs::exists(fs::path(tmp / "b") / "kernel_bwd.cu"));
+  auto bad = RunCli(common + " --backward sometimes --out " + (tmp / "c"));
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--backward sometimes: accepted values are auto"), std::string::npos)
+      << bad.output;
+  EXPECT_FALSE(fs::exists(tmp / "c"));
 }
 
 // ---------------------------------------------------------------------------------------------

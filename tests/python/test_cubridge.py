@@ -306,12 +306,29 @@ class OpLibrary(unittest.TestCase):
         self.assertEqual(tuple(lse.shape), (2, 4, 33))
         self.assertEqual(lse.dtype, torch.float32)
 
-    def test_backward_says_it_is_not_available_yet(self):
-        q, k, v = qkv(hq=4, hkv=2, device="meta")
-        q.requires_grad_()
-        o, _ = self.call(q, k, v, [torch.empty(4, device="meta")])
-        with self.assertRaisesRegex(RuntimeError, "backward is not available yet"):
-            o.sum().backward()
+    def test_backward_gives_meta_gradients_with_the_inputs_shapes(self):
+        # The folder has the backward kernel (kernel_bwd.cu); on Meta tensors its op gives the
+        # gradients' shapes, as torch.compile's fake tensors need: dQ, dK, dV and the slopes'.
+        q, k, v = qkv(b=2, hq=4, hkv=2, s=33, device="meta")
+        slopes = torch.empty(4, device="meta", requires_grad=True)
+        for t in (q, k, v):
+            t.requires_grad_()
+        o, _ = self.call(q, k, v, [slopes])
+        dq, dk, dv, ds = torch.autograd.grad(o.sum(), (q, k, v, slopes))
+        self.assertEqual((dq.shape, dk.shape, dv.shape, ds.shape),
+                         (q.shape, k.shape, v.shape, slopes.shape))
+        self.assertEqual((dq.dtype, ds.dtype), (torch.bfloat16, torch.float32))
+
+    def test_backward_on_the_cpu_says_it_runs_on_a_gpu(self):
+        q, k, v = qkv(hq=4, hkv=2)
+        grad_o = torch.zeros_like(q)
+        lse = torch.zeros(q.shape[:3])
+        with self.assertRaisesRegex(ValueError, "attention_backward: the kernel runs on a CUDA GPU"):
+            torch.ops.cubridge.attention_backward(grad_o, q, k, v, q, lse, [torch.zeros(4)], 0.125,
+                                                  self.kernel.folder)
+        with self.assertRaisesRegex(ValueError, r"lse has shape \[4, 40\]"):
+            torch.ops.cubridge.attention_backward(grad_o, q, k, v, q, lse[0], [torch.zeros(4)],
+                                                  0.125, self.kernel.folder)
 
     def test_bad_calls_raise_before_any_launch(self):
         q, k, v = qkv(hq=4, hkv=2)

@@ -103,6 +103,11 @@ def _config_args(config, arch):
             "--dtype", config["dtype"], "--scale", repr(config["scale"])]
 
 
+# What a kernel folder holds, in the on-disk key: folders made before the backward kernels
+# (layout 1) are made again rather than found without one.
+FOLDER_LAYOUT = 2
+
+
 def adapt_args():
     """More `cubridge-cli adapt` flags from $CUBRIDGE_ADAPT_ARGS (e.g. `--tile 128x128w12` to
     skip the autotuning); part of the kernel folder's key."""
@@ -167,7 +172,8 @@ def kernel_for(key, spec_factory, config, arch):
     spec = spec_factory()
     buffers = sorted((n, str(t.dtype), t.dim()) for n, t in spec.buffers.items())
     kernel_config = {k: config[k] for k in ("heads_q", "heads_kv", "head_dim", "dtype", "scale")}
-    name = digest(spec.text, buffers, sorted(kernel_config.items()), arch, adapt_args())
+    name = digest(spec.text, buffers, sorted(kernel_config.items()), arch, adapt_args(),
+                  FOLDER_LAYOUT)
     folder = os.path.join(cache_root(), name[:32])
     if os.path.exists(os.path.join(folder, "report.json")):
         stats["disk_hits"] += 1

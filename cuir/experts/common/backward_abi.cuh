@@ -28,4 +28,24 @@ typedef struct cubridge_attn_bwd_params {
   size_t workspace_size;
 } cubridge_attn_bwd_params;
 
+// What one backward call enqueues, from the params alone (workspace and workspace_size aside):
+// computed by one function on the host (an nvcc-built launcher) and on the device (the plan
+// kernel, `@cuir-entry plan`, which a loader of an NVRTC-compiled module runs first). In order:
+// preprocess (row_grid x row_threads), the block-table kernels where classify_grid > 0
+// (classify_grid and compact_grid x table_threads, over (fwd params, workspace + tables_offset)),
+// attention (grid x threads, smem_bytes of dynamic shared memory), postprocess (as preprocess).
+// Every kernel but the table ones takes the backward params alone.
+#define CUBRIDGE_BWD_PLAN_VERSION 1
+typedef struct cubridge_attn_bwd_launch_plan {
+  int32_t version;           // CUBRIDGE_BWD_PLAN_VERSION
+  int32_t status;            // 0 = launchable, 1 = the parameters are refused
+  uint64_t workspace_bytes;  // the workspace_size the call needs
+  uint64_t tables_offset;    // where the block tables start in the workspace
+  uint32_t row_grid, row_threads;
+  uint32_t classify_grid, compact_grid, table_threads;
+  uint32_t grid[3];
+  int32_t threads;
+  int32_t smem_bytes;
+} cubridge_attn_bwd_launch_plan;
+
 #endif  // cubridge_attn_bwd_BACKWARD_ABI_CUH_

@@ -21,6 +21,9 @@
 // @cuir-arch sm_80
 //
 // Device entry points by role ({T}, {D}: the element type and head dim of the instance):
+// @cuir-entry plan cubridge_attn_bwd_plan
+// @cuir-entry classify cubridge_fa2_bwd::cubridge_attn_fwd_classify
+// @cuir-entry compact cubridge_fa2_bwd::cubridge_attn_fwd_compact
 // @cuir-entry preprocess cubridge_fa2_bwd::attn_bwd_preprocess<{T}>
 // @cuir-entry attention cubridge_fa2_bwd::attn_bwd_kernel<{T}, {D}>
 // @cuir-entry postprocess cubridge_fa2_bwd::attn_bwd_postprocess<{T}>
@@ -359,9 +362,16 @@ __host__ __device__ __forceinline__ bool aligned_16(const void* ptr, int64_t row
   return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && row_stride % 8 == 0;
 }
 
-// Whether the kernel serves the call, and the attention launch's shape.
-__host__ __device__ __forceinline__ bool bwd_plan(const cubridge_attn_bwd_params& p,
-                                                  uint32_t grid[3], int* smem_bytes) {
+}  // namespace cubridge_fa2_bwd
+
+// What one call enqueues (cubridge_attn_bwd_launch_plan, common/backward_abi.cuh), computed from
+// the parameters by one function for the host launcher below and the device's plan kernel.
+__host__ __device__ __forceinline__ void cubridge_attn_bwd_make_plan(
+    const cubridge_attn_bwd_params& p, cubridge_attn_bwd_launch_plan* plan) {
+  using namespace cubridge_fa2_bwd;
+  *plan = cubridge_attn_bwd_launch_plan{};
+  plan->version = CUBRIDGE_BWD_PLAN_VERSION;
+  plan->status = 1;
   const cubridge_attn_fwd_params& f = p.fwd;
   if (f.q == nullptr || f.k == nullptr || f.v == nullptr || f.o == nullptr || f.lse == nullptr ||
       p.d_o == nullptr || p.dq == nullptr || p.dk == nullptr || p.dv == nullptr ||
@@ -369,22 +379,36 @@ __host__ __device__ __forceinline__ bool bwd_plan(const cubridge_attn_bwd_params
       f.seqlen_kv <= 0 || f.batch > 65535 || f.heads_q > 65535 || f.heads_q % f.heads_kv != 0 ||
       (f.dtype != 0 && f.dtype != 1) || !aligned_16(f.q, f.q_row_stride) ||
       !aligned_16(f.k, f.k_row_stride) || !aligned_16(f.v, f.v_row_stride) ||
-      !aligned_16(p.d_o, p.do_row_stride) || p.workspace_size < bwd_workspace(p).total ||
-      !variant_heads_ok(f) || !variant_buffers_ok(f)) {
-    return false;
+      !aligned_16(p.d_o, p.do_row_stride) || !variant_heads_ok(f) || !variant_buffers_ok(f)) {
+    return;
   }
   switch (f.head_dim) {
-    case 64: *smem_bytes = static_cast<int>(BwdTiling<64>::kSmemBytes); break;
-    case 128: *smem_bytes = static_cast<int>(BwdTiling<128>::kSmemBytes); break;
-    default: return false;  // hdim 256: not yet (the accumulators need a narrower tile)
+    case 64: plan->smem_bytes = static_cast<int>(BwdTiling<64>::kSmemBytes); break;
+    case 128: plan->smem_bytes = static_cast<int>(BwdTiling<128>::kSmemBytes); break;
+    default: return;  // hdim 256: not yet (the accumulators need a narrower tile)
   }
-  grid[0] = static_cast<uint32_t>(cuir_cdiv(f.seqlen_kv, BLOCK_N));
-  grid[1] = static_cast<uint32_t>(f.heads_q);
-  grid[2] = static_cast<uint32_t>(f.batch);
-  return true;
+  const BwdWorkspace w = bwd_workspace(p);
+  plan->workspace_bytes = w.total;
+  plan->tables_offset = w.tables;
+  plan->row_grid = 1024;  // grid-stride loops: enough CTAs to fill any GPU
+  plan->row_threads = kRowThreads;
+  // The block tables (transposed: per K tile, its query blocks).
+  const long long tiles = variant_table_tiles(f), rows = variant_table_rows(f);
+  plan->classify_grid = static_cast<uint32_t>(cuir_min<long long>(tiles, 16384));
+  plan->compact_grid =
+      static_cast<uint32_t>(cuir_min<long long>(cuir_cdiv<long long>(rows, kTableThreads), 16384));
+  plan->table_threads = kTableThreads;
+  plan->grid[0] = static_cast<uint32_t>(cuir_cdiv(f.seqlen_kv, BLOCK_N));
+  plan->grid[1] = static_cast<uint32_t>(f.heads_q);
+  plan->grid[2] = static_cast<uint32_t>(f.batch);
+  plan->threads = kThreads;
+  plan->status = 0;
 }
 
-}  // namespace cubridge_fa2_bwd
+extern "C" __global__ void cubridge_attn_bwd_plan(const cubridge_attn_bwd_params p,
+                                                  cubridge_attn_bwd_launch_plan* plan) {
+  cubridge_attn_bwd_make_plan(p, plan);
+}
 
 #ifndef __CUDACC_RTC__
 extern "C" size_t cubridge_attn_bwd_workspace_size(const cubridge_attn_bwd_params* p) {
@@ -393,34 +417,30 @@ extern "C" size_t cubridge_attn_bwd_workspace_size(const cubridge_attn_bwd_param
 
 namespace cubridge_fa2_bwd {
 template <typename T, int D>
-static int launch_bwd(const cubridge_attn_bwd_params* p, const uint32_t grid[3], int smem,
+static int launch_bwd(const cubridge_attn_bwd_params* p, const cubridge_attn_bwd_launch_plan& plan,
                       cudaStream_t stream) {
-  const int row_grid = 1024;
-  attn_bwd_preprocess<T><<<row_grid, kRowThreads, 0, stream>>>(*p);
-  // The block tables (transposed: per K tile, its query blocks), into the workspace's end.
-  const long long tiles = variant_table_tiles(p->fwd), rows = variant_table_rows(p->fwd);
-  if (tiles > 0) {
-    char* tables = static_cast<char*>(p->workspace) + bwd_workspace(*p).tables;
-    cubridge_attn_fwd_classify<<<static_cast<unsigned>(cuir_min<long long>(tiles, 16384)),
-                                 kTableThreads, 0, stream>>>(p->fwd, tables);
-    cubridge_attn_fwd_compact<<<static_cast<unsigned>(
-                                    cuir_min<long long>(cuir_cdiv<long long>(rows, kTableThreads),
-                                                        16384)),
-                                kTableThreads, 0, stream>>>(p->fwd, tables);
+  attn_bwd_preprocess<T><<<plan.row_grid, plan.row_threads, 0, stream>>>(*p);
+  if (plan.classify_grid > 0) {
+    char* tables = static_cast<char*>(p->workspace) + plan.tables_offset;
+    cubridge_attn_fwd_classify<<<plan.classify_grid, plan.table_threads, 0, stream>>>(p->fwd,
+                                                                                     tables);
+    cubridge_attn_fwd_compact<<<plan.compact_grid, plan.table_threads, 0, stream>>>(p->fwd, tables);
   }
   cudaError_t err = cudaFuncSetAttribute(attn_bwd_kernel<T, D>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         plan.smem_bytes);
   if (err != cudaSuccess) return err;
-  attn_bwd_kernel<T, D><<<dim3(grid[0], grid[1], grid[2]), kThreads, smem, stream>>>(*p);
-  attn_bwd_postprocess<T><<<row_grid, kRowThreads, 0, stream>>>(*p);
+  attn_bwd_kernel<T, D><<<dim3(plan.grid[0], plan.grid[1], plan.grid[2]), plan.threads,
+                          plan.smem_bytes, stream>>>(*p);
+  attn_bwd_postprocess<T><<<plan.row_grid, plan.row_threads, 0, stream>>>(*p);
   return cudaGetLastError();
 }
 template <typename T>
-static int launch_bwd_head_dim(const cubridge_attn_bwd_params* p, const uint32_t grid[3], int smem,
-                               cudaStream_t stream) {
+static int launch_bwd_head_dim(const cubridge_attn_bwd_params* p,
+                               const cubridge_attn_bwd_launch_plan& plan, cudaStream_t stream) {
   switch (p->fwd.head_dim) {
-    case 64: return launch_bwd<T, 64>(p, grid, smem, stream);
-    case 128: return launch_bwd<T, 128>(p, grid, smem, stream);
+    case 64: return launch_bwd<T, 64>(p, plan, stream);
+    case 128: return launch_bwd<T, 128>(p, plan, stream);
     default: return cudaErrorInvalidValue;
   }
 }
@@ -429,10 +449,11 @@ static int launch_bwd_head_dim(const cubridge_attn_bwd_params* p, const uint32_t
 // Enqueues the backward on `stream`; cudaErrorInvalidValue (1) for parameters it does not serve.
 extern "C" int cubridge_attn_bwd(const cubridge_attn_bwd_params* p, struct CUstream_st* stream) {
   using namespace cubridge_fa2_bwd;
-  uint32_t grid[3];
-  int smem = 0;
-  if (p == nullptr || !bwd_plan(*p, grid, &smem)) return cudaErrorInvalidValue;
-  return p->fwd.dtype == 0 ? launch_bwd_head_dim<__nv_bfloat16>(p, grid, smem, stream)
-                           : launch_bwd_head_dim<__half>(p, grid, smem, stream);
+  if (p == nullptr) return cudaErrorInvalidValue;
+  cubridge_attn_bwd_launch_plan plan;
+  cubridge_attn_bwd_make_plan(*p, &plan);
+  if (plan.status != 0 || p->workspace_size < plan.workspace_bytes) return cudaErrorInvalidValue;
+  return p->fwd.dtype == 0 ? launch_bwd_head_dim<__nv_bfloat16>(p, plan, stream)
+                           : launch_bwd_head_dim<__half>(p, plan, stream);
 }
 #endif  // __CUDACC_RTC__

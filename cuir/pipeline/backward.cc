@@ -1,0 +1,115 @@
+#include "cuir/pipeline/backward.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "cuir/experts/expert.h"
+#include "cuir/ir/program.h"
+#include "cuir/lower/expert.h"
+#include "cuir/lower/lift.h"
+#include "cuir/pipeline/stages.h"
+
+namespace cubridge::pipeline {
+namespace {
+
+// Prefixes a failure with the step it happened in, keeping its code.
+absl::Status At(const std::string& step, const absl::Status& s) {
+  return absl::Status(s.code(), absl::StrCat(step, ": ", s.message()));
+}
+
+}  // namespace
+
+absl::StatusOr<BackwardMode> ParseBackwardMode(const std::string& s) {
+  if (s == "auto") return BackwardMode::kAuto;
+  if (s == "off") return BackwardMode::kOff;
+  if (s == "require") return BackwardMode::kRequire;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--backward ", s, ": accepted values are auto (a backward kernel where the pipeline can "
+      "make one), off (forward only) and require (fail without one)"));
+}
+
+absl::StatusOr<std::string> BackwardExpertFor(lower::Arch arch) {
+  // Newest first: the arch's own expert, then the older ones.
+  std::vector<const experts::Expert*> candidates;
+  for (const experts::Expert* e : experts::Registry()) {
+    if (e->arch == arch) candidates.insert(candidates.begin(), e);
+    // Arch is ordered oldest first: an older arch's kernel runs on newer GPUs.
+    else if (static_cast<int>(e->arch) < static_cast<int>(arch)) candidates.push_back(e);
+  }
+  std::vector<std::string> tried;
+  for (const experts::Expert* e : candidates) {
+    auto expert = lower::LoadExpert(e->name, /*backward=*/true);
+    if (expert.ok()) return std::string(e->name);
+    if (!absl::IsNotFound(expert.status())) return expert.status();
+    tried.push_back(e->name);
+  }
+  return absl::NotFoundError(absl::StrCat("no expert for ", lower::ArchName(arch),
+                                          " has a backward kernel (tried ",
+                                          absl::StrJoin(tried, ", "), ")"));
+}
+
+nlohmann::json BackwardKernel::ToJson() const {
+  return {{"available", true},
+          {"expert", expert},
+          {"grad_buffers", grad_buffers},
+          {"transfer", AppliedRulesJson(transfer)},
+          {"verification", verification.ToJson()},
+          {"verification_level", "ir"},
+          {"lowering", LoweringJson(kernel)},
+          {"entries", kernel.device_entries}};
+}
+
+std::map<std::string, std::string> BackwardKernel::Files() const {
+  return {{"kernel_bwd.cuir", cuir::PrintProgram(transfer.program)},
+          {"kernel_bwd.cu", kernel.cuda_source},
+          {"kernel_bwd.h", kernel.launcher_header}};
+}
+
+nlohmann::json BackwardUnavailableJson(const std::string& reason) {
+  return {{"available", false}, {"reason", reason}};
+}
+
+absl::StatusOr<BackwardKernel> BuildBackward(const spec::Spec& spec,
+                                             const cuir::AttentionConfig& config,
+                                             const std::map<std::string, spec::BufferSource>& buffers,
+                                             lower::Arch arch, uint64_t seed,
+                                             const VerifyOptions& verify, std::string* detail) {
+  BackwardKernel out;
+  auto expert = BackwardExpertFor(arch);
+  if (!expert.ok()) return At("lift", expert.status());
+  out.expert = *expert;
+  auto lifted = lower::LiftExpert(out.expert, /*backward=*/true);
+  if (!lifted.ok()) return At("lift", lifted.status());
+
+  out.grad_buffers = LearnableBuffers(spec);
+  transfer::VariantSpec variant = ToVariantSpec(spec);
+  variant.grad_buffers = out.grad_buffers;
+  auto transferred = transfer::Transfer(lifted->base, variant, config);
+  if (!transferred.ok()) return At("transfer", transferred.status());
+  out.transfer = *std::move(transferred);
+
+  auto verified = VerifyBackwardOnCpu(out.transfer.program, spec, config, buffers,
+                                      out.grad_buffers, seed, verify);
+  if (!verified.ok()) return At("verify", verified.status());
+  if (!verified->passed) {
+    return absl::InternalError(absl::StrFormat(
+        "verify: the transferred backward program does not match the spec's gradients (seed "
+        "%d):\n%s",
+        seed, verified->FailureDetail()));
+  }
+  out.verification = *std::move(verified);
+
+  auto lowered = lower::Lower(out.transfer.program, config, arch);
+  if (!lowered.ok()) return At("lower", lowered.status());
+  out.kernel = *std::move(lowered);
+
+  std::vector<std::string> rules;
+  for (const auto& r : out.transfer.applied) rules.push_back(r.name);
+  *detail = absl::StrFormat("expert %s (%s): rules [%s]; %s; lowered, generated [%s]",
+                            out.expert, out.kernel.target, absl::StrJoin(rules, ", "),
+                            out.verification.Summary(),
+                            absl::StrJoin(out.kernel.generated_regions, ", "));
+  return out;
+}
+
+}  // namespace cubridge::pipeline

@@ -1,0 +1,63 @@
+// The backward half of `adapt` (issue 29): the backward expert lifted, the variant transferred onto
+// its base_bwd.cuir by the forward's rules (the mask's blocks transposed, the score_mod's
+// derivative, the learnable captured tensors' gradients), the result verified on the CPU against
+// the float64 autograd of the spec, and lowered into its kernel_bwd.cu. A kernel folder then holds
+// kernel_bwd.{cuir,cu,h} beside the forward's, and its report a `backward` section.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/statusor.h"
+#include "cuir/ir/config.h"
+#include "cuir/lower/lower.h"
+#include "cuir/pipeline/verify_backward.h"
+#include "cuir/spec/spec.h"
+#include "cuir/spec/tensors.h"
+#include "cuir/transfer/transfer.h"
+
+namespace cubridge::pipeline {
+
+// The files of a kernel folder's backward.
+inline constexpr const char* kBackwardFiles[] = {"kernel_bwd.cuir", "kernel_bwd.cu",
+                                                 "kernel_bwd.h"};
+
+// Whether a training job gets a backward kernel: kAuto makes one where the pipeline can and says
+// why not elsewhere (the forward is still served), kRequire fails the job without one, kOff
+// makes none.
+enum class BackwardMode { kAuto, kOff, kRequire };
+absl::StatusOr<BackwardMode> ParseBackwardMode(const std::string& s);  // auto | off | require
+
+// The expert whose backward kernel serves `arch`: the arch's own where it has kernel_bwd.cu, else
+// the newest older one that does (fa2_sm80's mma.sync kernel also runs on sm_90 GPUs).
+absl::StatusOr<std::string> BackwardExpertFor(lower::Arch arch);
+
+struct BackwardKernel {
+  std::string expert;
+  std::vector<std::string> grad_buffers;  // the captured tensors whose gradients it computes
+  transfer::TransferResult transfer;
+  BackwardVerifyReport verification;
+  lower::LoweredKernel kernel;
+
+  // The report's `backward` section: expert, rules, verification, lowering (entry points and
+  // buffer slots, as the forward's `lowering`), grad_buffers.
+  nlohmann::json ToJson() const;
+  std::map<std::string, std::string> Files() const;  // kBackwardFiles
+};
+
+// Lift, transfer, CPU verification and lowering of the spec's backward, for `arch`. Failures
+// name the step ("transfer: ...", "verify: ...") and keep the cause's status code; `detail` gets
+// one line on success.
+absl::StatusOr<BackwardKernel> BuildBackward(const spec::Spec& spec,
+                                             const cuir::AttentionConfig& config,
+                                             const std::map<std::string, spec::BufferSource>& buffers,
+                                             lower::Arch arch, uint64_t seed,
+                                             const VerifyOptions& verify, std::string* detail);
+
+// The `backward` section of a report that has no backward kernel, and why.
+nlohmann::json BackwardUnavailableJson(const std::string& reason);
+
+}  // namespace cubridge::pipeline
