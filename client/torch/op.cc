@@ -434,6 +434,8 @@ BackwardOutputs AttentionBackwardCuda(const at::Tensor& grad_o, const at::Tensor
   for (size_t i = 0, g = 0; i < buffers.size(); ++i) {
     if (bw.learns[i]) p.buffer_grads[bw.slots[i]] = grads[g++].data_ptr<float>();
   }
+  // torch.use_deterministic_algorithms(True): the same gradients, bit for bit, run after run.
+  p.deterministic = at::globalContext().deterministicAlgorithms() ? 1 : 0;
 
   const int device = q.device().index();
   const gpu::Driver& cu = DriverOn(device);
@@ -453,7 +455,8 @@ BackwardOutputs AttentionBackwardCuda(const at::Tensor& grad_o, const at::Tensor
     for (const int64_t st : {p.do_batch_stride, p.do_head_stride, p.do_row_stride}) {
       absl::StrAppend(&key, ",", st);
     }
-    absl::StrAppend(&key, reinterpret_cast<uintptr_t>(p.d_o) % 16 == 0 ? "a" : "u");
+    absl::StrAppend(&key, reinterpret_cast<uintptr_t>(p.d_o) % 16 == 0 ? "a" : "u",
+                    p.deterministic ? ";det" : "");
     plan = PlanOnce(loaded.backward_plans, key, cu, stream, q, [&](CUdeviceptr scratch) {
       return loaded.backward->Plan(p, scratch);
     });

@@ -59,8 +59,9 @@ absl::StatusOr<std::string> RegionWriter::ScoreGrad(const Stmt& s) {
 }
 
 // buffer_grad NAME[I, ...] += DS * EXPR: each element with dS != 0 adds dS times the partial into
-// the buffer's gradient (bp.buffer_grads[slot], contiguous in its shape) at the element's index,
-// with an atomic add (elements of many CTAs reach one buffer element).
+// the buffer's gradient (contiguous in its shape) at the element's index, through the expert's
+// `grad_add(slot, offset, x)`: an atomic add (elements of many CTAs reach one buffer element),
+// float or fixed point as the call's mode says (backward_abi.cuh, `deterministic`).
 absl::StatusOr<std::string> RegionWriter::BufferGrad(const Stmt& s) {
   const BufferInfo* buffer = nullptr;
   for (const BufferInfo& b : buffers_) {
@@ -84,8 +85,8 @@ absl::StatusOr<std::string> RegionWriter::BufferGrad(const Stmt& s) {
   return absl::StrCat(
       Origin(s), code.decls,
       ForEachScore(indices, code.hoisted,
-                   absl::StrCat("atomicAdd(bp.buffer_grads[", buffer->slot, "] + ", offset,
-                                ", ds * ", AsFloat(code.value), ");"),
+                   absl::StrCat("grad_add(", buffer->slot, ", ", offset, ", ds * ",
+                                AsFloat(code.value), ");"),
                    false, false, "for_each_buffer_grad", "const float ds, "));
 }
 

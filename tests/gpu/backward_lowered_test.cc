@@ -4,7 +4,8 @@
 // against the float64 autograd of each
 // spec at ragged shapes (Sq != Skv both ways, GQA): dQ, dK, dV from NaN-poisoned outputs and the
 // learnable captured tensors' gradients, by the CPU verifier's tolerances (CompareGrads, the
-// interpreter's error scales for the buffers). Without a GPU every test skips itself.
+// interpreter's error scales for the buffers), in the fast mode and twice in the deterministic
+// one (bitwise equal). Without a GPU every test skips itself.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -71,7 +72,7 @@ class BackwardOnGpu : public ::testing::TestWithParam<std::string> {
   // The lowered kernel's gradients for these inputs (dQ, dK, dV and the buffers in `learn`).
   spec::AttentionGrads RunOnGpu(const cuir::AttentionConfig& c, const spec::AttentionInputs& in,
                                 const spec::BackwardInputs& b,
-                                const std::vector<std::string>& learn) {
+                                const std::vector<std::string>& learn, bool deterministic) {
     const torch::Device cuda(torch::kCUDA);
     auto dev = [&](const torch::Tensor& t) { return t.to(cuda).contiguous(); };
     const torch::Tensor q = dev(in.q), k = dev(in.k), v = dev(in.v), o = dev(b.o);
@@ -105,11 +106,14 @@ class BackwardOnGpu : public ::testing::TestWithParam<std::string> {
         f.buffers[i].strides[d] = t.stride(d);
       }
       if (std::find(learn.begin(), learn.end(), buffer_order_[i]) != learn.end()) {
-        torch::Tensor g = torch::zeros(t.sizes(), torch::TensorOptions().device(cuda));
+        // The fast mode adds into what the caller zeroed; the deterministic one writes it whole.
+        const auto opts = torch::TensorOptions().device(cuda);
+        torch::Tensor g = deterministic ? torch::full(t.sizes(), NAN, opts) : torch::zeros(t.sizes(), opts);
         p.buffer_grads[i] = g.data_ptr<float>();
         grads[buffer_order_[i]] = g;
       }
     }
+    p.deterministic = deterministic ? 1 : 0;
     p.d_o = d_o.data_ptr();
     SetStrides(d_o, &p.do_batch_stride, &p.do_head_stride, &p.do_row_stride);
     p.dq = dq.data_ptr(), p.dk = dk.data_ptr(), p.dv = dv.data_ptr();
@@ -178,12 +182,24 @@ TEST_P(BackwardOnGpu, LoweredVariantMatchesTheOracle) {
       // The interpreter's run gives the buffers' error scales (and checks the program too).
       auto cpu = interp::InterpretBackward(t->program, at, *in, b);
       ASSERT_TRUE(cpu.ok()) << cpu.status();
-      const spec::AttentionGrads got = RunOnGpu(at, *in, b, v.grad_buffers);
-      const pipeline::BackwardShapeResult r =
-          pipeline::CompareGrads(got, *want, cpu->buffer_masses, v.grad_buffers, at.dtype);
-      for (const pipeline::GradResult& gr : r.grads) {
-        EXPECT_TRUE(gr.error.violations == 0 && gr.error.unwritten == 0)
-            << pipeline::DescribeError(gr.name, gr.error);
+      // Fast mode (float atomics), then deterministic mode twice: the oracle's gradients in
+      // both, and the same bits on both deterministic runs.
+      std::vector<spec::AttentionGrads> runs;
+      for (const bool deterministic : {false, true, true}) {
+        SCOPED_TRACE(deterministic ? "deterministic" : "fast");
+        runs.push_back(RunOnGpu(at, *in, b, v.grad_buffers, deterministic));
+        const pipeline::BackwardShapeResult r = pipeline::CompareGrads(
+            runs.back(), *want, cpu->buffer_masses, v.grad_buffers, at.dtype);
+        for (const pipeline::GradResult& gr : r.grads) {
+          EXPECT_TRUE(gr.error.violations == 0 && gr.error.unwritten == 0)
+              << pipeline::DescribeError(gr.name, gr.error);
+        }
+      }
+      const spec::AttentionGrads &first = runs[1], &second = runs[2];
+      EXPECT_TRUE(torch::equal(first.dq, second.dq) && torch::equal(first.dk, second.dk) &&
+                  torch::equal(first.dv, second.dv));
+      for (const auto& [name, grad] : first.buffers) {
+        EXPECT_TRUE(torch::equal(grad, second.buffers.at(name))) << name;
       }
     }
     module_.reset();

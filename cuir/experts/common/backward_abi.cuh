@@ -7,8 +7,9 @@
 // unit stride along head_dim; dK and dV summed over each kv head's query group) and, for each
 // buffers[i] that learns, its fp32 gradient into buffer_grads[i] (contiguous in that buffer's
 // shape; null where the buffer does not learn). The call needs `workspace_bytes` of device
-// scratch (cubridge_attn_bwd_workspace_size), which holds D = rowsum(dO * O) and the fp32
-// accumulators of dQ (and of dK and dV under GQA).
+// scratch (cubridge_attn_bwd_workspace_size), which holds D = rowsum(dO * O) and the
+// accumulators of dQ (and of dK and dV under GQA; and of the buffer gradients in deterministic
+// mode).
 #ifndef cubridge_attn_bwd_BACKWARD_ABI_CUH_
 #define cubridge_attn_bwd_BACKWARD_ABI_CUH_
 #include "launch_abi.cuh"
@@ -26,6 +27,12 @@ typedef struct cubridge_attn_bwd_params {
   float* buffer_grads[CUBRIDGE_MAX_BUFFERS];
   void* workspace;
   size_t workspace_size;
+  // 0: fast mode, float atomics (dQ across KV tiles, GQA's dK/dV, buffer gradients), whose order
+  // and so whose last bits vary from run to run; the caller zero-fills buffer_grads. 1:
+  // deterministic mode, the same sums in 64-bit fixed point (units of 2^-32, so |sum| < 2^31),
+  // whose integer adds give the same bits in any order; the kernel then writes buffer_grads
+  // whole. The workspace differs between the modes (the plan's workspace_bytes).
+  int32_t deterministic;
 } cubridge_attn_bwd_params;
 
 // What one backward call enqueues, from the params alone (workspace and workspace_size aside):

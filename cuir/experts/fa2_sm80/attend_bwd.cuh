@@ -24,9 +24,10 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile) {
   float* const s_delta = s_lse + 2 * BLOCK_M;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warp_row0 = warp * 16;
-  const BwdWorkspace ws = bwd_workspace(p);
+  const BwdWorkspace& ws = tile.ws;
+  const bool det = p.deterministic != 0;
   const float* delta = reinterpret_cast<const float*>(tile.scratch + ws.delta);
-  float* dq_acc = reinterpret_cast<float*>(tile.scratch + ws.dq);
+  char* const dq_acc = tile.scratch + ws.dq;
   const int64_t row0 = (static_cast<int64_t>(tile.b) * f.heads_q + tile.h) * seqlen_q;
 
   // load K = k[b, kv_h, kv_lo:kv_hi], load V = v[b, kv_h, kv_lo:kv_hi]
@@ -232,7 +233,7 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile) {
         if constexpr (kDqParts > 1) gemm_dq<T, BLOCK_N, D, kDqParts, 1>(acc_dq, at_ds, at_kt);
         break;
     }
-    // dQ[rows] += scale * dS K, into the fp32 accumulator shared by the KV tiles.
+    // dQ[rows] += scale * dS K, into the accumulator shared by the KV tiles.
     const int g = lane >> 2, t2 = 2 * (lane & 3);
 #pragma unroll
     for (int dt = 0; dt < D / 8 / kDqParts; ++dt) {
@@ -241,9 +242,9 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile) {
       for (int r = 0; r < 2; ++r) {
         const int q = q_lo + dq_tile * 16 + g + 8 * r;
         if (q < q_hi) {
-          float* dst = dq_acc + (row0 + q) * D + col;
-          atomicAdd(dst, acc_dq[dt][2 * r] * scale);
-          atomicAdd(dst + 1, acc_dq[dt][2 * r + 1] * scale);
+          const long long at = (row0 + q) * D + col;
+          acc_add(dq_acc, at, acc_dq[dt][2 * r] * scale, det);
+          acc_add(dq_acc, at + 1, acc_dq[dt][2 * r + 1] * scale, det);
         }
       }
     }
@@ -266,12 +267,11 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile) {
       const float dk0 = acc_dk[0][dt][2 * r] * scale, dk1 = acc_dk[0][dt][2 * r + 1] * scale;
       const float dv0 = acc_dv[0][dt][2 * r], dv1 = acc_dv[0][dt][2 * r + 1];
       if (gqa) {
-        float* dk = reinterpret_cast<float*>(tile.scratch + ws.dk) + (kv_row0 + kv) * D + col;
-        float* dv = reinterpret_cast<float*>(tile.scratch + ws.dv) + (kv_row0 + kv) * D + col;
-        atomicAdd(dk, dk0);
-        atomicAdd(dk + 1, dk1);
-        atomicAdd(dv, dv0);
-        atomicAdd(dv + 1, dv1);
+        const long long at = (kv_row0 + kv) * D + col;
+        acc_add(tile.scratch + ws.dk, at, dk0, det);
+        acc_add(tile.scratch + ws.dk, at + 1, dk1, det);
+        acc_add(tile.scratch + ws.dv, at, dv0, det);
+        acc_add(tile.scratch + ws.dv, at + 1, dv1, det);
       } else {
         T* dk = static_cast<T*>(p.dk) + tile.b * p.dk_batch_stride + tile.kv_h * p.dk_head_stride +
                 static_cast<int64_t>(kv) * p.dk_row_stride + col;

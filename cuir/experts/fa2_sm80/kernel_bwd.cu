@@ -129,25 +129,58 @@ struct BwdTiling {
   static constexpr size_t kSmemBytes = kTileBytes + kDsBytes + 4 * BLOCK_M * sizeof(float);
 };
 
-// Where the call's scratch lies in the workspace: D (rows), dQ's fp32 accumulator and, under
-// GQA, dK's and dV's, then the program's block tables (at `tables`, variant_workspace's layout).
+__host__ __device__ __forceinline__ long long cuir_buffer_numel(const cubridge_attn_fwd_buffer& b) {
+  long long n = 1;
+  for (int d = 0; d < b.rank; ++d) n *= b.sizes[d];
+  return n;
+}
+
+// Where the call's scratch lies in the workspace: D (rows), dQ's accumulator and, under GQA,
+// dK's and dV's, in deterministic mode the learnable buffers' (grad[slot]), then the program's
+// block tables (at `tables`, variant_workspace's layout). Accumulators are fp32, or 64-bit fixed
+// point in deterministic mode (cubridge_attn_bwd_params::deterministic).
 struct BwdWorkspace {
-  size_t delta, dq, dk, dv, tables, total;
+  size_t delta, dq, dk, dv, grad[CUBRIDGE_MAX_BUFFERS], tables, total;
 };
 __host__ __device__ __forceinline__ BwdWorkspace bwd_workspace(const cubridge_attn_bwd_params& p) {
   const cubridge_attn_fwd_params& f = p.fwd;
   const size_t rows = size_t(f.batch) * f.heads_q * f.seqlen_q;
   const size_t kv_rows = size_t(f.batch) * f.heads_kv * f.seqlen_kv;
+  const size_t elem = p.deterministic ? sizeof(unsigned long long) : sizeof(float);
   auto round = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
   BwdWorkspace w;
   w.delta = 0;
   w.dq = round(rows * sizeof(float));
-  w.dk = w.dq + round(rows * f.head_dim * sizeof(float));
+  w.dk = w.dq + round(rows * f.head_dim * elem);
   const bool gqa = f.heads_q != f.heads_kv;
-  w.dv = w.dk + (gqa ? round(kv_rows * f.head_dim * sizeof(float)) : 0);
-  w.tables = w.dv + (gqa ? round(kv_rows * f.head_dim * sizeof(float)) : 0);
+  w.dv = w.dk + (gqa ? round(kv_rows * f.head_dim * elem) : 0);
+  size_t at = w.dv + (gqa ? round(kv_rows * f.head_dim * elem) : 0);
+  for (int i = 0; i < CUBRIDGE_MAX_BUFFERS; ++i) {
+    w.grad[i] = at;
+    if (p.deterministic && p.buffer_grads[i] != nullptr) {
+      at += round(size_t(cuir_buffer_numel(f.buffers[i])) * elem);
+    }
+  }
+  w.tables = at;
   w.total = w.tables + variant_workspace(f, nullptr);
   return w;
+}
+
+// An accumulator's element i gets x: a float atomic (fast mode), or a 64-bit fixed-point one
+// (deterministic mode: integer adds are associative, so any order gives the same bits).
+constexpr double kFixedOne = 4294967296.0;  // 2^32: the fixed point's unit is 2^-32
+__device__ __forceinline__ void acc_add(char* acc, long long i, float x, bool deterministic) {
+  if (deterministic) {
+    atomicAdd(reinterpret_cast<unsigned long long*>(acc) + i,
+              static_cast<unsigned long long>(__double2ll_rn(static_cast<double>(x) * kFixedOne)));
+  } else {
+    atomicAdd(reinterpret_cast<float*>(acc) + i, x);
+  }
+}
+__device__ __forceinline__ float acc_read(const char* acc, long long i, bool deterministic) {
+  if (!deterministic) return reinterpret_cast<const float*>(acc)[i];
+  const long long fixed = static_cast<long long>(reinterpret_cast<const unsigned long long*>(acc)[i]);
+  return static_cast<float>(static_cast<double>(fixed) / kFixedOne);
 }
 
 // @cuir-region head_check
@@ -190,6 +223,12 @@ struct BwdCall {
   char* workspace;  // the program's block tables
   int batch, heads_q, heads_kv, head_dim, seqlen_q, seqlen_kv;
   float softmax_scale;
+  BwdWorkspace ws;
+  // buffer_grad's add of x into element `offset` of the gradient of the buffer in `slot`.
+  __device__ __forceinline__ void grad_add(int slot, long long offset, float x) const {
+    if (bp.deterministic) acc_add(scratch + ws.grad[slot], offset, x, true);
+    else atomicAdd(bp.buffer_grads[slot] + offset, x);
+  }
   // @cuir-region variant_bind
   // @cuir-end variant_bind
 };
@@ -304,7 +343,8 @@ __global__ void __launch_bounds__(kRowThreads)
     for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
     if (lane == 0) delta[row] = sum;
   }
-  // The accumulators (dQ's and, under GQA, dK's and dV's) are contiguous after D's rows.
+  // The accumulators (dQ's; under GQA dK's and dV's; in deterministic mode the buffer
+  // gradients') are contiguous after D's rows.
   float4* acc = reinterpret_cast<float4*>(ws + w.dq);
   const long long n4 = static_cast<long long>(w.tables - w.dq) / 16;
   const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -319,8 +359,9 @@ __global__ void __launch_bounds__(kThreads)
     attn_bwd_kernel(const __grid_constant__ cubridge_attn_bwd_params p) {
   const cubridge_attn_fwd_params& f = p.fwd;
   char* const scratch = static_cast<char*>(p.workspace);
-  const BwdCall call{p, f, scratch, scratch + bwd_workspace(p).tables, f.batch, f.heads_q,
-                     f.heads_kv, D, f.seqlen_q, f.seqlen_kv, f.softmax_scale};
+  const BwdWorkspace w = bwd_workspace(p);
+  const BwdCall call{p, f, scratch, scratch + w.tables, f.batch, f.heads_q,
+                     f.heads_kv, D, f.seqlen_q, f.seqlen_kv, f.softmax_scale, w};
   const int n_block = blockIdx.x, kv_lo = n_block * BLOCK_N;
   const BwdTile tile{call, n_block, static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.z),
                      kv_lo, min(kv_lo + BLOCK_N, f.seqlen_kv)};
@@ -336,7 +377,8 @@ __global__ void __launch_bounds__(kRowThreads)
   const char* ws = static_cast<const char*>(p.workspace);
   const long long stride = static_cast<long long>(gridDim.x) * kRowThreads;
   const long long start = blockIdx.x * kRowThreads + threadIdx.x;
-  auto convert = [&](const float* acc, void* out, int heads, int seqlen, int64_t bs, int64_t hs,
+  const bool det = p.deterministic != 0;
+  auto convert = [&](const char* acc, void* out, int heads, int seqlen, int64_t bs, int64_t hs,
                      int64_t rs) {
     const long long n = static_cast<long long>(f.batch) * heads * seqlen * f.head_dim;
     for (long long i = start; i < n; i += stride) {
@@ -345,16 +387,26 @@ __global__ void __launch_bounds__(kRowThreads)
       const int s = static_cast<int>(row % seqlen);
       const int h = static_cast<int>(row / seqlen % heads);
       const int b = static_cast<int>(row / seqlen / heads);
-      static_cast<T*>(out)[b * bs + h * hs + s * rs + d] = cubridge::fa2::ElemTraitsConvert<T>::from(acc[i]);
+      static_cast<T*>(out)[b * bs + h * hs + s * rs + d] =
+          cubridge::fa2::ElemTraitsConvert<T>::from(acc_read(acc, i, det));
     }
   };
-  convert(reinterpret_cast<const float*>(ws + w.dq), p.dq, f.heads_q, f.seqlen_q,
-          p.dq_batch_stride, p.dq_head_stride, p.dq_row_stride);
+  convert(ws + w.dq, p.dq, f.heads_q, f.seqlen_q, p.dq_batch_stride, p.dq_head_stride,
+          p.dq_row_stride);
   if (f.heads_q != f.heads_kv) {
-    convert(reinterpret_cast<const float*>(ws + w.dk), p.dk, f.heads_kv, f.seqlen_kv,
-            p.dk_batch_stride, p.dk_head_stride, p.dk_row_stride);
-    convert(reinterpret_cast<const float*>(ws + w.dv), p.dv, f.heads_kv, f.seqlen_kv,
-            p.dv_batch_stride, p.dv_head_stride, p.dv_row_stride);
+    convert(ws + w.dk, p.dk, f.heads_kv, f.seqlen_kv, p.dk_batch_stride, p.dk_head_stride,
+            p.dk_row_stride);
+    convert(ws + w.dv, p.dv, f.heads_kv, f.seqlen_kv, p.dv_batch_stride, p.dv_head_stride,
+            p.dv_row_stride);
+  }
+  // Deterministic mode: the buffer gradients, from their fixed-point accumulators, written whole.
+  if (!det) return;
+  for (int slot = 0; slot < CUBRIDGE_MAX_BUFFERS; ++slot) {
+    if (p.buffer_grads[slot] == nullptr) continue;
+    const long long n = cuir_buffer_numel(f.buffers[slot]);
+    for (long long i = start; i < n; i += stride) {
+      p.buffer_grads[slot][i] = acc_read(ws + w.grad[slot], i, true);
+    }
   }
 }
 
