@@ -47,8 +47,12 @@ def softcap(score, b, h, q_idx, kv_idx):
     return 30.0 * torch.tanh(score / 30.0)
 
 
-VARIANTS = {  # name: (score_mod, mask_mod, kept fraction of S x S)
-    "full": (None, None),
+def identity(score, b, h, q_idx, kv_idx):
+    return score
+
+
+VARIANTS = {  # name: (score_mod, mask_mod); full attention is the identity score_mod
+    "full": (identity, None),
     "causal": (None, causal),
     "sliding_window_256": (None, window),
     "alibi_causal": (alibi, causal),
@@ -119,7 +123,7 @@ def main():
         theirs = measure(lambda q, k, v: flex(q, k, v, score_mod=score_mod, block_mask=bm),
                          q, k, v, do, args.reps)
         row["flex_ms"] = theirs[1]
-        if score_mod is None and mask_mod in (None, causal):
+        if score_mod in (None, identity) and mask_mod in (None, causal):
             best = None
             for backend in (SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION):
                 try:
