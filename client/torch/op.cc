@@ -1,6 +1,7 @@
 // The PyTorch op: torch.ops.cubridge.attention(q, k, v, buffers, scale, kernel) -> (O, LSE), and
-// its gradient torch.ops.cubridge.attention_backward(grad_o, q, k, v, o, lse, buffers, scale,
-// kernel) -> (dQ, dK, dV, the learnable captured tensors' gradients), which the op's autograd
+// its gradient torch.ops.cubridge.attention_backward(grad_o, q, k, v, o, lse, buffers, learn,
+// scale, kernel) -> (dQ, dK, dV, the gradients of the learnable captured tensors `learn` flags,
+// all where it is empty), which the op's autograd
 // calls: `loss.backward()` works through it, in eager mode and under torch.compile.
 //
 // `kernel` is a folder CuBridge wrote (client/torch/kernel.h). A call is checked against what the
@@ -185,13 +186,28 @@ void CheckBackwardCall(const at::Tensor& grad_o, const at::Tensor& q, const at::
 
 using BackwardOutputs = std::tuple<at::Tensor, at::Tensor, at::Tensor, std::vector<at::Tensor>>;
 
-// dQ, dK, dV in q's, k's and v's shapes and dtype, and a float32 gradient per learnable
-// captured tensor (in its shape), in the forward's slot order.
-BackwardOutputs BackwardOutputsFor(const BackwardInfo& bw, const at::Tensor& q, const at::Tensor& k,
-                                   const at::Tensor& v, at::TensorList buffers) {
+// Whether the call computes buffer i's gradient: asked for (`learn`, one flag per captured
+// tensor, or empty for all) and learnable by the kernel (BackwardInfo::learns).
+std::vector<bool> Learning(const BackwardInfo& bw, at::TensorList buffers, at::IntArrayRef learn) {
+  TORCH_CHECK_VALUE(learn.empty() || learn.size() == buffers.size(), kBackwardOp, ": learn has ",
+                    learn.size(), " flags for ", buffers.size(), " captured tensors");
+  std::vector<bool> out;
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    out.push_back(bw.learns[i] && (learn.empty() || learn[i] != 0));
+  }
+  return out;
+}
+
+// dQ, dK, dV in q's, k's and v's shapes and dtype, and a float32 gradient (in its shape) per
+// captured tensor the call computes one for (Learning), in the forward's slot order.
+BackwardOutputs BackwardOutputsFor(const std::vector<bool>& learning, const at::Tensor& q,
+                                   const at::Tensor& k, const at::Tensor& v,
+                                   at::TensorList buffers) {
   std::vector<at::Tensor> grads;
   for (size_t i = 0; i < buffers.size(); ++i) {
-    if (bw.learns[i]) grads.push_back(at::zeros(buffers[i].sizes(), buffers[i].options().dtype(at::kFloat)));
+    if (learning[i]) {
+      grads.push_back(at::zeros(buffers[i].sizes(), buffers[i].options().dtype(at::kFloat)));
+    }
   }
   return {at::empty(q.sizes(), q.options()), at::empty(k.sizes(), k.options()),
           at::empty(v.sizes(), v.options()), grads};
@@ -199,19 +215,19 @@ BackwardOutputs BackwardOutputsFor(const BackwardInfo& bw, const at::Tensor& q, 
 
 BackwardOutputs AttentionBackwardMeta(const at::Tensor& grad_o, const at::Tensor& q,
                                       const at::Tensor& k, const at::Tensor& v, const at::Tensor& o,
-                                      const at::Tensor& lse, at::TensorList buffers, double scale,
-                                      c10::string_view kernel) {
+                                      const at::Tensor& lse, at::TensorList buffers,
+                                      at::IntArrayRef learn, double scale, c10::string_view kernel) {
   const KernelInfo& kn = Kernel(std::string(kernel));
   CheckCall(kn, q, k, v, buffers, scale);
   CheckBackwardCall(grad_o, q, o, lse);
-  return BackwardOutputsFor(BackwardOf(kn), q, k, v, buffers);
+  return BackwardOutputsFor(Learning(BackwardOf(kn), buffers, learn), q, k, v, buffers);
 }
 
 BackwardOutputs AttentionBackwardCpu(const at::Tensor& grad_o, const at::Tensor& q,
                                      const at::Tensor& k, const at::Tensor& v, const at::Tensor& o,
-                                     const at::Tensor& lse, at::TensorList buffers, double scale,
-                                     c10::string_view kernel) {
-  AttentionBackwardMeta(grad_o, q, k, v, o, lse, buffers, scale, kernel);
+                                     const at::Tensor& lse, at::TensorList buffers,
+                                     at::IntArrayRef learn, double scale, c10::string_view kernel) {
+  AttentionBackwardMeta(grad_o, q, k, v, o, lse, buffers, learn, scale, kernel);
   TORCH_CHECK_VALUE(false, kBackwardOp, ": the kernel runs on a CUDA GPU and q is on ", q.device(),
                     "; move q, k, v and the captured tensors to the GPU");
   return {};
@@ -408,14 +424,15 @@ void SetStrides(const at::Tensor& t, int64_t* batch, int64_t* head, int64_t* row
 
 BackwardOutputs AttentionBackwardCuda(const at::Tensor& grad_o, const at::Tensor& q,
                                       const at::Tensor& k, const at::Tensor& v, const at::Tensor& o,
-                                      const at::Tensor& lse, at::TensorList buffers, double scale,
-                                      c10::string_view kernel) {
+                                      const at::Tensor& lse, at::TensorList buffers,
+                                      at::IntArrayRef learn, double scale, c10::string_view kernel) {
   const KernelInfo& kn = Kernel(std::string(kernel));
   CheckCall(kn, q, k, v, buffers, scale);
   CheckBackwardCall(grad_o, q, o, lse);
   const BackwardInfo& bw = BackwardOf(kn);
   c10::DeviceGuard guard(q.device());
-  auto outputs = BackwardOutputsFor(bw, q, k, v, buffers);
+  const std::vector<bool> learning = Learning(bw, buffers, learn);
+  auto outputs = BackwardOutputsFor(learning, q, k, v, buffers);
   auto& [dq, dk, dv, grads] = outputs;
   // The backward's params hold the captured tensors in its own slot order.
   std::vector<at::Tensor> held(buffers.size());
@@ -432,7 +449,7 @@ BackwardOutputs AttentionBackwardCuda(const at::Tensor& grad_o, const at::Tensor
   SetStrides(dk, &p.dk_batch_stride, &p.dk_head_stride, &p.dk_row_stride);
   SetStrides(dv, &p.dv_batch_stride, &p.dv_head_stride, &p.dv_row_stride);
   for (size_t i = 0, g = 0; i < buffers.size(); ++i) {
-    if (bw.learns[i]) p.buffer_grads[bw.slots[i]] = grads[g++].data_ptr<float>();
+    if (learning[i]) p.buffer_grads[bw.slots[i]] = grads[g++].data_ptr<float>();
   }
   // torch.use_deterministic_algorithms(True): the same gradients, bit for bit, run after run.
   p.deterministic = at::globalContext().deterministicAlgorithms() ? 1 : 0;
@@ -466,7 +483,7 @@ BackwardOutputs AttentionBackwardCuda(const at::Tensor& grad_o, const at::Tensor
   p.workspace_size = static_cast<size_t>(scratch.numel());
   Ok(loaded.backward->Enqueue(p, plan, stream), "launch the backward");
   for (size_t i = 0, g = 0; i < buffers.size(); ++i) {
-    if (bw.learns[i]) {
+    if (learning[i]) {
       at::Tensor& grad = grads[g++];
       grad = grad.to(buffers[i].scalar_type());
     }
@@ -507,7 +524,8 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
                          .typed<BackwardOutputs(const at::Tensor&, const at::Tensor&,
                                                 const at::Tensor&, const at::Tensor&,
                                                 const at::Tensor&, const at::Tensor&,
-                                                at::TensorList, double, c10::string_view)>();
+                                                at::TensorList, at::IntArrayRef, double,
+                                                c10::string_view)>();
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &o = saved[3], &lse = saved[4];
     const std::vector<at::Tensor> buffers(saved.begin() + 5, saved.end());
@@ -515,12 +533,16 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
     const KernelInfo& kn = Kernel(kernel);
     // O unused by the loss: its gradient is zero.
     const at::Tensor grad_o = grad_outputs[0].defined() ? grad_outputs[0] : at::zeros_like(o);
-    auto [dq, dk, dv, grads] =
-        op.call(grad_o, q, k, v, o, lse, buffers, ctx->saved_data["scale"].toDouble(), kernel);
+    // Only the captured tensors whose gradient is wanted (a learnable slope that is a
+    // parameter, not a constant table): the others cost nothing in the kernel.
+    std::vector<int64_t> learn;
+    for (size_t i = 0; i < buffers.size(); ++i) learn.push_back(ctx->needs_input_grad(3 + i));
+    auto [dq, dk, dv, grads] = op.call(grad_o, q, k, v, o, lse, buffers, learn,
+                                       ctx->saved_data["scale"].toDouble(), kernel);
     // One gradient per input of forward: q, k, v, each captured tensor, scale, kernel.
     torch::autograd::variable_list out = {dq, dk, dv};
     for (size_t i = 0, g = 0; i < buffers.size(); ++i) {
-      out.push_back(kn.backward.learns[i] ? grads[g++] : at::Tensor());
+      out.push_back(kn.backward.learns[i] && learn[i] ? grads[g++] : at::Tensor());
     }
     out.emplace_back();
     out.emplace_back();
@@ -534,8 +556,8 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
 BackwardOutputs AttentionBackwardAutograd(const at::Tensor& grad_o, const at::Tensor& q,
                                           const at::Tensor& k, const at::Tensor& v,
                                           const at::Tensor& o, const at::Tensor& lse,
-                                          at::TensorList buffers, double scale,
-                                          c10::string_view kernel) {
+                                          at::TensorList buffers, at::IntArrayRef learn,
+                                          double scale, c10::string_view kernel) {
   bool needs_grad = grad_o.requires_grad() || q.requires_grad() || k.requires_grad() ||
                     v.requires_grad() || o.requires_grad();
   for (const at::Tensor& b : buffers) needs_grad = needs_grad || b.requires_grad();
@@ -548,8 +570,9 @@ BackwardOutputs AttentionBackwardAutograd(const at::Tensor& grad_o, const at::Te
                        .typed<BackwardOutputs(const at::Tensor&, const at::Tensor&,
                                               const at::Tensor&, const at::Tensor&,
                                               const at::Tensor&, const at::Tensor&,
-                                              at::TensorList, double, c10::string_view)>();
-  return op.call(grad_o, q, k, v, o, lse, buffers, scale, kernel);
+                                              at::TensorList, at::IntArrayRef, double,
+                                              c10::string_view)>();
+  return op.call(grad_o, q, k, v, o, lse, buffers, learn, scale, kernel);
 }
 
 std::tuple<at::Tensor, at::Tensor> AttentionAutograd(const at::Tensor& q, const at::Tensor& k,
@@ -598,7 +621,8 @@ TORCH_LIBRARY(cubridge, m) {
   m.def("attention(Tensor q, Tensor k, Tensor v, Tensor[] buffers, float scale, str kernel) "
         "-> (Tensor, Tensor)");
   m.def("attention_backward(Tensor grad_o, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, "
-        "Tensor[] buffers, float scale, str kernel) -> (Tensor, Tensor, Tensor, Tensor[])");
+        "Tensor[] buffers, int[] learn, float scale, str kernel) -> (Tensor, Tensor, Tensor, "
+        "Tensor[])");
 }
 
 TORCH_LIBRARY_IMPL(cubridge, CPU, m) {

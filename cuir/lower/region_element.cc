@@ -60,8 +60,10 @@ absl::StatusOr<std::string> RegionWriter::ScoreGrad(const Stmt& s) {
 
 // buffer_grad NAME[I, ...] += DS * EXPR: each element with dS != 0 adds dS times the partial into
 // the buffer's gradient (contiguous in its shape) at the element's index, through the expert's
+// GradRun (consecutive adds to one element summed, a warp's adds to one element made once) and
 // `grad_add(slot, offset, x)`: an atomic add (elements of many CTAs reach one buffer element),
-// float or fixed point as the call's mode says (backward_abi.cuh, `deterministic`).
+// float or fixed point as the call's mode says (backward_abi.cuh, `deterministic`). Nothing runs
+// for a buffer whose gradient the call did not ask for (a null bp.buffer_grads[slot]).
 absl::StatusOr<std::string> RegionWriter::BufferGrad(const Stmt& s) {
   const BufferInfo* buffer = nullptr;
   for (const BufferInfo& b : buffers_) {
@@ -83,11 +85,13 @@ absl::StatusOr<std::string> RegionWriter::BufferGrad(const Stmt& s) {
   }
   absl::StrAppend(&offset, ")");
   return absl::StrCat(
-      Origin(s), code.decls,
+      Origin(s), "if (bp.buffer_grads[", buffer->slot, "] != nullptr) {\nGradRun grad_run;\n",
+      code.decls,
       ForEachScore(indices, code.hoisted,
-                   absl::StrCat("grad_add(", buffer->slot, ", ", offset, ", ds * ",
+                   absl::StrCat("grad_run.add(*this, ", buffer->slot, ", ", offset, ", ds * ",
                                 AsFloat(code.value), ");"),
-                   false, false, "for_each_buffer_grad", "const float ds, "));
+                   false, false, "for_each_buffer_grad", "const float ds, "),
+      "grad_run.flush(*this, ", buffer->slot, ");\n}\n");
 }
 
 // The predicate runs only on blocks where `when` holds (the partial ones).

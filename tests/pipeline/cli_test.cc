@@ -278,7 +278,7 @@ def score_mod(score, b, h, q_idx, kv_idx, slopes):
   }
   std::ifstream cu(fs::path(tmp / "a") / "kernel_bwd.cu");
   const std::string source((std::istreambuf_iterator<char>(cu)), {});
-  EXPECT_NE(source.find("grad_add(0, cuir_grad_offset("), std::string::npos);
+  EXPECT_NE(source.find("grad_run.add(*this, 0, cuir_grad_offset("), std::string::npos);
 
   // The second run is a cache hit with the backward; a forward-only run takes the same kernel.
   auto hit = RunCli(common + " --out " + (tmp / "b"));

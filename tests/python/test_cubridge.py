@@ -318,17 +318,27 @@ class OpLibrary(unittest.TestCase):
         self.assertEqual((dq.shape, dk.shape, dv.shape, ds.shape),
                          (q.shape, k.shape, v.shape, slopes.shape))
         self.assertEqual((dq.dtype, ds.dtype), (torch.bfloat16, torch.float32))
+        # A captured tensor that does not require grad costs nothing: no gradient is made.
+        with torch.no_grad():
+            o, lse = self.call(q, k, v, [slopes])
+            out = torch.ops.cubridge.attention_backward(o, q, k, v, o, lse, [slopes], [0], 0.125,
+                                                        self.kernel.folder)
+        self.assertEqual(len(out[3]), 0)
+        # A gradient of the gradient is refused rather than taken as a constant.
+        with self.assertRaisesRegex(RuntimeError, "create_graph=True, double backward"):
+            torch.ops.cubridge.attention_backward(o, q, k, v, o, lse, [slopes], [1], 0.125,
+                                                  self.kernel.folder)
 
     def test_backward_on_the_cpu_says_it_runs_on_a_gpu(self):
         q, k, v = qkv(hq=4, hkv=2)
         grad_o = torch.zeros_like(q)
         lse = torch.zeros(q.shape[:3])
         with self.assertRaisesRegex(ValueError, "attention_backward: the kernel runs on a CUDA GPU"):
-            torch.ops.cubridge.attention_backward(grad_o, q, k, v, q, lse, [torch.zeros(4)], 0.125,
-                                                  self.kernel.folder)
+            torch.ops.cubridge.attention_backward(grad_o, q, k, v, q, lse, [torch.zeros(4)], [1],
+                                                  0.125, self.kernel.folder)
         with self.assertRaisesRegex(ValueError, r"lse has shape \[4, 40\]"):
             torch.ops.cubridge.attention_backward(grad_o, q, k, v, q, lse[0], [torch.zeros(4)],
-                                                  0.125, self.kernel.folder)
+                                                  [1], 0.125, self.kernel.folder)
 
     def test_bad_calls_raise_before_any_launch(self):
         q, k, v = qkv(hq=4, hkv=2)
