@@ -434,6 +434,12 @@ int RunGet(Session& s, const GetFlags& f) {
                                             {"kernel.cu", kernel->cuda_source()},
                                             {"kernel.h", kernel->launcher_header()},
                                             {"report.json", kernel->report_json()}};
+  // The backward kernel, where the service made one (the report's `backward` says why not).
+  if (!kernel->backward_cuda_source().empty()) {
+    out["kernel_bwd.cuir"] = kernel->backward_cuir();
+    out["kernel_bwd.cu"] = kernel->backward_cuda_source();
+    out["kernel_bwd.h"] = kernel->backward_launcher_header();
+  }
   // The compiled module, where the service kept one: a plain file name, never a path.
   const std::string& module = kernel->module_file();
   if (!module.empty() && module.find('/') == std::string::npos && module[0] != '.') {
@@ -454,12 +460,17 @@ int RunGet(Session& s, const GetFlags& f) {
     summary.clear_report_json();
     summary.clear_module_image();
     summary.clear_module_symbols();
+    summary.clear_backward_cuir();
+    summary.clear_backward_cuda_source();
+    summary.clear_backward_launcher_header();
     PrintJson(summary);
   } else {
     std::printf("kernel for spec %s on %s (ruleset %s), %s: kernel.cuir, kernel.cu, kernel.h, "
-                "report.json in %s\n",
+                "report.json%s in %s\n",
                 spec_hash.c_str(), arch.c_str(), kernel->ruleset().c_str(),
-                VerificationText(kernel->verification()).c_str(), f.out.c_str());
+                VerificationText(kernel->verification()).c_str(),
+                kernel->backward_cuda_source().empty() ? "" : ", kernel_bwd.{cuir,cu,h}",
+                f.out.c_str());
   }
   return kOk;
 }

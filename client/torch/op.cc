@@ -213,14 +213,29 @@ BackwardOutputs BackwardOutputsFor(const std::vector<bool>& learning, const at::
           at::empty(v.sizes(), v.options()), grads};
 }
 
+// A backward call checked (the forward's checks, then its own), with the gradients it computes.
+struct BackwardCall {
+  const KernelInfo& kn;
+  const BackwardInfo& bw;
+  std::vector<bool> learning;
+};
+BackwardCall CheckBackward(const at::Tensor& grad_o, const at::Tensor& q, const at::Tensor& k,
+                           const at::Tensor& v, const at::Tensor& o, const at::Tensor& lse,
+                           at::TensorList buffers, at::IntArrayRef learn, double scale,
+                           c10::string_view kernel) {
+  const KernelInfo& kn = Kernel(std::string(kernel));
+  CheckCall(kn, q, k, v, buffers, scale);
+  CheckBackwardCall(grad_o, q, o, lse);
+  const BackwardInfo& bw = BackwardOf(kn);
+  return {kn, bw, Learning(bw, buffers, learn)};
+}
+
 BackwardOutputs AttentionBackwardMeta(const at::Tensor& grad_o, const at::Tensor& q,
                                       const at::Tensor& k, const at::Tensor& v, const at::Tensor& o,
                                       const at::Tensor& lse, at::TensorList buffers,
                                       at::IntArrayRef learn, double scale, c10::string_view kernel) {
-  const KernelInfo& kn = Kernel(std::string(kernel));
-  CheckCall(kn, q, k, v, buffers, scale);
-  CheckBackwardCall(grad_o, q, o, lse);
-  return BackwardOutputsFor(Learning(BackwardOf(kn), buffers, learn), q, k, v, buffers);
+  const BackwardCall call = CheckBackward(grad_o, q, k, v, o, lse, buffers, learn, scale, kernel);
+  return BackwardOutputsFor(call.learning, q, k, v, buffers);
 }
 
 BackwardOutputs AttentionBackwardCpu(const at::Tensor& grad_o, const at::Tensor& q,
@@ -426,12 +441,11 @@ BackwardOutputs AttentionBackwardCuda(const at::Tensor& grad_o, const at::Tensor
                                       const at::Tensor& k, const at::Tensor& v, const at::Tensor& o,
                                       const at::Tensor& lse, at::TensorList buffers,
                                       at::IntArrayRef learn, double scale, c10::string_view kernel) {
-  const KernelInfo& kn = Kernel(std::string(kernel));
-  CheckCall(kn, q, k, v, buffers, scale);
-  CheckBackwardCall(grad_o, q, o, lse);
-  const BackwardInfo& bw = BackwardOf(kn);
+  const BackwardCall call = CheckBackward(grad_o, q, k, v, o, lse, buffers, learn, scale, kernel);
+  const KernelInfo& kn = call.kn;
+  const BackwardInfo& bw = call.bw;
+  const std::vector<bool>& learning = call.learning;
   c10::DeviceGuard guard(q.device());
-  const std::vector<bool> learning = Learning(bw, buffers, learn);
   auto outputs = BackwardOutputsFor(learning, q, k, v, buffers);
   auto& [dq, dk, dv, grads] = outputs;
   // The backward's params hold the captured tensors in its own slot order.

@@ -113,6 +113,9 @@ class ClientService final : public v1::CuBridge::Service {
       out->set_cuda_source(kernel.cuda_source);
       out->set_launcher_header(kernel.launcher_header);
       out->set_report_json(kernel.report_json);
+      out->set_backward_cuir(kernel.backward_cuir);
+      out->set_backward_cuda_source(kernel.backward_cuda_source);
+      out->set_backward_launcher_header(kernel.backward_launcher_header);
       if (!req->job_id().empty()) {
         // The job's own names for the kernel's tensors (it may have been made for another spec).
         if (auto s = contract::CheckJobId(req->job_id()); !s.ok()) return s;

@@ -284,13 +284,15 @@ class WorkerService final : public v1::Workers::Service {
     if (kind == contract::kTransferTask) return v1::TASK_KIND_TRANSFER;
     if (kind == contract::kCandidateTask) return v1::TASK_KIND_CANDIDATE;
     if (kind == contract::kLiftLlmTask) return v1::TASK_KIND_LIFT_LLM;
+    if (kind == contract::kBackwardTask) return v1::TASK_KIND_BACKWARD;
     return v1::TASK_KIND_UNSPECIFIED;
   }
-  // Task ids start with what they compute: lift-, transfer-, cand-, liftllm-.
+  // Task ids start with what they compute: lift-, transfer-, cand-, liftllm-, bwd-.
   static std::string KindOf(const std::string& task_id) {
     if (task_id.rfind("lift-", 0) == 0) return contract::kLiftTask;
     if (task_id.rfind("transfer-", 0) == 0) return contract::kTransferTask;
     if (task_id.rfind("liftllm-", 0) == 0) return contract::kLiftLlmTask;
+    if (task_id.rfind("bwd-", 0) == 0) return contract::kBackwardTask;
     return contract::kCandidateTask;
   }
 

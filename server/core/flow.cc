@@ -15,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "cuir/experts/expert.h"
 #include "cuir/lower/lower.h"
+#include "cuir/pipeline/backward.h"
 #include "cuir/pipeline/candidates.h"
 #include "cuir/pipeline/report.h"
 #include "cuir/pipeline/stages.h"
@@ -67,6 +68,12 @@ std::vector<experts::TileConfig> TilesFor(const std::string& level,
   auto tiles = experts::CandidateTiles(config, arch);
   if (level == kLevelIr && !tiles.empty()) tiles.resize(1);
   return tiles;
+}
+
+// Whether a cached kernel's report has its `backward` section (a kernel, or why there is none).
+bool HasBackwardSection(const store::CachedKernel& k) {
+  const auto report = json::parse(k.report_json, nullptr, false);
+  return report.is_object() && report.contains("backward");
 }
 
 json ParseOr(const std::string& text, json fallback) {
@@ -324,10 +331,13 @@ absl::Status JobFlow::Observe(const Job& job, const std::string& task_id,
                  t.verify_detail(), st.worker);
   }
   const std::string stage = kind == kLiftTask || kind == kLiftLlmTask ? "lift"
+                            : kind == kBackwardTask                    ? "backward"
                             : job.level == kLevelGpu                   ? "gpu"
                                                                        : "compile";
-  return Event(job.record.id, task_id, stage, !result.has_candidate() || result.candidate().passed(),
-               seconds, ResultDetail(result), st.worker);
+  const bool ok = result.has_candidate()  ? result.candidate().passed()
+                  : result.has_backward() ? result.backward().available()
+                                          : true;
+  return Event(job.record.id, task_id, stage, ok, seconds, ResultDetail(result), st.worker);
 }
 
 absl::Status JobFlow::Finish(const Job& job, const std::string& state, const std::string& error) {
@@ -402,10 +412,19 @@ absl::Status JobFlow::Advance(const std::string& job_id) {
   for (const std::string& arch : job.archs) {
     auto hit = kernels_.Get(hash, arch, options_.ruleset, job.level);
     if (!hit.ok()) return hit.status();
-    if (hit->has_value()) continue;
+    // An entry cached before the service made backwards is made again, with one.
+    if (hit->has_value() && HasBackwardSection(**hit)) continue;
     all_cached = false;
     auto a = lower::ParseArch(arch);
     if (!a.ok()) return a.status();
+    // The backward: a CPU task of its own, beside the candidates (it transfers from its own base).
+    v1::TaskPayload backward_payload;
+    *backward_payload.mutable_backward()->mutable_spec() = spec;
+    backward_payload.mutable_backward()->set_arch(arch);
+    const std::string backward_id = absl::StrCat("bwd-", hash, "-", arch, "-", options_.ruleset);
+    auto backward = Need(job, backward_id, {job_id, kBackwardTask, StoreText(backward_payload), "cpu"});
+    if (!backward.ok()) return backward.status();
+    if (backward->state == "dead") return Finish(job, "failed", InStage("backward", backward->error));
     std::vector<std::pair<std::string, std::string>> ids;  // task id, tile
     bool all_ended = true;
     for (const experts::TileConfig& tile : TilesFor(job.level, job.input.config, *a)) {
@@ -428,8 +447,10 @@ absl::Status JobFlow::Advance(const std::string& job_id) {
       return Finish(job, "failed", absl::StrCat("no tile configuration of the expert fits ",
                                                 job.input.config.ToString(), " on ", arch));
     }
-    if (!all_ended) continue;
-    auto stored = Select(job, arch, ids, transferred.transfer());
+    if (!all_ended || backward->state != "done") continue;
+    const v1::BackwardResult backward_result =
+        ResultOf(backward_id, kBackwardTask, backward->result).backward();
+    auto stored = Select(job, arch, ids, transferred.transfer(), backward_result);
     // The store failing is not the job's fault: the next advance tries again.
     if (!store::StoreError(stored.status()).empty()) return stored.status();
     if (!stored.ok()) return Finish(job, "failed", std::string(stored.status().message()));
@@ -460,7 +481,8 @@ absl::Status JobFlow::AdvanceLift(const Job& job) {
 
 absl::StatusOr<bool> JobFlow::Select(const Job& job, const std::string& arch,
                                      const std::vector<std::pair<std::string, std::string>>& ids,
-                                     const v1::TransferResult& transferred) {
+                                     const v1::TransferResult& transferred,
+                                     const v1::BackwardResult& backward) {
   json candidates = json::array();
   std::vector<v1::CandidateResult> results;
   std::vector<std::string> errors;
@@ -508,7 +530,10 @@ absl::StatusOr<bool> JobFlow::Select(const Job& job, const std::string& arch,
   // The job's events (GetJob) are the service's stages; the report keeps the key empty.
   account.job_id = job.record.id;
   account.canonical_buffers = key->canonical_buffers;
-  const json report = account.ToJson();
+  json report = account.ToJson();
+  report["backward"] = backward.has_report()
+                           ? ToJson(backward.report())
+                           : pipeline::BackwardUnavailableJson("the backward task returned none");
   store::CachedKernel k{job.record.spec_hash,
                         arch,
                         options_.ruleset,
@@ -524,6 +549,11 @@ absl::StatusOr<bool> JobFlow::Select(const Job& job, const std::string& arch,
     k.module_symbols_json = json(std::map<std::string, std::string>(module.symbols().begin(),
                                                                      module.symbols().end()))
                                 .dump();
+  }
+  if (backward.available()) {
+    k.backward_cuir = backward.cuir();
+    k.backward_cuda_source = backward.kernel_cu();
+    k.backward_launcher_header = backward.kernel_h();
   }
   if (auto s = kernels_.Put(k); !s.ok()) return s;
   const std::string detail =

@@ -3,8 +3,9 @@
 //
 // A job needs, per target arch: the lift of the expert for that arch, the transfer of its spec
 // (verified on the CPU), then one candidate per tile configuration (lowered, compiled, verified
-// and profiled on a GPU of the arch; at the `ir` level one candidate compiled on a CPU worker);
-// the best verified candidate goes into the kernel cache. Task ids are derived from what they
+// and profiled on a GPU of the arch; at the `ir` level one candidate compiled on a CPU worker),
+// and the backward for the arch (a CPU task: cuir/pipeline/backward.h); the best verified
+// candidate and the backward go into the kernel cache as one entry. Task ids are derived from what they
 // compute (expert + arch, spec hash, spec hash + arch + tile), so identical work submitted by
 // many jobs is queued once and every waiting job advances when it completes.
 //
@@ -84,9 +85,11 @@ class JobFlow {
   absl::Status Observe(const Job& job, const std::string& task_id, const store::TaskState& state,
                        const std::string& kind);
   // The arch's candidates all ended: the best verified one goes to the cache.
+  // With the arch's backward (its kernel, or why there is none) in the same entry.
   absl::StatusOr<bool> Select(const Job& job, const std::string& arch,
                               const std::vector<std::pair<std::string, std::string>>& candidates,
-                              const v1::TransferResult& transfer_result);
+                              const v1::TransferResult& transfer_result,
+                              const v1::BackwardResult& backward);
   absl::Status Finish(const Job& job, const std::string& state, const std::string& error);
   absl::StatusOr<std::string> WaitingFor(const std::string& job_id);
   absl::Status Event(const std::string& job_id, const std::string& key, const std::string& stage,

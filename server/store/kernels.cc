@@ -27,6 +27,12 @@ absl::Status KernelCache::Put(const CachedKernel& k) {
           absl::StrCat("kernel cache: refusing an entry without its ", name));
     }
   }
+  const int backward_files = !k.backward_cuir.empty() + !k.backward_cuda_source.empty() +
+                             !k.backward_launcher_header.empty();
+  if (backward_files != 0 && backward_files != 3) {
+    return absl::InvalidArgumentError(
+        "kernel cache: refusing a backward kernel without all of its CuIR, source and header");
+  }
   if (k.verification != "gpu" && k.verification != "ir") {
     return absl::InvalidArgumentError(absl::StrCat(
         "kernel cache: verification must be \"gpu\" or \"ir\", got \"", k.verification, "\""));
@@ -36,7 +42,9 @@ absl::Status KernelCache::Put(const CachedKernel& k) {
                             k.verification, "cuir", k.cuir, "cuda_source", k.cuda_source,
                             "launcher_header", k.launcher_header, "report_json", k.report_json,
                             "module_file", k.module_file, "module_image", k.module_image,
-                            "module_symbols", k.module_symbols_json});
+                            "module_symbols", k.module_symbols_json, "backward_cuir",
+                            k.backward_cuir, "backward_cuda_source", k.backward_cuda_source,
+                            "backward_launcher_header", k.backward_launcher_header});
   return r.ok() ? absl::OkStatus() : r.status();
 }
 
@@ -53,7 +61,8 @@ absl::StatusOr<std::optional<CachedKernel>> KernelCache::Get(const std::string& 
   return std::optional<CachedKernel>(CachedKernel{
       spec_hash, arch, ruleset, m["verification"], m["cuir"], m["cuda_source"],
       m["launcher_header"], m["report_json"], m["module_file"], m["module_image"],
-      m["module_symbols"]});
+      m["module_symbols"], m["backward_cuir"], m["backward_cuda_source"],
+      m["backward_launcher_header"]});
 }
 
 }  // namespace cubridge::store

@@ -21,14 +21,17 @@ struct CachedKernel {
   // machine that fetches the kernel loads it without compiling: its file name in a kernel folder
   // (gpu::ModuleFileName), the image and its symbols (a JSON object). Empty when there is none.
   std::string module_file, module_image, module_symbols_json;
+  // The backward kernel (kernel_bwd.cuir, .cu, .h) where the pipeline made one; the report's
+  // `backward` says so or why not. All three or none.
+  std::string backward_cuir, backward_cuda_source, backward_launcher_header;
 };
 
 class KernelCache {
  public:
   explicit KernelCache(RedisClient* redis) : redis_(redis) {}
 
-  // INVALID_ARGUMENT for an entry without a key part, a verification level or any of its files:
-  // the cache never holds a partial kernel.
+  // INVALID_ARGUMENT for an entry without a key part, a verification level or any of its files
+  // (the backward's three come together or not at): the cache never holds a partial kernel.
   absl::Status Put(const CachedKernel& k);
   // nullopt on a miss. `min_verification` "gpu" ignores kernels verified only at the IR level.
   absl::StatusOr<std::optional<CachedKernel>> Get(const std::string& spec_hash,

@@ -60,9 +60,11 @@ absl::Status CheckTaskId(absl::string_view id) {
     return absl::ascii_isalnum(c) || c == '-' || c == '_' || c == '.';
   });
   const bool known = absl::StartsWith(id, "lift-") || absl::StartsWith(id, "transfer-") ||
-                     absl::StartsWith(id, "cand-") || absl::StartsWith(id, "liftllm-");
+                     absl::StartsWith(id, "cand-") || absl::StartsWith(id, "liftllm-") ||
+                     absl::StartsWith(id, "bwd-");
   if (chars && known && id.size() <= 256) return absl::OkStatus();
-  return Bad("a task id", id, "task ids are lift-, transfer-, cand- or liftllm- ids as a lease handed them out");
+  return Bad("a task id", id,
+             "task ids are lift-, transfer-, cand-, liftllm- or bwd- ids as a lease handed them out");
 }
 
 absl::Status CheckIdempotencyKey(absl::string_view key) {

@@ -24,6 +24,7 @@ inline constexpr char kLiftTask[] = "lift";
 inline constexpr char kTransferTask[] = "transfer";
 inline constexpr char kCandidateTask[] = "candidate";
 inline constexpr char kLiftLlmTask[] = "lift_llm";  // a user's kernel lifted by a model
+inline constexpr char kBackwardTask[] = "backward";  // a spec's backward kernel for one arch
 
 
 // "rules" | "llm" | "hybrid"; a request that names none gets the rules.

@@ -111,6 +111,7 @@ const v1::SpecInput* SpecOf(const v1::TaskPayload& payload) {
     case v1::TaskPayload::kTransfer: return &payload.transfer().spec();
     case v1::TaskPayload::kCandidate: return &payload.candidate().spec();
     case v1::TaskPayload::kLiftLlm: return &payload.lift_llm().spec();
+    case v1::TaskPayload::kBackward: return &payload.backward().spec();
     case v1::TaskPayload::KIND_NOT_SET: break;
   }
   return nullptr;
@@ -131,6 +132,7 @@ v1::TaskPayload::KindCase PayloadCaseOf(const std::string& kind) {
   if (kind == kTransferTask) return v1::TaskPayload::kTransfer;
   if (kind == kCandidateTask) return v1::TaskPayload::kCandidate;
   if (kind == kLiftLlmTask) return v1::TaskPayload::kLiftLlm;
+  if (kind == kBackwardTask) return v1::TaskPayload::kBackward;
   return v1::TaskPayload::KIND_NOT_SET;
 }
 
@@ -146,6 +148,7 @@ double ResultSeconds(const v1::TaskResult& r) {
     case v1::TaskResult::kTransfer: return r.transfer().seconds();
     case v1::TaskResult::kCandidate: return r.candidate().seconds();
     case v1::TaskResult::kLiftLlm: return r.lift_llm().seconds();
+    case v1::TaskResult::kBackward: return r.backward().seconds();
     case v1::TaskResult::KIND_NOT_SET: break;
   }
   return 0;
@@ -157,6 +160,7 @@ std::string ResultDetail(const v1::TaskResult& r) {
     case v1::TaskResult::kTransfer: return r.transfer().detail();
     case v1::TaskResult::kCandidate: return r.candidate().detail();
     case v1::TaskResult::kLiftLlm: return r.lift_llm().detail();
+    case v1::TaskResult::kBackward: return r.backward().detail();
     case v1::TaskResult::KIND_NOT_SET: break;
   }
   return "";

@@ -10,6 +10,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <httplib.h>
 
 #include "absl/strings/str_cat.h"
@@ -44,6 +45,8 @@ TEST_F(Cli, SubmitWatchAndGetTheKernel) {
   // Live stage lines in the `adapt --local` format, then the outcome.
   EXPECT_THAT(submitted.output, ::testing::ContainsRegex("\\[transfer\\] ok +[0-9.]+s  "));
   EXPECT_THAT(submitted.output, ::testing::ContainsRegex("\\[compile \\] ok "));
+  // The backward: a CPU task of its own, its kernel cached with the forward's.
+  EXPECT_THAT(submitted.output, ::testing::ContainsRegex("\\[backward\\] ok "));
   EXPECT_THAT(submitted.output, HasSubstr("succeeded"));
   std::smatch m;
   ASSERT_TRUE(std::regex_search(submitted.output, m, std::regex("(j-[0-9a-f]{16})")));
@@ -57,12 +60,19 @@ TEST_F(Cli, SubmitWatchAndGetTheKernel) {
   const RunResult got = Run(absl::StrCat("get ", job, " -o ", out));
   ASSERT_EQ(got.exit_code, 0) << got.output;
   EXPECT_THAT(got.output, HasSubstr("verified at the IR level only"));
-  for (const char* f : {"kernel.cuir", "kernel.cu", "kernel.h", "report.json"}) {
+  for (const char* f : {"kernel.cuir", "kernel.cu", "kernel.h", "report.json", "kernel_bwd.cuir",
+                        "kernel_bwd.cu", "kernel_bwd.h"}) {
     std::ifstream in(out + "/" + f);
     std::stringstream ss;
     ss << in.rdbuf();
     EXPECT_FALSE(ss.str().empty()) << f;
   }
+  std::ifstream report_in(out + "/report.json");
+  const auto report = nlohmann::json::parse(report_in, nullptr, false);
+  ASSERT_TRUE(report.is_object());
+  EXPECT_TRUE(report["backward"].value("available", false)) << report["backward"].dump();
+  EXPECT_TRUE(report["backward"]["verification"].value("passed", false));
+  EXPECT_THAT(got.output, HasSubstr("kernel_bwd.{cuir,cu,h}"));
   const RunResult listed = Run("list");
   EXPECT_THAT(listed.output, HasSubstr(job));
   const RunResult workers = Run("workers");

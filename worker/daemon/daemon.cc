@@ -384,6 +384,7 @@ v1::FailureClass Daemon::RunTask(const v1::Task& task) {
   const std::string kind = task.kind() == v1::TASK_KIND_LIFT       ? contract::kLiftTask
                            : task.kind() == v1::TASK_KIND_TRANSFER ? contract::kTransferTask
                            : task.kind() == v1::TASK_KIND_LIFT_LLM ? contract::kLiftLlmTask
+                           : task.kind() == v1::TASK_KIND_BACKWARD ? contract::kBackwardTask
                                                                    : contract::kCandidateTask;
   spdlog::info("task={} job={} attempt={} token={}: running", task.task_id(), task.job_id(),
                task.attempt(), task.fencing_token());

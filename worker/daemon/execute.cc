@@ -10,6 +10,7 @@
 #include "cuir/experts/expert.h"
 #include "cuir/ir/program.h"
 #include "cuir/lower/lift.h"
+#include "cuir/pipeline/backward.h"
 #include "cuir/pipeline/candidates.h"
 #include "cuir/pipeline/proposer.h"
 #include "cuir/pipeline/stages.h"
@@ -344,6 +345,46 @@ absl::StatusOr<v1::CandidateResult> RunCandidate(
   return result;
 }
 
+// The spec's backward for the arch (cuir/pipeline/backward.h). What the pipeline cannot make is
+// a result with the reason, not a failure: the job serves the forward regardless, as adapt's
+// --backward auto does; only a spec that does not load fails the task.
+absl::StatusOr<v1::BackwardResult> RunBackward(const v1::BackwardPayload& payload,
+                                               const contract::TensorLookup& tensors,
+                                               const std::function<void(const std::string&)>& progress) {
+  Clock clock;
+  auto input = contract::SpecInputFromProto(payload.spec(), tensors);
+  if (!input.ok()) return input.status();
+  auto arch = lower::ParseArch(payload.arch());
+  if (!arch.ok()) return arch.status();
+  auto buffers = input->BufferSources();
+  if (!buffers.ok()) return In("spec", buffers.status());
+  auto dtypes = spec::BufferDTypesOf(*buffers);
+  if (!dtypes.ok()) return In("spec", dtypes.status());
+  std::string detail;
+  auto spec = pipeline::SpecStage(spec::LoadSpecSource(input->source, input->file_name, *dtypes),
+                                  input->params, &detail);
+  if (!spec.ok()) return In("spec", spec.status());
+  progress(absl::StrCat("backward for ", payload.arch()));
+  v1::BackwardResult result;
+  auto built = pipeline::BuildBackward(*spec, input->config, *buffers, *arch, input->seed, {},
+                                       &detail);
+  if (built.ok()) {
+    result.set_available(true);
+    result.set_detail(detail);
+    auto files = built->Files();
+    result.set_cuir(files["kernel_bwd.cuir"]);
+    result.set_kernel_cu(files["kernel_bwd.cu"]);
+    result.set_kernel_h(files["kernel_bwd.h"]);
+    *result.mutable_report() = contract::ToStruct(built->ToJson());
+  } else {
+    const std::string reason(built.status().message());
+    result.set_detail(absl::StrCat("no backward kernel: ", reason));
+    *result.mutable_report() = contract::ToStruct(pipeline::BackwardUnavailableJson(reason));
+  }
+  result.set_seconds(clock.Seconds());
+  return result;
+}
+
 }  // namespace
 
 absl::StatusOr<v1::TaskResult> ExecuteTask(const v1::Task& task, const ExecuteOptions& o,
@@ -372,6 +413,8 @@ absl::StatusOr<v1::TaskResult> ExecuteTask(const v1::Task& task, const ExecuteOp
     case v1::TaskPayload::kLiftLlm:
       return into(RunLiftLlm(p.lift_llm(), tensors, o, progress, partial_result),
                   out.mutable_lift_llm());
+    case v1::TaskPayload::kBackward:
+      return into(RunBackward(p.backward(), tensors, progress), out.mutable_backward());
     case v1::TaskPayload::KIND_NOT_SET: break;
   }
   return absl::FailedPreconditionError(
