@@ -4,6 +4,7 @@ numerics run on a GPU (tests/python/gpu_check.py)."""
 
 import atexit
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -358,6 +359,27 @@ class OpLibrary(unittest.TestCase):
             with self.subTest(pattern=pattern):
                 with self.assertRaisesRegex(error, pattern):
                     self.call(*args)
+
+    def test_a_folder_without_a_backward_gives_a_forward_whose_backward_says_why(self):
+        cases = [({"available": False, "reason": "the differentiator refused it"},
+                  "could not make this variant's backward kernel: the differentiator refused it"),
+                 (None, "has no backward kernel: it was made without one")]
+        for section, message in cases:
+            folder = tempfile.mkdtemp()
+            for name in ("report.json", "kernel.cu"):
+                shutil.copy(os.path.join(self.kernel.folder, name), folder)
+            with open(os.path.join(folder, "report.json")) as f:
+                report = json.load(f)
+            report.pop("backward")
+            if section is not None:
+                report["backward"] = section
+            with open(os.path.join(folder, "report.json"), "w") as f:
+                json.dump(report, f)
+            q, k, v = qkv(b=1, hq=4, hkv=2, s=33, device="meta")
+            q.requires_grad_()
+            o, _ = self.op(q, k, v, [torch.empty(4, device="meta")], 0.125, folder)
+            with self.assertRaisesRegex(RuntimeError, message):
+                o.sum().backward()
 
     def test_a_folder_that_is_not_a_kernel_is_named(self):
         q, k, v = qkv(hq=4, hkv=2)
