@@ -364,6 +364,19 @@ const gpu::Driver& DriverOn(int device) {
   return **cu;
 }
 
+// Where a call on q's device runs: the driver in the device's primary context, the kernel's
+// module on that device, and torch's current stream there.
+struct Placed {
+  const gpu::Driver& cu;
+  Loaded& loaded;
+  CUstream stream;
+};
+Placed Place(const KernelInfo& kn, const at::Tensor& q) {
+  const int device = q.device().index();
+  const gpu::Driver& cu = DriverOn(device);
+  return {cu, LoadedOn(kn, device), c10::cuda::getCurrentCUDAStream(device).stream()};
+}
+
 // The launch plan of a call geometry, computed on its first call by `make(scratch)`. The plan
 // kernel is read back, which a CUDA graph capture forbids: a geometry is planned outside any
 // capture (the usual warm-up before capturing). Call with loaded.mu held.
@@ -411,10 +424,7 @@ std::tuple<at::Tensor, at::Tensor> AttentionCuda(const at::Tensor& q, const at::
   for (const at::Tensor& b : buffers) held.push_back(InAbiLayout(b));
   gpu::AttnParams p = CallParams(kn, q, k, v, o, lse, held, scale);
 
-  const int device = q.device().index();
-  const gpu::Driver& cu = DriverOn(device);
-  Loaded& loaded = LoadedOn(kn, device);
-  const CUstream stream = c10::cuda::getCurrentCUDAStream(device).stream();
+  const auto [cu, loaded, stream] = Place(kn, q);
   gpu::LaunchPlan plan{};
   {
     std::lock_guard lock(loaded.mu);
@@ -468,10 +478,7 @@ BackwardOutputs AttentionBackwardCuda(const at::Tensor& grad_o, const at::Tensor
   // torch.use_deterministic_algorithms(True): the same gradients, bit for bit, run after run.
   p.deterministic = at::globalContext().deterministicAlgorithms() ? 1 : 0;
 
-  const int device = q.device().index();
-  const gpu::Driver& cu = DriverOn(device);
-  Loaded& loaded = LoadedOn(kn, device);
-  const CUstream stream = c10::cuda::getCurrentCUDAStream(device).stream();
+  const auto [cu, loaded, stream] = Place(kn, q);
   gpu::BwdLaunchPlan plan{};
   {
     std::lock_guard lock(loaded.mu);

@@ -46,22 +46,32 @@ def rand(*shape, dtype=torch.bfloat16):
     return torch.randn(*shape, device=DEV, generator=G).to(dtype)
 
 
-def dense(q, k, v, score_mod, mask_mod, scale):
-    """Attention as the functions define it, densely, in q's dtype (float64 for the reference):
-    the functions applied to broadcast index tensors, a fully masked row giving 0 as in Flex."""
+def indices(q, k):
+    """b, h, q_idx, kv_idx as broadcast index tensors over [batch, heads_q, seqlen_q, seqlen_kv]."""
+    return (torch.arange(q.size(0), device=q.device).view(-1, 1, 1, 1),
+            torch.arange(q.size(1), device=q.device).view(1, -1, 1, 1),
+            torch.arange(q.size(2), device=q.device).view(1, 1, -1, 1),
+            torch.arange(k.size(2), device=q.device).view(1, 1, 1, -1))
+
+
+def probabilities(q, k, v, score_mod, mask_mod, scale):
+    """P as the functions define it, densely, in q's dtype (float64 for the reference), and V
+    repeated over each KV head's query group; a fully masked row gives 0, as in Flex."""
     hq, hkv = q.size(1), k.size(1)
     k, v = k.repeat_interleave(hq // hkv, 1), v.repeat_interleave(hq // hkv, 1)
     s = q @ k.transpose(-1, -2) * scale
-    b = torch.arange(q.size(0), device=q.device).view(-1, 1, 1, 1)
-    h = torch.arange(hq, device=q.device).view(1, -1, 1, 1)
-    qi = torch.arange(q.size(2), device=q.device).view(1, 1, -1, 1)
-    ki = torch.arange(k.size(2), device=q.device).view(1, 1, 1, -1)
+    b, h, qi, ki = indices(q, k)
     if score_mod is not None:
         s = score_mod(s, b, h, qi, ki)
     if mask_mod is not None:
         s = s.masked_fill(~mask_mod(b, h, qi, ki).expand_as(s), float("-inf"))
-    p = torch.softmax(s, -1).nan_to_num(0.0)
-    return p @ v
+    return torch.softmax(s, -1).nan_to_num(0.0), v
+
+
+def dense(q, k, v, score_mod, mask_mod, scale):
+    """Attention as the functions define it (probabilities), densely."""
+    p, vr = probabilities(q, k, v, score_mod, mask_mod, scale)
+    return p @ vr
 
 
 # ---- variants as users write them ------------------------------------------------------------
@@ -133,19 +143,10 @@ def buffer_masses(q, k, v, do, score_mod, mask_mod, abs_mod, learn, scale):
     P (|dP| + sum_d |dO O|) summed through |d score / d element|, which `abs_mod` (the score_mod
     with each partial's absolute value) gives by autograd, in float64."""
     with torch.no_grad():
-        hq, hkv = q.size(1), k.size(1)
-        kr, vr = k.repeat_interleave(hq // hkv, 1), v.repeat_interleave(hq // hkv, 1)
-        s = q @ kr.transpose(-1, -2) * scale
-        b = torch.arange(q.size(0), device=q.device).view(-1, 1, 1, 1)
-        h = torch.arange(hq, device=q.device).view(1, -1, 1, 1)
-        qi = torch.arange(q.size(2), device=q.device).view(1, 1, -1, 1)
-        ki = torch.arange(k.size(2), device=q.device).view(1, 1, 1, -1)
-        s = score_mod(s, b, h, qi, ki)
-        if mask_mod is not None:
-            s = s.masked_fill(~mask_mod(b, h, qi, ki).expand_as(s), float("-inf"))
-        p = torch.softmax(s, -1).nan_to_num(0.0)
+        p, vr = probabilities(q, k, v, score_mod, mask_mod, scale)
         o = p @ vr
         weight = p * ((do @ vr.transpose(-1, -2)).abs() + (do * o).abs().sum(-1, keepdim=True))
+    b, h, qi, ki = indices(q, k)
     copies = [t.detach().clone().requires_grad_() for t in learn]
     terms = abs_mod(*copies)(torch.zeros_like(weight), b, h, qi, ki)
     return torch.autograd.grad((weight * terms).sum(), copies)
