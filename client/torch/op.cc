@@ -514,6 +514,17 @@ BackwardOutputs AttentionBackwardCuda(const at::Tensor& grad_o, const at::Tensor
 
 #endif  // CUBRIDGE_TORCH_CUDA
 
+// cubridge::attention_backward through the dispatcher (looked up once).
+const auto& BackwardOp() {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("cubridge::attention_backward", "")
+          .typed<BackwardOutputs(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                 const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                 at::TensorList, at::IntArrayRef, double, c10::string_view)>();
+  return op;
+}
+
 // The op's autograd: the forward saves q, k, v, O, LSE and the captured tensors; the backward
 // runs the kernel folder's backward kernel (attention_backward) on them, giving dQ, dK, dV and
 // the learnable captured tensors' gradients. LSE is not differentiable.
@@ -540,13 +551,6 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
-    static auto op = c10::Dispatcher::singleton()
-                         .findSchemaOrThrow("cubridge::attention_backward", "")
-                         .typed<BackwardOutputs(const at::Tensor&, const at::Tensor&,
-                                                const at::Tensor&, const at::Tensor&,
-                                                const at::Tensor&, const at::Tensor&,
-                                                at::TensorList, at::IntArrayRef, double,
-                                                c10::string_view)>();
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &o = saved[3], &lse = saved[4];
     const std::vector<at::Tensor> buffers(saved.begin() + 5, saved.end());
@@ -558,8 +562,8 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
     // parameter, not a constant table): the others cost nothing in the kernel.
     std::vector<int64_t> learn;
     for (size_t i = 0; i < buffers.size(); ++i) learn.push_back(ctx->needs_input_grad(3 + i));
-    auto [dq, dk, dv, grads] = op.call(grad_o, q, k, v, o, lse, buffers, learn,
-                                       ctx->saved_data["scale"].toDouble(), kernel);
+    auto [dq, dk, dv, grads] = BackwardOp().call(grad_o, q, k, v, o, lse, buffers, learn,
+                                                 ctx->saved_data["scale"].toDouble(), kernel);
     // One gradient per input of forward: q, k, v, each captured tensor, scale, kernel.
     torch::autograd::variable_list out = {dq, dk, dv};
     for (size_t i = 0, g = 0; i < buffers.size(); ++i) {
@@ -586,14 +590,7 @@ BackwardOutputs AttentionBackwardAutograd(const at::Tensor& grad_o, const at::Te
               ": a gradient of the gradient (create_graph=True, double backward) is not "
               "available for CuBridge kernels");
   at::AutoDispatchBelowADInplaceOrView below;
-  static auto op = c10::Dispatcher::singleton()
-                       .findSchemaOrThrow("cubridge::attention_backward", "")
-                       .typed<BackwardOutputs(const at::Tensor&, const at::Tensor&,
-                                              const at::Tensor&, const at::Tensor&,
-                                              const at::Tensor&, const at::Tensor&,
-                                              at::TensorList, at::IntArrayRef, double,
-                                              c10::string_view)>();
-  return op.call(grad_o, q, k, v, o, lse, buffers, learn, scale, kernel);
+  return BackwardOp().call(grad_o, q, k, v, o, lse, buffers, learn, scale, kernel);
 }
 
 std::tuple<at::Tensor, at::Tensor> AttentionAutograd(const at::Tensor& q, const at::Tensor& k,
