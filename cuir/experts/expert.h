@@ -38,6 +38,8 @@ struct Expert {
   std::vector<TileConfig> (*tiles)(const cuir::AttentionConfig& config);
   // "" when the kernel runs `tile` at the config, else the rule it breaks, in words.
   std::string (*breaks)(const TileConfig& tile, const cuir::AttentionConfig& config);
+  // The head dims its backward kernel (kernel_bwd.cu) serves; empty: it has none.
+  std::vector<int> backward_head_dims = {};
 };
 
 // Every expert (registry.cc), one per arch.

@@ -1,5 +1,7 @@
 #include "cuir/pipeline/backward.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -28,7 +30,7 @@ absl::StatusOr<BackwardMode> ParseBackwardMode(const std::string& s) {
       "make one), off (forward only) and require (fail without one)"));
 }
 
-absl::StatusOr<std::string> BackwardExpertFor(lower::Arch arch) {
+absl::StatusOr<std::string> BackwardExpertFor(lower::Arch arch, int64_t head_dim) {
   // Newest first: the arch's own expert, then the older ones.
   std::vector<const experts::Expert*> candidates;
   for (const experts::Expert* e : experts::Registry()) {
@@ -36,16 +38,16 @@ absl::StatusOr<std::string> BackwardExpertFor(lower::Arch arch) {
     // Arch is ordered oldest first: an older arch's kernel runs on newer GPUs.
     else if (static_cast<int>(e->arch) < static_cast<int>(arch)) candidates.push_back(e);
   }
-  std::vector<std::string> tried;
+  std::vector<std::string> served;
   for (const experts::Expert* e : candidates) {
-    auto expert = lower::LoadExpert(e->name, /*backward=*/true);
-    if (expert.ok()) return std::string(e->name);
-    if (!absl::IsNotFound(expert.status())) return expert.status();
-    tried.push_back(e->name);
+    const auto& dims = e->backward_head_dims;
+    if (dims.empty()) continue;
+    if (std::find(dims.begin(), dims.end(), head_dim) != dims.end()) return std::string(e->name);
+    served.push_back(absl::StrCat(e->name, "'s serves head dims ", absl::StrJoin(dims, ", ")));
   }
-  return absl::NotFoundError(absl::StrCat("no expert for ", lower::ArchName(arch),
-                                          " has a backward kernel (tried ",
-                                          absl::StrJoin(tried, ", "), ")"));
+  return absl::UnimplementedError(absl::StrCat(
+      "no backward kernel for ", lower::ArchName(arch), " serves head dim ", head_dim, " yet",
+      served.empty() ? "" : absl::StrCat(" (", absl::StrJoin(served, "; "), ")")));
 }
 
 nlohmann::json BackwardKernel::ToJson() const {
@@ -75,7 +77,7 @@ absl::StatusOr<BackwardKernel> BuildBackward(const spec::Spec& spec,
                                              lower::Arch arch, uint64_t seed,
                                              const VerifyOptions& verify, std::string* detail) {
   BackwardKernel out;
-  auto expert = BackwardExpertFor(arch);
+  auto expert = BackwardExpertFor(arch, config.head_dim);
   if (!expert.ok()) return At("lift", expert.status());
   out.expert = *expert;
   auto lifted = lower::LiftExpert(out.expert, /*backward=*/true);

@@ -31,9 +31,10 @@ inline constexpr const char* kBackwardFiles[] = {"kernel_bwd.cuir", "kernel_bwd.
 enum class BackwardMode { kAuto, kOff, kRequire };
 absl::StatusOr<BackwardMode> ParseBackwardMode(const std::string& s);  // auto | off | require
 
-// The expert whose backward kernel serves `arch`: the arch's own where it has kernel_bwd.cu, else
-// the newest older one that does (fa2_sm80's mma.sync kernel also runs on sm_90 GPUs).
-absl::StatusOr<std::string> BackwardExpertFor(lower::Arch arch);
+// The expert whose backward kernel serves `arch` at `head_dim`: the arch's own where its
+// kernel_bwd.cu serves that head dim, else the newest older one that does (fa2_sm80's mma.sync
+// kernel also runs on sm_90 GPUs). UNIMPLEMENTED naming the head dims there are otherwise.
+absl::StatusOr<std::string> BackwardExpertFor(lower::Arch arch, int64_t head_dim);
 
 struct BackwardKernel {
   std::string expert;

@@ -70,9 +70,12 @@ std::vector<experts::TileConfig> TilesFor(const std::string& level,
   return tiles;
 }
 
-// Whether a cached kernel's report has its `backward` section (a kernel, or why there is none).
-bool HasBackwardSection(const store::CachedKernel& k) {
-  const auto report = json::parse(k.report_json, nullptr, false);
+// Whether a cache entry serves a job: there is one, and its report has the `backward` section (a
+// kernel, or why there is none); an entry cached before the service made backwards is made
+// again, with one.
+bool Serves(const std::optional<store::CachedKernel>& hit) {
+  if (!hit.has_value()) return false;
+  const auto report = json::parse(hit->report_json, nullptr, false);
   return report.is_object() && report.contains("backward");
 }
 
@@ -223,9 +226,10 @@ absl::StatusOr<v1::Job> JobFlow::Submit(const v1::SubmitJobRequest& request, con
   for (const std::string& arch : archs) {
     auto hit = kernels_.Get(spec_hash, arch, options_.ruleset, level);
     if (!hit.ok()) return hit.status();
-    if (metrics_) metrics_->CacheLookup(hit->has_value());
-    all_cached = all_cached && hit->has_value();
-    if (hit->has_value()) {
+    const bool serves = Serves(*hit);
+    if (metrics_) metrics_->CacheLookup(serves);
+    all_cached = all_cached && serves;
+    if (serves) {
       auto s = Event(id, "cache:" + arch, "cache", true, 0,
                      absl::StrCat("hit ", spec_hash.substr(0, 16), "/", arch, " (verified: ",
                                   (*hit)->verification, ")"));
@@ -412,8 +416,7 @@ absl::Status JobFlow::Advance(const std::string& job_id) {
   for (const std::string& arch : job.archs) {
     auto hit = kernels_.Get(hash, arch, options_.ruleset, job.level);
     if (!hit.ok()) return hit.status();
-    // An entry cached before the service made backwards is made again, with one.
-    if (hit->has_value() && HasBackwardSection(**hit)) continue;
+    if (Serves(*hit)) continue;
     all_cached = false;
     auto a = lower::ParseArch(arch);
     if (!a.ok()) return a.status();

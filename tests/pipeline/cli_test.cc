@@ -311,6 +311,29 @@ TEST(AdaptBackward, OffMakesNoneAndAForwardOnlyCacheEntryIsRedoneForABackward) {
   EXPECT_FALSE(fs::exists(tmp / "c"));
 }
 
+// Head dim 256 has no backward kernel yet: the forward is served and the report says why there
+// is no backward; a job that requires one fails saying so and writes nothing.
+TEST(AdaptBackward, AHeadDimWithoutABackwardKernelIsExplainedOrRefused) {
+  TempDir tmp;
+  const std::string common = "adapt " + Example("causal.py") + " --local --no-cache --heads-q 2" +
+                             " --heads-kv 2 --head-dim 256 --seqlen 64";
+  auto r = RunCli(common + " --out " + (tmp / "a"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_FALSE(fs::exists(fs::path(tmp / "a") / "kernel_bwd.cu"));
+  const auto backward = ReadReport(tmp / "a")["backward"];
+  EXPECT_FALSE(backward["available"].get<bool>());
+  EXPECT_NE(backward["reason"].get<std::string>().find(
+                "serves head dim 256 yet (fa2_sm80's serves head dims 64, 128)"),
+            std::string::npos)
+      << backward.dump();
+  auto required = RunCli(common + " --backward require --out " + (tmp / "b"));
+  EXPECT_EQ(required.exit_code, 1) << required.output;
+  EXPECT_NE(required.output.find("backward: lift: no backward kernel for sm_80 serves head dim 256"),
+            std::string::npos)
+      << required.output;
+  EXPECT_FALSE(fs::exists(tmp / "b"));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Bad input: what and where, non-zero exit, nothing written.
 

@@ -50,6 +50,25 @@ TEST_F(Kernels, TheCompiledModuleComesBackWithItsSymbols) {
   EXPECT_EQ((*cache.Get("abc123", "sm_90", "rules-1"))->module_file, "");
 }
 
+TEST_F(Kernels, TheBackwardComesBackWithTheForwardAndOnlyWhole) {
+  KernelCache cache(client_.get());
+  CachedKernel k = Entry("ir");
+  k.backward_cuir = "cuir 1\nkernel attn_bwd {}\n";
+  k.backward_cuda_source = "__global__ void kb() {}";
+  k.backward_launcher_header = "int cubridge_kb();\n";
+  ASSERT_TRUE(cache.Put(k).ok());
+  auto hit = cache.Get("abc123", "sm_90", "rules-1");
+  ASSERT_TRUE(hit.ok() && hit->has_value());
+  EXPECT_EQ((*hit)->backward_cuir, k.backward_cuir);
+  EXPECT_EQ((*hit)->backward_cuda_source, k.backward_cuda_source);
+  EXPECT_EQ((*hit)->backward_launcher_header, k.backward_launcher_header);
+  CachedKernel partial = k;
+  partial.backward_launcher_header.clear();
+  EXPECT_EQ(cache.Put(partial).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*cache.Get("abc123", "sm_90", "rules-1"))->backward_launcher_header,
+            k.backward_launcher_header);  // the whole entry stayed
+}
+
 TEST_F(Kernels, IrVerifiedKernelsAreNotServedAsGpuVerified) {
   KernelCache cache(client_.get());
   ASSERT_TRUE(cache.Put(Entry("ir")).ok());

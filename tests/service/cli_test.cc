@@ -107,8 +107,13 @@ TEST_F(Cli, MetricsAreServedWithUnitsInTheirNames) {
   ASSERT_EQ(Run(absl::StrCat("submit ", Spec("causal"), " ", kConfig)).exit_code, 0);  // cache hit
   httplib::Client http("127.0.0.1", metrics_port);
   std::string body;
-  for (int i = 0; i < 30 && body.find("cubridge_workers{arch=\"cpu\"} 1") == std::string::npos; ++i) {
-    std::this_thread::sleep_for(200ms);  // the gauges refresh every 2 s
+  // The gauges refresh every 2 s: wait for a refresh after the jobs' last task left the queue.
+  const auto settled = [&] {
+    return body.find("cubridge_workers{arch=\"cpu\"} 1") != std::string::npos &&
+           body.find("cubridge_queue_depth{class=\"cpu\"} 0") != std::string::npos;
+  };
+  for (int i = 0; i < 30 && !settled(); ++i) {
+    std::this_thread::sleep_for(200ms);
     auto res = http.Get("/metrics");
     ASSERT_TRUE(res) << "no /metrics on port " << metrics_port;
     body = res->body;

@@ -46,6 +46,26 @@ TEST_F(Jobs, AJobRunsEveryStageAndItsKernelIsServedFromTheCache) {
   EXPECT_NE(again->job_id(), job->job_id());
   EXPECT_TRUE(again->cache_hit());
   EXPECT_EQ(again->state(), v1::JOB_STATE_SUCCEEDED);
+
+  // The entry holds the backward too; one cached before the service made backwards (its report
+  // without the section) is not served, but made again with one.
+  EXPECT_THAT(kernel.backward_cuda_source(), HasSubstr("@cuir-entry preprocess"));
+  EXPECT_THAT(kernel.report_json(), HasSubstr("\"backward\""));
+  auto keys = Redis()->Command({"KEYS", absl::StrCat("cubridge:kernel:", done.spec_hash(), ":sm_80:*")});
+  ASSERT_TRUE(keys.ok() && keys->elements.size() == 1);
+  auto old_report = nlohmann::json::parse(kernel.report_json());
+  old_report.erase("backward");
+  ASSERT_TRUE(Redis()->Command({"HSET", keys->elements[0].str, "report_json", old_report.dump(),
+                                "backward_cuir", "", "backward_cuda_source", "",
+                                "backward_launcher_header", ""})
+                  .ok());
+  auto redo = Submit(Request("causal"));
+  ASSERT_TRUE(redo.ok()) << redo.status();
+  EXPECT_FALSE(redo->cache_hit());
+  ASSERT_EQ(WaitEnded(redo->job_id(), 240s).state(), v1::JOB_STATE_SUCCEEDED) << Logs();
+  v1::Kernel remade;
+  ASSERT_TRUE(GetKernel(done.spec_hash(), "sm_80", &remade).ok());
+  EXPECT_THAT(remade.backward_cuda_source(), HasSubstr("@cuir-entry preprocess"));
 }
 
 // One report shape: the kernel the service made and the one `adapt --local` made of the same spec
