@@ -233,6 +233,7 @@ struct SubmitFlags {
   std::string verification;
   std::string idempotency_key;
   std::string proposer;
+  std::string backward;
   bool watch = false;
 };
 
@@ -258,6 +259,10 @@ void AddSubmitFlags(CLI::App* cmd, SubmitFlags& f) {
                   "workers given an LLM endpoint) or hybrid (rules first, the model for what they "
                   "do not cover); the CPU verifier checks it either way")
       ->check(CLI::IsMember({"rules", "llm", "hybrid"}));
+  cmd->add_option("--backward", f.backward,
+                  "auto (default): also the backward kernel where the pipeline can make one; "
+                  "off: forward only; require: the job fails without one")
+      ->check(CLI::IsMember({"auto", "off", "require"}));
   cmd->add_flag("--watch", f.watch, "Follow the job as `watch` does");
 }
 
@@ -325,6 +330,11 @@ absl::StatusOr<v1::SubmitJobRequest> BuildRequest(const SubmitFlags& f) {
   }
   request->set_idempotency_key(f.idempotency_key);
   request->set_proposer(f.proposer);
+  if (!f.backward.empty()) {
+    request->set_backward(f.backward == "off"       ? v1::BACKWARD_MODE_OFF
+                          : f.backward == "require" ? v1::BACKWARD_MODE_REQUIRE
+                                                    : v1::BACKWARD_MODE_AUTO);
+  }
   return request;
 }
 

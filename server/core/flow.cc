@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -38,6 +39,7 @@ struct JobFlow::Job {
   std::vector<std::string> archs;
   std::string level;
   std::string proposer;
+  std::string backward;  // "auto" | "off" | "require" (BackwardModeName)
   SpecInput input;   // a lift job: the kernel file as the input's file
   bool lift = false;
   std::string kernel_name;
@@ -70,13 +72,16 @@ std::vector<experts::TileConfig> TilesFor(const std::string& level,
   return tiles;
 }
 
-// Whether a cache entry serves a job: there is one, and its report has the `backward` section (a
-// kernel, or why there is none); an entry cached before the service made backwards is made
-// again, with one.
-bool Serves(const std::optional<store::CachedKernel>& hit) {
+// Whether a cache entry serves a job of this backward mode: any entry a forward-only job; for
+// the others its report must have the `backward` section (a kernel, or why there is none: an
+// entry cached before the service made backwards, or by a forward-only job, is made again with
+// one), and for "require" a kernel.
+bool Serves(const std::optional<store::CachedKernel>& hit, const std::string& backward) {
   if (!hit.has_value()) return false;
+  if (backward == "off") return true;
   const auto report = json::parse(hit->report_json, nullptr, false);
-  return report.is_object() && report.contains("backward");
+  if (!report.is_object() || !report.contains("backward")) return false;
+  return backward != "require" || !hit->backward_cuda_source.empty();
 }
 
 json ParseOr(const std::string& text, json fallback) {
@@ -119,6 +124,14 @@ absl::StatusOr<std::string> NormalizeArch(const std::string& arch) {
   if (a == "sm90" || a == "sm90a") return std::string("sm_90");
   return absl::InvalidArgumentError(
       absl::StrCat("arch \"", arch, "\" is not supported: use sm_80 (A100) or sm_90 (H100)"));
+}
+
+std::string BackwardModeName(v1::BackwardMode mode) {
+  switch (mode) {
+    case v1::BACKWARD_MODE_OFF: return "off";
+    case v1::BACKWARD_MODE_REQUIRE: return "require";
+    default: return "auto";
+  }
 }
 
 std::string LevelName(v1::VerificationLevel level) {
@@ -196,6 +209,7 @@ absl::StatusOr<v1::Job> JobFlow::Submit(const v1::SubmitJobRequest& request, con
                               {{"archs", absl::StrJoin(archs, ",")},
                                {"level", level},
                                {"proposer", lift ? "llm" : ProposerOf(request)},
+                               {"backward", BackwardModeName(request.backward())},
                                {"kind", lift ? "lift" : "adapt"},
                                {"kernel_name", lift ? KernelNameOf(request) : ""},
                                {"canonical_form", key.canonical_form},
@@ -226,7 +240,7 @@ absl::StatusOr<v1::Job> JobFlow::Submit(const v1::SubmitJobRequest& request, con
   for (const std::string& arch : archs) {
     auto hit = kernels_.Get(spec_hash, arch, options_.ruleset, level);
     if (!hit.ok()) return hit.status();
-    const bool serves = Serves(*hit);
+    const bool serves = Serves(*hit, BackwardModeName(request.backward()));
     if (metrics_) metrics_->CacheLookup(serves);
     all_cached = all_cached && serves;
     if (serves) {
@@ -274,6 +288,8 @@ absl::StatusOr<JobFlow::Job> JobFlow::Load(const std::string& job_id) {
   job.level = f["level"];
   // Jobs stored before there were other proposers have none: theirs were the rules.
   job.proposer = f["proposer"].empty() ? kDefaultProposer : f["proposer"];
+  // Jobs stored before the backward had none: "auto", as now by default.
+  job.backward = f["backward"].empty() ? "auto" : f["backward"];
   auto input = SpecInput::FromJson(ParseOr(f["input"], json::object()));
   if (!input.ok()) return input.status();
   job.input = *std::move(input);
@@ -416,18 +432,24 @@ absl::Status JobFlow::Advance(const std::string& job_id) {
   for (const std::string& arch : job.archs) {
     auto hit = kernels_.Get(hash, arch, options_.ruleset, job.level);
     if (!hit.ok()) return hit.status();
-    if (Serves(*hit)) continue;
+    if (Serves(*hit, job.backward)) continue;
     all_cached = false;
     auto a = lower::ParseArch(arch);
     if (!a.ok()) return a.status();
-    // The backward: a CPU task of its own, beside the candidates (it transfers from its own base).
-    v1::TaskPayload backward_payload;
-    *backward_payload.mutable_backward()->mutable_spec() = spec;
-    backward_payload.mutable_backward()->set_arch(arch);
+    // The backward: a CPU task of its own, beside the candidates (it transfers from its own base),
+    // unless the job is forward-only.
+    const bool wants_backward = job.backward != "off";
     const std::string backward_id = absl::StrCat("bwd-", hash, "-", arch, "-", options_.ruleset);
-    auto backward = Need(job, backward_id, {job_id, kBackwardTask, StoreText(backward_payload), "cpu"});
-    if (!backward.ok()) return backward.status();
-    if (backward->state == "dead") return Finish(job, "failed", InStage("backward", backward->error));
+    store::TaskState backward;
+    if (wants_backward) {
+      v1::TaskPayload backward_payload;
+      *backward_payload.mutable_backward()->mutable_spec() = spec;
+      backward_payload.mutable_backward()->set_arch(arch);
+      auto state = Need(job, backward_id, {job_id, kBackwardTask, StoreText(backward_payload), "cpu"});
+      if (!state.ok()) return state.status();
+      if (state->state == "dead") return Finish(job, "failed", InStage("backward", state->error));
+      backward = *std::move(state);
+    }
     std::vector<std::pair<std::string, std::string>> ids;  // task id, tile
     bool all_ended = true;
     for (const experts::TileConfig& tile : TilesFor(job.level, job.input.config, *a)) {
@@ -450,10 +472,16 @@ absl::Status JobFlow::Advance(const std::string& job_id) {
       return Finish(job, "failed", absl::StrCat("no tile configuration of the expert fits ",
                                                 job.input.config.ToString(), " on ", arch));
     }
-    if (!all_ended || backward->state != "done") continue;
-    const v1::BackwardResult backward_result =
-        ResultOf(backward_id, kBackwardTask, backward->result).backward();
-    auto stored = Select(job, arch, ids, transferred.transfer(), backward_result);
+    if (!all_ended || (wants_backward && backward.state != "done")) continue;
+    std::optional<v1::BackwardResult> backward_result;
+    if (wants_backward) {
+      backward_result = ResultOf(backward_id, kBackwardTask, backward.result).backward();
+      if (job.backward == "require" && !backward_result->available()) {
+        return Finish(job, "failed", InStage("backward", backward_result->detail()));
+      }
+    }
+    auto stored = Select(job, arch, ids, transferred.transfer(),
+                         backward_result ? &*backward_result : nullptr);
     // The store failing is not the job's fault: the next advance tries again.
     if (!store::StoreError(stored.status()).empty()) return stored.status();
     if (!stored.ok()) return Finish(job, "failed", std::string(stored.status().message()));
@@ -485,7 +513,7 @@ absl::Status JobFlow::AdvanceLift(const Job& job) {
 absl::StatusOr<bool> JobFlow::Select(const Job& job, const std::string& arch,
                                      const std::vector<std::pair<std::string, std::string>>& ids,
                                      const v1::TransferResult& transferred,
-                                     const v1::BackwardResult& backward) {
+                                     const v1::BackwardResult* backward) {
   json candidates = json::array();
   std::vector<v1::CandidateResult> results;
   std::vector<std::string> errors;
@@ -534,9 +562,11 @@ absl::StatusOr<bool> JobFlow::Select(const Job& job, const std::string& arch,
   account.job_id = job.record.id;
   account.canonical_buffers = key->canonical_buffers;
   json report = account.ToJson();
-  report["backward"] = backward.has_report()
-                           ? ToJson(backward.report())
-                           : pipeline::BackwardUnavailableJson("the backward task returned none");
+  if (backward != nullptr) {  // a forward-only job's entry has no section
+    report["backward"] = backward->has_report()
+                             ? ToJson(backward->report())
+                             : pipeline::BackwardUnavailableJson("the backward task returned none");
+  }
   store::CachedKernel k{job.record.spec_hash,
                         arch,
                         options_.ruleset,
@@ -553,10 +583,10 @@ absl::StatusOr<bool> JobFlow::Select(const Job& job, const std::string& arch,
                                                                      module.symbols().end()))
                                 .dump();
   }
-  if (backward.available()) {
-    k.backward_cuir = backward.cuir();
-    k.backward_cuda_source = backward.kernel_cu();
-    k.backward_launcher_header = backward.kernel_h();
+  if (backward != nullptr && backward->available()) {
+    k.backward_cuir = backward->cuir();
+    k.backward_cuda_source = backward->kernel_cu();
+    k.backward_launcher_header = backward->kernel_h();
   }
   if (auto s = kernels_.Put(k); !s.ok()) return s;
   const std::string detail =

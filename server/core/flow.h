@@ -89,7 +89,7 @@ class JobFlow {
   absl::StatusOr<bool> Select(const Job& job, const std::string& arch,
                               const std::vector<std::pair<std::string, std::string>>& candidates,
                               const v1::TransferResult& transfer_result,
-                              const v1::BackwardResult& backward);
+                              const v1::BackwardResult* backward);  // null: forward-only job
   absl::Status Finish(const Job& job, const std::string& state, const std::string& error);
   absl::StatusOr<std::string> WaitingFor(const std::string& job_id);
   absl::Status Event(const std::string& job_id, const std::string& key, const std::string& stage,
@@ -108,6 +108,7 @@ class JobFlow {
 // "sm_80" for every arch of the request that is "sm80"/"SM_80"-like; INVALID_ARGUMENT otherwise.
 absl::StatusOr<std::string> NormalizeArch(const std::string& arch);
 std::string LevelName(v1::VerificationLevel level);  // "gpu" (also for UNSPECIFIED) or "ir"
+std::string BackwardModeName(v1::BackwardMode mode);  // "auto" (also UNSPECIFIED), "off", "require"
 // The request's proposer, "rules" when it names none.
 std::string ProposerOf(const v1::SubmitJobRequest& request);
 // transfer-<hash> for the rules (as before there were other proposers), transfer-<hash>-llm and

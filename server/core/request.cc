@@ -172,6 +172,16 @@ absl::StatusOr<CheckedRequest> CheckRequest(const v1::SubmitJobRequest& r, const
   }
   auto config = ConfigFromProto(r.config());
   if (!config.ok()) return config.status();
+  if (!v1::BackwardMode_IsValid(r.backward())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "backward is ", static_cast<int>(r.backward()),
+        ", not a BackwardMode (AUTO, OFF or REQUIRE; unset means AUTO)"));
+  }
+  if (r.has_kernel() && r.backward() != v1::BACKWARD_MODE_UNSPECIFIED &&
+      r.backward() != v1::BACKWARD_MODE_AUTO) {
+    return absl::InvalidArgumentError(
+        "backward applies to adapt jobs; a lift job makes no kernels (leave it unset)");
+  }
   if (r.has_kernel()) return CheckLift(r, limits, *config);
   const std::string file = r.spec().file_name().empty() ? "spec.py" : r.spec().file_name();
   if (r.spec().source().empty()) {

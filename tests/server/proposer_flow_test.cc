@@ -166,6 +166,20 @@ TEST_F(ProposerFlow, AnUnknownProposerIsRefusedBeforeAnythingIsStored) {
   }
 }
 
+TEST_F(ProposerFlow, ABackwardModeOutsideTheEnumIsRefused) {
+  v1::SubmitJobRequest r = Request("");
+  r.set_backward(static_cast<v1::BackwardMode>(99));
+  auto checked = CheckRequest(r, Limits{});
+  ASSERT_FALSE(checked.ok());
+  EXPECT_EQ(checked.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(checked.status().message(), HasSubstr("backward is 99, not a BackwardMode"));
+  for (const auto mode : {v1::BACKWARD_MODE_UNSPECIFIED, v1::BACKWARD_MODE_AUTO,
+                          v1::BACKWARD_MODE_OFF, v1::BACKWARD_MODE_REQUIRE}) {
+    r.set_backward(mode);
+    EXPECT_TRUE(CheckRequest(r, Limits{}).ok()) << mode;
+  }
+}
+
 TEST_F(ProposerFlow, AFailedAttemptKeepsWhatItLeftUntilTheTaskIsRevived) {
   store::TaskQueue q(client_.get(), 10s, 3);
   ASSERT_TRUE(q.EnqueueOnce("t", {"j", "transfer", "{}", "llm"}).ok());

@@ -88,6 +88,33 @@ TEST_F(Cli, SubmitWatchAndGetTheKernel) {
   EXPECT_THAT(invalid.output, HasSubstr("bad.py:4:"));
 }
 
+// A job says whether it wants the backward: off makes none (no task, no files); require fails
+// where there is none (head dim 256 has no backward kernel yet), saying why.
+TEST_F(Cli, AJobCanDoWithoutTheBackwardOrRequireIt) {
+  StartCoordinator();
+  StartWorker();
+  const RunResult off = Run(absl::StrCat("submit ", Spec("causal"), " ", kConfig,
+                                         " --backward off --watch"));
+  ASSERT_EQ(off.exit_code, 0) << off.output << Logs();
+  EXPECT_THAT(off.output, ::testing::Not(HasSubstr("[backward]")));
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(off.output, m, std::regex("(j-[0-9a-f]{16})")));
+  const std::string out = dir_ + "/off";
+  ASSERT_EQ(Run(absl::StrCat("get ", std::string(m[1]), " -o ", out)).exit_code, 0);
+  std::ifstream report_in(out + "/report.json");
+  const auto report = nlohmann::json::parse(report_in, nullptr, false);
+  ASSERT_TRUE(report.is_object());
+  EXPECT_FALSE(report.contains("backward"));
+  EXPECT_FALSE(std::ifstream(out + "/kernel_bwd.cu").good());
+
+  const RunResult required = Run(absl::StrCat(
+      "submit ", Spec("causal"),
+      " --arch sm_80 --verification ir --heads-q 2 --heads-kv 2 --head-dim 256 --seqlen 64",
+      " --backward require --watch"));
+  EXPECT_EQ(required.exit_code, 1) << required.output << Logs();
+  EXPECT_THAT(required.output, HasSubstr("no backward kernel for sm_80 serves head dim 256"));
+}
+
 TEST_F(Cli, AWorkerOutlivesCrashingTasksAndTheJobFailsWithTheLastError) {
   StartCoordinator({"--max-attempts", "2"});
   Process* worker = StartWorker({{"CUBRIDGE_TEST_TASK_CRASH", "transfer"}});
