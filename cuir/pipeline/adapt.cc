@@ -116,9 +116,8 @@ absl::StatusOr<AdaptResult> Adapt(const AdaptOptions& o) {
       // A kernel cached by a forward-only job is redone for a job that wants the backward.
       if (complete && o.backward != BackwardMode::kOff) {
         auto cached_report = nlohmann::json::parse((*files)["report.json"], nullptr, false);
-        const bool has = cached_report.is_object() && cached_report.contains("backward") &&
-                         cached_report["backward"].value("available", false);
         const bool known = cached_report.is_object() && cached_report.contains("backward");
+        const bool has = known && cached_report["backward"].value("available", false);
         complete = o.backward == BackwardMode::kRequire ? has : known;
         for (const char* name : kBackwardFiles) complete = complete && (!has || files->count(name));
       }
