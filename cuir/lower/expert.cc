@@ -102,11 +102,10 @@ absl::StatusOr<Expert> LoadExpert(const std::string& name, bool backward) {
   const fs::path base_path = fs::path(expert.dir) / (backward ? "base_bwd.cuir" : "base.cuir");
   const fs::path kernel_path = fs::path(expert.dir) / (backward ? "kernel_bwd.cu" : "kernel.cu");
   if (backward && !(fs::exists(base_path) && fs::exists(kernel_path))) {
-    // fa3_sm90 has its backward program (base_bwd.cuir) but not yet the kernel.
     return absl::NotFoundError(absl::StrCat(
-        "expert \"", name, "\" has no backward kernel yet (no ",
+        "expert \"", name, "\" has no backward kernel (no ",
         (fs::exists(base_path) ? kernel_path : base_path).string(),
-        "); lower a backward program for the sm_80 expert (fa2_sm80), which has one"));
+        "); lower a backward program for an expert that has one (fa2_sm80, fa3_sm90)"));
   }
   auto base_text = ReadExpertFile(base_path);
   if (!base_text.ok()) return base_text.status();

@@ -1,4 +1,5 @@
-// On a GPU: backward kernels lowered from variants into the sm_80 backward expert (issue 29),
+// On a GPU: backward kernels lowered from variants into the backward experts (issue 29: the sm_80
+// one, and on an sm_90 GPU the sm_90a one too),
 // compiled by NVRTC for the GPU at hand and launched through the loader the PyTorch op uses
 // (worker/gpu/backward_module.h: plan kernel, then preprocess, tables, attention, postprocess),
 // against the float64 autograd of each
@@ -150,12 +151,26 @@ TEST_P(BackwardOnGpu, LoweredVariantMatchesTheOracle) {
   auto loaded = cubridge::testing::LoadSuiteSpec(g);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   const spec::Spec& s = *loaded;
-  for (const auto& [hq, hkv, dtype, d] : {std::tuple{4, 2, cuir::DType::kBF16, 64},
-                                          std::tuple{2, 2, cuir::DType::kFP16, 128}}) {
+  // Each expert the GPU runs, at the head dims its backward serves, GQA and MHA, bf16 and fp16.
+  struct Case {
+    const char* expert;
+    lower::Arch arch;
+    int hq, hkv;
+    cuir::DType dtype;
+    int d;
+  };
+  for (const Case& k : {Case{"fa2_sm80", lower::Arch::kSm80, 4, 2, cuir::DType::kBF16, 64},
+                        Case{"fa2_sm80", lower::Arch::kSm80, 2, 2, cuir::DType::kFP16, 128},
+                        Case{"fa3_sm90", lower::Arch::kSm90, 4, 2, cuir::DType::kBF16, 128},
+                        Case{"fa3_sm90", lower::Arch::kSm90, 2, 2, cuir::DType::kFP16, 128}}) {
+    if (static_cast<int>(k.arch) > static_cast<int>(arch_)) continue;
+    SCOPED_TRACE(k.expert);
+    const int hq = k.hq, hkv = k.hkv, d = k.d;
+    const cuir::DType dtype = k.dtype;
     cuir::AttentionConfig c;
     c.batch = 2, c.heads_q = hq, c.heads_kv = hkv, c.head_dim = d, c.dtype = dtype;
     c.seqlen_q = c.seqlen_kv = 300;
-    auto base = lower::LoadExpert("fa2_sm80", /*backward=*/true);
+    auto base = lower::LoadExpert(k.expert, /*backward=*/true);
     ASSERT_TRUE(base.ok()) << base.status();
     transfer::VariantSpec v = pipeline::ToVariantSpec(s);
     v.grad_buffers = pipeline::LearnableBuffers(s);

@@ -34,9 +34,15 @@ TEST(Lift, TheSm80BackwardExpertAgreesWithItsBaseProgramAndNamesItsFourKernels) 
   EXPECT_EQ(r->base.kernel, "attn_bwd");
   ASSERT_EQ(r->checks.size(), 3u);
   EXPECT_THAT(r->checks[2], HasSubstr("plan, classify, compact, preprocess, attention, postprocess"));
-  // The Hopper expert has its backward program but not yet the kernel.
-  auto hopper = LiftExpert("fa3_sm90", /*backward=*/true);
-  EXPECT_TRUE(absl::IsNotFound(hopper.status())) << hopper.status();
+}
+
+TEST(Lift, TheSm90BackwardExpertAgreesWithItsBaseProgramAndNamesItsFourKernels) {
+  auto r = LiftExpert("fa3_sm90", /*backward=*/true);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->base.kernel, "attn_bwd");
+  ASSERT_EQ(r->checks.size(), 3u);
+  EXPECT_THAT(r->checks[1], HasSubstr("tile params agree (4)"));
+  EXPECT_THAT(r->checks[2], HasSubstr("plan, classify, compact, preprocess, attention, postprocess"));
 }
 
 // A copy of the experts folder with one edit to fa2_sm80/kernel.cu or base.cuir.

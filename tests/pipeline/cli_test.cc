@@ -260,8 +260,8 @@ def score_mod(score, b, h, q_idx, kv_idx, slopes):
   const auto report = ReadReport(tmp / "a");
   const auto& backward = report["backward"];
   ASSERT_TRUE(backward["available"].get<bool>()) << backward.dump(2);
-  // fa3_sm90 has no backward kernel yet: the sm_80 one serves sm_90 GPUs too.
-  EXPECT_EQ(backward["expert"], "fa2_sm80");
+  // sm_90 at head dim 128: the Hopper backward expert.
+  EXPECT_EQ(backward["expert"], "fa3_sm90");
   EXPECT_EQ(backward["grad_buffers"], nlohmann::json::array({"slopes"}));
   EXPECT_TRUE(backward["verification"]["passed"].get<bool>());
   for (const auto& shape : backward["verification"]["shapes"]) {

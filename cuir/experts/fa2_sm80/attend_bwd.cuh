@@ -103,7 +103,7 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile) {
     // S^T = K Q^T * scale, then the variant's score_mods and masks on it.
     float s[1][NT][4];
     gemm_qk<T, 1, NT, D>(s, at_s);
-    const FragCoordT at{kv_lo + warp_row0 + (lane >> 2), q_lo + 2 * (lane & 3)};
+    const BwdFrag at{kv_lo + warp_row0 + (lane >> 2), q_lo + 2 * (lane & 3)};
     const float qk_scale = block.qk_scale;
     for_each_fragment_t<NT>(s, [&](int, int c, float& x) {
       x = at.kv(c) < kv_hi ? x * qk_scale : -INFINITY;
@@ -112,43 +112,8 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile) {
     if constexpr (BwdBlock::kKeepsRawScores) {
       for_each_fragment_t<NT>(s, [&](int j, int c, float& x) { raw[0][j][c] = x; });
     }
-    // The hooks' visitors over the transposed fragment (kernel_bwd.cu, BwdBlock): row slots
-    // (mt, r) = (j, c & 1) are the thread's query columns, column slots (j, k) = (0, c >> 1) its
-    // keys. A slot past q_hi / kv_hi gets the last in-bounds index (no element reads it).
-    auto in_bounds = [&](int j, int c) { return at.q(j, c) < q_hi && at.kv(c) < kv_hi; };
-    auto for_each_score_row = [&](auto&& fn) {
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) fn(j, r, min(at.q(j, r), q_hi - 1));
-    };
-    auto for_each_score_col = [&](auto&& fn) {
-#pragma unroll
-      for (int k = 0; k < 2; ++k) fn(0, k, min(at.kv(2 * k), kv_hi - 1));
-    };
-    auto for_each_score = [&](auto&& fn) {
-      for_each_fragment_t<NT>(s, [&](int j, int c, float& x) {
-        const int q_idx = at.q(j, c), kv_idx = at.kv(c);
-        if (in_bounds(j, c)) {
-          cuir_call_element(fn, q_idx, kv_idx, static_cast<float>(q_idx),
-                            static_cast<float>(kv_idx), x, 0);
-        }
-      });
-    };
-    auto for_each_score_at = [&](auto&& fn) {
-      for_each_fragment_t<NT>(s, [&](int j, int c, float& x) {
-        const int q_idx = at.q(j, c), kv_idx = at.kv(c);
-        if (in_bounds(j, c)) {
-          cuir_call_element_at(fn, j, c & 1, 0, c >> 1, q_idx, kv_idx, static_cast<float>(q_idx),
-                               static_cast<float>(kv_idx), x, 0);
-        }
-      });
-    };
-    const CuirScoreVisitors<decltype(for_each_score), decltype(for_each_score_at),
-                            decltype(for_each_score_row), decltype(for_each_score_col)>
-        visitors{for_each_score, for_each_score_at, for_each_score_row, for_each_score_col};
-    block.template score_mod<NT, 1>(visitors);
-    block.template mask<NT, 1>(visitors);
+    const BwdFragBounds bounds{at, q_hi, kv_hi};
+    bwd_score_hooks<NT>(block, s, bounds);
     // P^T = exp(S^T - LSE), in log2 units.
     for_each_fragment_t<NT>(s, [&](int j, int c, float& x) {
       x = exp2f(x * kLog2e - lse_rows[at.q_local(j, c, q_lo)]);
@@ -161,69 +126,13 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile) {
     for_each_fragment_t<NT>(ds, [&](int j, int c, float& x) {
       x = s[0][j][c] * (x - delta_rows[at.q_local(j, c, q_lo)]);
     });
-    if constexpr (BwdBlock::kKeepsRawScores) {
-      // Where dS is 0 (a masked score, a row that kept nothing) neither hook does anything.
-      auto for_each_buffer_grad = [&](auto&& fn) {
-        for_each_fragment_t<NT>(ds, [&](int j, int c, float& x) {
-          const int q_idx = at.q(j, c), kv_idx = at.kv(c);
-          float score = raw[0][j][c];
-          if (in_bounds(j, c) && x != 0.f) {
-            cuir_call_grad_element(fn, q_idx, kv_idx, static_cast<float>(q_idx),
-                                   static_cast<float>(kv_idx), x, score, 0);
-          }
-        });
-      };
-      auto for_each_buffer_grad_at = [&](auto&& fn) {
-        for_each_fragment_t<NT>(ds, [&](int j, int c, float& x) {
-          const int q_idx = at.q(j, c), kv_idx = at.kv(c);
-          float score = raw[0][j][c];
-          if (in_bounds(j, c) && x != 0.f) {
-            cuir_call_grad_element_at(fn, j, c & 1, 0, c >> 1, q_idx, kv_idx,
-                                      static_cast<float>(q_idx), static_cast<float>(kv_idx), x,
-                                      score, 0);
-          }
-        });
-      };
-      const CuirScoreVisitors<decltype(for_each_buffer_grad), decltype(for_each_buffer_grad_at),
-                              decltype(for_each_score_row), decltype(for_each_score_col)>
-          buffer_visitors{for_each_buffer_grad, for_each_buffer_grad_at, for_each_score_row,
-                          for_each_score_col};
-      block.template buffer_grad<NT, 1>(buffer_visitors);
-      // score_grad's function turns the raw score into d score_mod / d score: dS times it.
-      auto for_each_score_grad = [&](auto&& fn) {
-        for_each_fragment_t<NT>(ds, [&](int j, int c, float& x) {
-          const int q_idx = at.q(j, c), kv_idx = at.kv(c);
-          float factor = raw[0][j][c];
-          if (in_bounds(j, c) && x != 0.f) {
-            cuir_call_element(fn, q_idx, kv_idx, static_cast<float>(q_idx),
-                              static_cast<float>(kv_idx), factor, 0);
-            x *= factor;
-          }
-        });
-      };
-      auto for_each_score_grad_at = [&](auto&& fn) {
-        for_each_fragment_t<NT>(ds, [&](int j, int c, float& x) {
-          const int q_idx = at.q(j, c), kv_idx = at.kv(c);
-          float factor = raw[0][j][c];
-          if (in_bounds(j, c) && x != 0.f) {
-            cuir_call_element_at(fn, j, c & 1, 0, c >> 1, q_idx, kv_idx,
-                                 static_cast<float>(q_idx), static_cast<float>(kv_idx), factor, 0);
-            x *= factor;
-          }
-        });
-      };
-      const CuirScoreVisitors<decltype(for_each_score_grad), decltype(for_each_score_grad_at),
-                              decltype(for_each_score_row), decltype(for_each_score_col)>
-          grad_visitors{for_each_score_grad, for_each_score_grad_at, for_each_score_row,
-                        for_each_score_col};
-      block.template score_grad<NT, 1>(grad_visitors);
-    }
+    if constexpr (BwdBlock::kKeepsRawScores) bwd_grad_hooks<NT>(block, ds, raw, bounds);
     // dK += dS^T Q (scaled at the end)
     gemm_pv<T, 1, NT, DT, D>(acc_dk, ds, at_dp);
     // dS into shared memory as [query row][key], for dQ = dS K across the warps' keys.
     for_each_fragment_t<NT>(ds, [&](int j, int c, float& x) {
       sdS.base[sdS.offset(at.q(j, c) - q_lo, at.kv(c) - kv_lo)] =
-          ElemTraitsConvert<T>::from(x);
+          bwd_from_float<T>(x);
     });
     __syncthreads();
     float acc_dq[D / 8 / kDqParts][4];

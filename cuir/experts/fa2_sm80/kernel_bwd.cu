@@ -58,6 +58,7 @@ int cubridge_attn_bwd(const cubridge_attn_bwd_params* p, struct CUstream_st* str
 #include "../common/cuir_scalar.cuh"
 #include "../common/kv_blocks.cuh"
 #include "../common/score_visit.cuh"
+#include "../common/backward_hooks.cuh"
 #include "mainloop_bwd.cuh"
 #include "softmax.cuh"
 #include "tile.cuh"
@@ -117,7 +118,6 @@ constexpr int kQTiles = BLOCK_M / 16;
 static_assert(WARPS % kQTiles == 0, "the warps split the query block's m-tiles evenly for dQ");
 constexpr int kDqParts = WARPS / kQTiles;
 constexpr int kThreads = WARPS * 32;
-constexpr int kRowThreads = 256;  // threads of the pre- and postprocessing kernels
 
 template <int D>
 struct BwdTiling {
@@ -129,58 +129,12 @@ struct BwdTiling {
   static constexpr size_t kSmemBytes = kTileBytes + kDsBytes + 4 * BLOCK_M * sizeof(float);
 };
 
-__host__ __device__ __forceinline__ long long cuir_buffer_numel(const cubridge_attn_fwd_buffer& b) {
-  long long n = 1;
-  for (int d = 0; d < b.rank; ++d) n *= b.sizes[d];
-  return n;
-}
-
-// Where the call's scratch lies in the workspace: D (rows), dQ's accumulator and, under GQA,
-// dK's and dV's, in deterministic mode the learnable buffers' (grad[slot]), then the program's
-// block tables (at `tables`, variant_workspace's layout). Accumulators are fp32, or 64-bit fixed
-// point in deterministic mode (cubridge_attn_bwd_params::deterministic).
-struct BwdWorkspace {
-  size_t delta, dq, dk, dv, grad[CUBRIDGE_MAX_BUFFERS], tables, total;
-};
-__host__ __device__ __forceinline__ BwdWorkspace bwd_workspace(const cubridge_attn_bwd_params& p) {
-  const cubridge_attn_fwd_params& f = p.fwd;
-  const size_t rows = size_t(f.batch) * f.heads_q * f.seqlen_q;
-  const size_t kv_rows = size_t(f.batch) * f.heads_kv * f.seqlen_kv;
-  const size_t elem = p.deterministic ? sizeof(unsigned long long) : sizeof(float);
-  auto round = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
-  BwdWorkspace w;
-  w.delta = 0;
-  w.dq = round(rows * sizeof(float));
-  w.dk = w.dq + round(rows * f.head_dim * elem);
-  const bool gqa = f.heads_q != f.heads_kv;
-  w.dv = w.dk + (gqa ? round(kv_rows * f.head_dim * elem) : 0);
-  size_t at = w.dv + (gqa ? round(kv_rows * f.head_dim * elem) : 0);
-  for (int i = 0; i < CUBRIDGE_MAX_BUFFERS; ++i) {
-    w.grad[i] = at;
-    if (p.deterministic && p.buffer_grads[i] != nullptr) {
-      at += round(size_t(cuir_buffer_numel(f.buffers[i])) * elem);
-    }
-  }
-  w.tables = at;
-  w.total = w.tables + variant_workspace(f, nullptr);
-  return w;
-}
-
-// An accumulator's element i gets x: a float atomic (fast mode), or a 64-bit fixed-point one
-// (deterministic mode: integer adds are associative, so any order gives the same bits).
-constexpr double kFixedOne = 4294967296.0;  // 2^32: the fixed point's unit is 2^-32
-__device__ __forceinline__ void acc_add(char* acc, long long i, float x, bool deterministic) {
-  if (deterministic) {
-    atomicAdd(reinterpret_cast<unsigned long long*>(acc) + i,
-              static_cast<unsigned long long>(__double2ll_rn(static_cast<double>(x) * kFixedOne)));
-  } else {
-    atomicAdd(reinterpret_cast<float*>(acc) + i, x);
-  }
-}
-__device__ __forceinline__ float acc_read(const char* acc, long long i, bool deterministic) {
-  if (!deterministic) return reinterpret_cast<const float*>(acc)[i];
-  const long long fixed = static_cast<long long>(reinterpret_cast<const unsigned long long*>(acc)[i]);
-  return static_cast<float>(static_cast<double>(fixed) / kFixedOne);
+// Dynamic shared memory of the head dims the kernel serves; 0: head dim 256 (dK and dV need a
+// narrower tile to fit in registers, not written yet).
+__host__ __device__ constexpr int bwd_smem_bytes(int head_dim) {
+  return head_dim == 64    ? static_cast<int>(BwdTiling<64>::kSmemBytes)
+         : head_dim == 128 ? static_cast<int>(BwdTiling<128>::kSmemBytes)
+                           : 0;
 }
 
 // @cuir-region head_check
@@ -198,54 +152,8 @@ __host__ __device__ __forceinline__ bool variant_buffers_ok(const cubridge_attn_
 }
 // @cuir-end buffer_check
 
-// A learnable buffer's gradient (contiguous in the buffer's shape) at the element its read
-// reaches: the index Python-wrapped as reads are (-size <= i < size, negatives from the end).
-__device__ __forceinline__ long long cuir_grad_offset(const cubridge_attn_fwd_buffer& b) {
-  (void)b;
-  return 0;
-}
-template <typename... I>
-__device__ __forceinline__ long long cuir_grad_offset(const cubridge_attn_fwd_buffer& b,
-                                                      I... index) {
-  const long long at[] = {static_cast<long long>(index)...};
-  long long flat = 0;
-#pragma unroll
-  for (int d = 0; d < static_cast<int>(sizeof...(I)); ++d) {
-    flat = flat * b.sizes[d] + (at[d] < 0 ? at[d] + b.sizes[d] : at[d]);
-  }
-  return flat;
-}
-
-// A thread's adds into one buffer gradient, coalesced: consecutive adds to one element sum in a
-// register, and where every lane of the warp holds the same element (a learnable slope, which
-// every score of a head reads) the warp adds once. Without it each score is an atomic on a few
-// addresses (a learnable ALiBi backward ran at 5 TFLOP/s). flush() needs the whole warp.
-struct GradRun {
-  long long offset = -1;  // the element being summed; -1: none yet
-  float sum = 0.f;
-  template <typename Call>
-  __device__ __forceinline__ void add(const Call& call, int slot, long long at, float x) {
-    if (at == offset) {
-      sum += x;
-      return;
-    }
-    if (offset >= 0) call.grad_add(slot, offset, sum);
-    offset = at;
-    sum = x;
-  }
-  template <typename Call>
-  __device__ __forceinline__ void flush(const Call& call, int slot) {
-    const long long first = __shfl_sync(0xffffffffu, offset, 0);
-    if (__all_sync(0xffffffffu, offset == first)) {
-      float total = sum;
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(0xffffffffu, total, o);
-      if ((threadIdx.x & 31) == 0 && first >= 0) call.grad_add(slot, first, total);
-    } else if (offset >= 0) {
-      call.grad_add(slot, offset, sum);
-    }
-  }
-};
+// The backward's shared pieces: workspace, accumulators, buffer gradients, pre/postprocess.
+#include "../common/backward_kernel.cuh"
 
 struct BwdCall {
   const cubridge_attn_bwd_params& bp;
@@ -290,7 +198,7 @@ struct BwdTile : BwdCall {
   }
 };
 
-// The hooks' visitors (attend_bwd.cuh), in the order the structured bindings name them. The
+// The hooks' visitors (common/backward_hooks.cuh), in the order the structured bindings name them. The
 // score hooks (score_mod, mask) take the element visitors of score_visit.cuh over the block's
 // scores; the gradient hooks take the same shapes, where the element function gets the raw score
 // (before any score_mod) in `score` and, for buffer_grad, dS as `ds`: score_grad's function
@@ -344,47 +252,6 @@ struct BwdBlock : BwdTile {
 namespace cubridge_fa2_bwd {
 #include "attend_bwd.cuh"
 
-// delta: D[b, h, i] = sum_d dO[b, h, i, d] * O[b, h, i, d] in fp32, one warp per row; and the
-// fp32 accumulators cleared.
-template <typename T>
-__global__ void __launch_bounds__(kRowThreads)
-    attn_bwd_preprocess(const __grid_constant__ cubridge_attn_bwd_params p) {
-  const cubridge_attn_fwd_params& f = p.fwd;
-  const BwdWorkspace w = bwd_workspace(p);
-  char* ws = static_cast<char*>(p.workspace);
-  float* delta = reinterpret_cast<float*>(ws + w.delta);
-  const long long rows = static_cast<long long>(f.batch) * f.heads_q * f.seqlen_q;
-  const int lane = threadIdx.x & 31;
-  const long long warps = static_cast<long long>(gridDim.x) * (kRowThreads / 32);
-  for (long long row = blockIdx.x * (kRowThreads / 32) + (threadIdx.x >> 5); row < rows;
-       row += warps) {
-    const int i = static_cast<int>(row % f.seqlen_q);
-    const int h = static_cast<int>(row / f.seqlen_q % f.heads_q);
-    const int b = static_cast<int>(row / f.seqlen_q / f.heads_q);
-    const T* o = static_cast<const T*>(f.o) + b * f.o_batch_stride + h * f.o_head_stride +
-                 i * f.o_row_stride;
-    const T* d_o = static_cast<const T*>(p.d_o) + b * p.do_batch_stride + h * p.do_head_stride +
-                   i * p.do_row_stride;
-    float sum = 0.f;
-    for (int d = lane; d < f.head_dim; d += 32) {
-      sum += cubridge::fa2::ElemTraitsConvert<T>::to(o[d]) *
-             cubridge::fa2::ElemTraitsConvert<T>::to(d_o[d]);
-    }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-    if (lane == 0) delta[row] = sum;
-  }
-  // The accumulators (dQ's; under GQA dK's and dV's; in deterministic mode the buffer
-  // gradients') are contiguous after D's rows.
-  float4* acc = reinterpret_cast<float4*>(ws + w.dq);
-  const long long n4 = static_cast<long long>(w.tables - w.dq) / 16;
-  const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
-  for (long long i = blockIdx.x * kRowThreads + threadIdx.x; i < n4;
-       i += static_cast<long long>(gridDim.x) * kRowThreads) {
-    acc[i] = zero;
-  }
-}
-
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads)
     attn_bwd_kernel(const __grid_constant__ cubridge_attn_bwd_params p) {
@@ -399,144 +266,7 @@ __global__ void __launch_bounds__(kThreads)
   attend_bwd_tile<T, D>(tile);
 }
 
-// dQ from its accumulator (already scaled) and, under GQA, dK and dV from theirs.
-template <typename T>
-__global__ void __launch_bounds__(kRowThreads)
-    attn_bwd_postprocess(const __grid_constant__ cubridge_attn_bwd_params p) {
-  const cubridge_attn_fwd_params& f = p.fwd;
-  const BwdWorkspace w = bwd_workspace(p);
-  const char* ws = static_cast<const char*>(p.workspace);
-  const long long stride = static_cast<long long>(gridDim.x) * kRowThreads;
-  const long long start = blockIdx.x * kRowThreads + threadIdx.x;
-  const bool det = p.deterministic != 0;
-  auto convert = [&](const char* acc, void* out, int heads, int seqlen, int64_t bs, int64_t hs,
-                     int64_t rs) {
-    const long long n = static_cast<long long>(f.batch) * heads * seqlen * f.head_dim;
-    for (long long i = start; i < n; i += stride) {
-      const int d = static_cast<int>(i % f.head_dim);
-      const long long row = i / f.head_dim;
-      const int s = static_cast<int>(row % seqlen);
-      const int h = static_cast<int>(row / seqlen % heads);
-      const int b = static_cast<int>(row / seqlen / heads);
-      static_cast<T*>(out)[b * bs + h * hs + s * rs + d] =
-          cubridge::fa2::ElemTraitsConvert<T>::from(acc_read(acc, i, det));
-    }
-  };
-  convert(ws + w.dq, p.dq, f.heads_q, f.seqlen_q, p.dq_batch_stride, p.dq_head_stride,
-          p.dq_row_stride);
-  if (f.heads_q != f.heads_kv) {
-    convert(ws + w.dk, p.dk, f.heads_kv, f.seqlen_kv, p.dk_batch_stride, p.dk_head_stride,
-            p.dk_row_stride);
-    convert(ws + w.dv, p.dv, f.heads_kv, f.seqlen_kv, p.dv_batch_stride, p.dv_head_stride,
-            p.dv_row_stride);
-  }
-  // Deterministic mode: the buffer gradients, from their fixed-point accumulators, written whole.
-  if (!det) return;
-  for (int slot = 0; slot < CUBRIDGE_MAX_BUFFERS; ++slot) {
-    if (p.buffer_grads[slot] == nullptr) continue;
-    const long long n = cuir_buffer_numel(f.buffers[slot]);
-    for (long long i = start; i < n; i += stride) {
-      p.buffer_grads[slot][i] = acc_read(ws + w.grad[slot], i, true);
-    }
-  }
-}
-
-__host__ __device__ __forceinline__ bool aligned_16(const void* ptr, int64_t row_stride) {
-  return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && row_stride % 8 == 0;
-}
-
 }  // namespace cubridge_fa2_bwd
 
-// What one call enqueues (cubridge_attn_bwd_launch_plan, common/backward_abi.cuh), computed from
-// the parameters by one function for the host launcher below and the device's plan kernel.
-__host__ __device__ __forceinline__ void cubridge_attn_bwd_make_plan(
-    const cubridge_attn_bwd_params& p, cubridge_attn_bwd_launch_plan* plan) {
-  using namespace cubridge_fa2_bwd;
-  *plan = cubridge_attn_bwd_launch_plan{};
-  plan->version = CUBRIDGE_BWD_PLAN_VERSION;
-  plan->status = 1;
-  const cubridge_attn_fwd_params& f = p.fwd;
-  if (f.q == nullptr || f.k == nullptr || f.v == nullptr || f.o == nullptr || f.lse == nullptr ||
-      p.d_o == nullptr || p.dq == nullptr || p.dk == nullptr || p.dv == nullptr ||
-      f.batch <= 0 || f.heads_q <= 0 || f.heads_kv <= 0 || f.seqlen_q <= 0 ||
-      f.seqlen_kv <= 0 || f.batch > 65535 || f.heads_q > 65535 || f.heads_q % f.heads_kv != 0 ||
-      (f.dtype != 0 && f.dtype != 1) || !aligned_16(f.q, f.q_row_stride) ||
-      !aligned_16(f.k, f.k_row_stride) || !aligned_16(f.v, f.v_row_stride) ||
-      !aligned_16(p.d_o, p.do_row_stride) || !variant_heads_ok(f) || !variant_buffers_ok(f)) {
-    return;
-  }
-  switch (f.head_dim) {
-    case 64: plan->smem_bytes = static_cast<int>(BwdTiling<64>::kSmemBytes); break;
-    case 128: plan->smem_bytes = static_cast<int>(BwdTiling<128>::kSmemBytes); break;
-    default: return;  // hdim 256: not yet (the accumulators need a narrower tile)
-  }
-  const BwdWorkspace w = bwd_workspace(p);
-  plan->workspace_bytes = w.total;
-  plan->tables_offset = w.tables;
-  plan->row_grid = 1024;  // grid-stride loops: enough CTAs to fill any GPU
-  plan->row_threads = kRowThreads;
-  // The block tables (transposed: per K tile, its query blocks).
-  const long long tiles = variant_table_tiles(f), rows = variant_table_rows(f);
-  plan->classify_grid = static_cast<uint32_t>(cuir_min<long long>(tiles, 16384));
-  plan->compact_grid =
-      static_cast<uint32_t>(cuir_min<long long>(cuir_cdiv<long long>(rows, kTableThreads), 16384));
-  plan->table_threads = kTableThreads;
-  plan->grid[0] = static_cast<uint32_t>(cuir_cdiv(f.seqlen_kv, BLOCK_N));
-  plan->grid[1] = static_cast<uint32_t>(f.heads_q);
-  plan->grid[2] = static_cast<uint32_t>(f.batch);
-  plan->threads = kThreads;
-  plan->status = 0;
-}
-
-extern "C" __global__ void cubridge_attn_bwd_plan(const cubridge_attn_bwd_params p,
-                                                  cubridge_attn_bwd_launch_plan* plan) {
-  cubridge_attn_bwd_make_plan(p, plan);
-}
-
-#ifndef __CUDACC_RTC__
-extern "C" size_t cubridge_attn_bwd_workspace_size(const cubridge_attn_bwd_params* p) {
-  return cubridge_fa2_bwd::bwd_workspace(*p).total;
-}
-
-namespace cubridge_fa2_bwd {
-template <typename T, int D>
-static int launch_bwd(const cubridge_attn_bwd_params* p, const cubridge_attn_bwd_launch_plan& plan,
-                      cudaStream_t stream) {
-  attn_bwd_preprocess<T><<<plan.row_grid, plan.row_threads, 0, stream>>>(*p);
-  if (plan.classify_grid > 0) {
-    char* tables = static_cast<char*>(p->workspace) + plan.tables_offset;
-    cubridge_attn_fwd_classify<<<plan.classify_grid, plan.table_threads, 0, stream>>>(p->fwd,
-                                                                                     tables);
-    cubridge_attn_fwd_compact<<<plan.compact_grid, plan.table_threads, 0, stream>>>(p->fwd, tables);
-  }
-  cudaError_t err = cudaFuncSetAttribute(attn_bwd_kernel<T, D>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         plan.smem_bytes);
-  if (err != cudaSuccess) return err;
-  attn_bwd_kernel<T, D><<<dim3(plan.grid[0], plan.grid[1], plan.grid[2]), plan.threads,
-                          plan.smem_bytes, stream>>>(*p);
-  attn_bwd_postprocess<T><<<plan.row_grid, plan.row_threads, 0, stream>>>(*p);
-  return cudaGetLastError();
-}
-template <typename T>
-static int launch_bwd_head_dim(const cubridge_attn_bwd_params* p,
-                               const cubridge_attn_bwd_launch_plan& plan, cudaStream_t stream) {
-  switch (p->fwd.head_dim) {
-    case 64: return launch_bwd<T, 64>(p, plan, stream);
-    case 128: return launch_bwd<T, 128>(p, plan, stream);
-    default: return cudaErrorInvalidValue;
-  }
-}
-}  // namespace cubridge_fa2_bwd
-
-// Enqueues the backward on `stream`; cudaErrorInvalidValue (1) for parameters it does not serve.
-extern "C" int cubridge_attn_bwd(const cubridge_attn_bwd_params* p, struct CUstream_st* stream) {
-  using namespace cubridge_fa2_bwd;
-  if (p == nullptr) return cudaErrorInvalidValue;
-  cubridge_attn_bwd_launch_plan plan;
-  cubridge_attn_bwd_make_plan(*p, &plan);
-  if (plan.status != 0 || p->workspace_size < plan.workspace_bytes) return cudaErrorInvalidValue;
-  return p->fwd.dtype == 0 ? launch_bwd_head_dim<__nv_bfloat16>(p, plan, stream)
-                           : launch_bwd_head_dim<__half>(p, plan, stream);
-}
-#endif  // __CUDACC_RTC__
+#define CUBRIDGE_BWD_EXPERT_NS cubridge_fa2_bwd
+#include "../common/backward_launch.cuh"

@@ -33,6 +33,8 @@ std::string Breaks(const TileConfig& t, const cuir::AttentionConfig&) {
 
 }  // namespace
 
-extern const Expert kFa3Sm90 = {"fa3_sm90", lower::Arch::kSm90, Tiles, Breaks};
+// kernel_bwd.cu: head dim 128 (head dim 64 needs a 32-column dQ product, 256 a narrower dK/dV
+// tile; the sm_80 expert's backward serves 64 on Hopper meanwhile).
+extern const Expert kFa3Sm90 = {"fa3_sm90", lower::Arch::kSm90, Tiles, Breaks, {128}};
 
 }  // namespace cubridge::experts

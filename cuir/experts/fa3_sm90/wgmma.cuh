@@ -94,6 +94,7 @@ __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
 }
 
 // ss: A and B from shared memory, both K-major. rs: A from registers, B MN-major (transposed).
+// ss_mn (head-dim widths): both from shared memory, both MN-major.
 // `accumulate` = 0 overwrites D (first k-slice of a fresh product).
 template <typename T, int N>
 struct Mma;
@@ -111,6 +112,17 @@ struct Mma;
                  : __VA_ARGS__                                                              \
                  : "l"(da), "l"(db), "r"(accumulate));                                      \
   }
+// ss_mn: both from shared memory, both MN-major (the transposes of ss's): the backward's
+// dQ = dS K, which reads dS stored key-major as A and K as B.
+#define CUBRIDGE_FA3_MMA_SS_MN(PTX, N, NREG, REGS, SS, SS_FLAG, ...)                          \
+  static __device__ __forceinline__ void ss_mn(float (&d)[NREG], uint64_t da, uint64_t db,  \
+                                               int accumulate) {                            \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SS_FLAG ", 0;\n"                       \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PTX "." PTX " {" REGS   \
+                 "}, " SS ", p, 1, 1, 1, 1;\n}\n"                                           \
+                 : __VA_ARGS__                                                              \
+                 : "l"(da), "l"(db), "r"(accumulate));                                      \
+  }
 #define CUBRIDGE_FA3_MMA_RS(PTX, N, NREG, REGS, RS, RS_FLAG, ...)                             \
   static __device__ __forceinline__ void rs(float (&d)[NREG], const uint32_t (&a)[4],       \
                                             uint64_t db, int accumulate) {                  \
@@ -124,6 +136,7 @@ struct Mma;
 #define CUBRIDGE_FA3_MMA_TYPED(CT, PTX, N, NREG, REGS, SS, SS_FLAG, RS, RS_FLAG, ...)         \
   template <> struct Mma<CT, N> {                                                           \
     CUBRIDGE_FA3_MMA_SS(PTX, N, NREG, REGS, SS, SS_FLAG, __VA_ARGS__)                       \
+    CUBRIDGE_FA3_MMA_SS_MN(PTX, N, NREG, REGS, SS, SS_FLAG, __VA_ARGS__)                    \
     CUBRIDGE_FA3_MMA_RS(PTX, N, NREG, REGS, RS, RS_FLAG, __VA_ARGS__)                       \
   };
 #define CUBRIDGE_FA3_MMA(N, NREG, REGS, SS, SS_FLAG, RS, RS_FLAG, ...)                        \
@@ -168,6 +181,7 @@ CUBRIDGE_FA3_SCORE_MMA(80, 40, "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%1
 #undef CUBRIDGE_FA3_MMA
 #undef CUBRIDGE_FA3_MMA_TYPED
 #undef CUBRIDGE_FA3_MMA_RS
+#undef CUBRIDGE_FA3_MMA_SS_MN
 #undef CUBRIDGE_FA3_MMA_SS
 
 }  // namespace fa3

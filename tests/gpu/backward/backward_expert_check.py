@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""The sm_80 backward expert (cuir/experts/fa2_sm80/kernel_bwd.cu) on the GPU (issue 29, item 4).
+"""A backward expert (cuir/experts/EXPERT/kernel_bwd.cu, --expert: fa2_sm80 by default, or
+fa3_sm90 on Hopper) on the GPU (issue 29, item 4).
 
-Builds the kernel with nvcc beside a C shim (shim.cu) for this GPU's arch, runs it at ragged
-shapes (Sq != Skv both ways, tails in both directions, GQA and MQA, head dims 64 and 128, bf16 and
-fp16) on fresh random inputs, and compares dQ, dK and dV, every element, with the float64
+Builds the kernel with nvcc beside a C shim (shim.cu) for this GPU's arch (sm_90a for fa3_sm90),
+runs it at ragged shapes (Sq != Skv both ways, tails in both directions, GQA and MQA, the head
+dims the expert serves among 64 and 128, bf16 and fp16) on fresh random inputs, and compares dQ, dK and dV, every element, with the float64
 autograd of attention: |got - want| <= atol_rel * scale + rtol * |want|, scale = max|want| but
 at least a thousandth of the largest gradient's (the CPU verifier's rule,
 pipeline/verify_backward.h). The outputs start as NaN, so an element the kernel never
@@ -30,13 +31,20 @@ def skip(why):
     sys.exit(77)
 
 
-def build(out_dir, arch):
+# The head dims each expert's backward serves (cuir/experts/*/descriptor.cc).
+HEAD_DIMS = {"fa2_sm80": (64, 128), "fa3_sm90": (128,)}
+
+
+def build(out_dir, arch, expert):
     nvcc = os.environ.get("NVCC") or shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
     if not os.path.exists(nvcc):
         skip("no nvcc")
     lib = os.path.join(out_dir, "libcubridge_bwd_check.so")
-    cmd = [nvcc, "-std=c++17", "-O3", f"-arch={arch}", "-shared", "-Xcompiler", "-fPIC",
-           os.path.join(HERE, "shim.cu"), "-o", lib]
+    target = (["-gencode", "arch=compute_90a,code=sm_90a"] if expert == "fa3_sm90"
+              else [f"-arch={arch}"])
+    kernel = f'"../../../cuir/experts/{expert}/kernel_bwd.cu"'
+    cmd = [nvcc, "-std=c++17", "-O3", *target, "-shared", "-Xcompiler", "-fPIC",
+           f"-DCUBRIDGE_BWD_KERNEL={kernel}", os.path.join(HERE, "shim.cu"), "-o", lib]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         print(r.stdout + r.stderr)
@@ -177,6 +185,7 @@ def main():
     ap.add_argument("--bench", action="store_true")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--seed", type=int, default=20261129)
+    ap.add_argument("--expert", choices=sorted(HEAD_DIMS), default="fa2_sm80")
     a = ap.parse_args()
     try:
         import torch
@@ -185,16 +194,21 @@ def main():
     if not torch.cuda.is_available():
         skip("no GPU")
     major, minor = torch.cuda.get_device_capability()
+    if a.expert == "fa3_sm90" and major != 9:
+        skip("fa3_sm90 needs an sm_90 GPU")
     tmp = tempfile.mkdtemp(prefix="cubridge-bwd-")
-    so = build(tmp, f"sm_{major}{minor}")
+    so = build(tmp, f"sm_{major}{minor}", a.expert)
     cases = [
         (1, 2, 2, 64, 70, 45, "bf16"), (2, 4, 2, 128, 33, 100, "fp16"),
         (1, 3, 1, 128, 257, 300, "bf16"), (2, 8, 8, 64, 130, 130, "fp16"),
         (1, 4, 4, 128, 300, 257, "fp16"), (1, 2, 2, 128, 1000, 1000, "bf16"),
         (1, 1, 1, 64, 1, 1, "bf16"), (2, 6, 2, 64, 511, 129, "bf16"),
+        (1, 1, 1, 128, 1, 1, "fp16"), (2, 6, 2, 128, 511, 129, "bf16"),
     ]
+    cases = [c for c in cases if c[3] in HEAD_DIMS[a.expert]]
     ok, results = check(torch, so, cases, a.seed)
-    report = {"device": torch.cuda.get_device_name(), "passed": ok, "cases": results}
+    report = {"device": torch.cuda.get_device_name(), "expert": a.expert, "passed": ok,
+              "cases": results}
     if a.bench:
         report["bench"] = bench(torch, so, a.reps)
     if a.out:

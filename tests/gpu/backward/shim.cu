@@ -1,7 +1,11 @@
 // A C entry over contiguous tensors for the backward expert check (backward_expert_check.py):
 // fills the backward ABI's params (common/backward_abi.cuh) from pointers and sizes, so the
-// Python side needs no mirror of the struct.
-#include "../../../cuir/experts/fa2_sm80/kernel_bwd.cu"
+// Python side needs no mirror of the struct. CUBRIDGE_BWD_KERNEL names the expert's kernel_bwd.cu
+// (fa2_sm80's by default).
+#ifndef CUBRIDGE_BWD_KERNEL
+#define CUBRIDGE_BWD_KERNEL "../../../cuir/experts/fa2_sm80/kernel_bwd.cu"
+#endif
+#include CUBRIDGE_BWD_KERNEL
 
 extern "C" size_t bwd_check_workspace(int batch, int heads_q, int heads_kv, int head_dim,
                                       int seqlen_q, int seqlen_kv) {

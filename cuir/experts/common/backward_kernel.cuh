@@ -1,0 +1,223 @@
+// The pieces every backward expert's kernel_bwd.cu shares (issue 29): where a call's scratch lies
+// in the workspace, the accumulators' adds in the fast and the deterministic mode, the learnable
+// buffers' gradient indexing and coalesced adds, and the pre- and postprocessing kernels. Included
+// inside the expert's namespace after its `workspace` region (bwd_workspace reads
+// variant_workspace) and before its variant contexts, whose BwdCall uses them.
+#pragma once
+
+constexpr int kRowThreads = 256;  // threads of the pre- and postprocessing kernels
+
+__host__ __device__ __forceinline__ long long cuir_buffer_numel(const cubridge_attn_fwd_buffer& b) {
+  long long n = 1;
+  for (int d = 0; d < b.rank; ++d) n *= b.sizes[d];
+  return n;
+}
+
+// Where the call's scratch lies in the workspace: D (rows), dQ's accumulator and, under GQA,
+// dK's and dV's, in deterministic mode the learnable buffers' (grad[slot]), then the program's
+// block tables (at `tables`, variant_workspace's layout). Accumulators are fp32, or 64-bit fixed
+// point in deterministic mode (cubridge_attn_bwd_params::deterministic).
+struct BwdWorkspace {
+  size_t delta, dq, dk, dv, grad[CUBRIDGE_MAX_BUFFERS], tables, total;
+};
+__host__ __device__ __forceinline__ BwdWorkspace bwd_workspace(const cubridge_attn_bwd_params& p) {
+  const cubridge_attn_fwd_params& f = p.fwd;
+  const size_t rows = size_t(f.batch) * f.heads_q * f.seqlen_q;
+  const size_t kv_rows = size_t(f.batch) * f.heads_kv * f.seqlen_kv;
+  const size_t elem = p.deterministic ? sizeof(unsigned long long) : sizeof(float);
+  auto round = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
+  BwdWorkspace w;
+  w.delta = 0;
+  w.dq = round(rows * sizeof(float));
+  w.dk = w.dq + round(rows * f.head_dim * elem);
+  const bool gqa = f.heads_q != f.heads_kv;
+  w.dv = w.dk + (gqa ? round(kv_rows * f.head_dim * elem) : 0);
+  size_t at = w.dv + (gqa ? round(kv_rows * f.head_dim * elem) : 0);
+  for (int i = 0; i < CUBRIDGE_MAX_BUFFERS; ++i) {
+    w.grad[i] = at;
+    if (p.deterministic && p.buffer_grads[i] != nullptr) {
+      at += round(size_t(cuir_buffer_numel(f.buffers[i])) * elem);
+    }
+  }
+  w.tables = at;
+  w.total = w.tables + variant_workspace(f, nullptr);
+  return w;
+}
+
+// An accumulator's element i gets x: a float atomic (fast mode), or a 64-bit fixed-point one
+// (deterministic mode: integer adds are associative, so any order gives the same bits).
+constexpr double kFixedOne = 4294967296.0;  // 2^32: the fixed point's unit is 2^-32
+__device__ __forceinline__ void acc_add(char* acc, long long i, float x, bool deterministic) {
+  if (deterministic) {
+    atomicAdd(reinterpret_cast<unsigned long long*>(acc) + i,
+              static_cast<unsigned long long>(__double2ll_rn(static_cast<double>(x) * kFixedOne)));
+  } else {
+    atomicAdd(reinterpret_cast<float*>(acc) + i, x);
+  }
+}
+__device__ __forceinline__ float acc_read(const char* acc, long long i, bool deterministic) {
+  if (!deterministic) return reinterpret_cast<const float*>(acc)[i];
+  const long long fixed = static_cast<long long>(reinterpret_cast<const unsigned long long*>(acc)[i]);
+  return static_cast<float>(static_cast<double>(fixed) / kFixedOne);
+}
+
+// A learnable buffer's gradient (contiguous in the buffer's shape) at the element its read
+// reaches: the index Python-wrapped as reads are (-size <= i < size, negatives from the end).
+__device__ __forceinline__ long long cuir_grad_offset(const cubridge_attn_fwd_buffer& b) {
+  (void)b;
+  return 0;
+}
+template <typename... I>
+__device__ __forceinline__ long long cuir_grad_offset(const cubridge_attn_fwd_buffer& b,
+                                                      I... index) {
+  const long long at[] = {static_cast<long long>(index)...};
+  long long flat = 0;
+#pragma unroll
+  for (int d = 0; d < static_cast<int>(sizeof...(I)); ++d) {
+    flat = flat * b.sizes[d] + (at[d] < 0 ? at[d] + b.sizes[d] : at[d]);
+  }
+  return flat;
+}
+
+// A thread's adds into one buffer gradient, coalesced: consecutive adds to one element sum in a
+// register, and where every lane of the warp holds the same element (a learnable slope, which
+// every score of a head reads) the warp adds once. Without it each score is an atomic on a few
+// addresses (a learnable ALiBi backward ran at 5 TFLOP/s). flush() needs the whole warp.
+struct GradRun {
+  long long offset = -1;  // the element being summed; -1: none yet
+  float sum = 0.f;
+  template <typename Call>
+  __device__ __forceinline__ void add(const Call& call, int slot, long long at, float x) {
+    if (at == offset) {
+      sum += x;
+      return;
+    }
+    if (offset >= 0) call.grad_add(slot, offset, sum);
+    offset = at;
+    sum = x;
+  }
+  template <typename Call>
+  __device__ __forceinline__ void flush(const Call& call, int slot) {
+    const long long first = __shfl_sync(0xffffffffu, offset, 0);
+    if (__all_sync(0xffffffffu, offset == first)) {
+      float total = sum;
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(0xffffffffu, total, o);
+      if ((threadIdx.x & 31) == 0 && first >= 0) call.grad_add(slot, first, total);
+    } else if (offset >= 0) {
+      call.grad_add(slot, offset, sum);
+    }
+  }
+};
+
+// One element of the input dtype from fp32: dS for dQ's product, the gradients' conversion.
+template <typename T>
+__device__ __forceinline__ T bwd_from_float(float x);
+template <>
+__device__ __forceinline__ __nv_bfloat16 bwd_from_float<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+template <>
+__device__ __forceinline__ __half bwd_from_float<__half>(float x) {
+  return __float2half_rn(x);
+}
+__device__ __forceinline__ float bwd_to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float bwd_to_float(__half x) { return __half2float(x); }
+
+// delta: D[b, h, i] = sum_d dO[b, h, i, d] * O[b, h, i, d] in fp32, one warp per row; and the
+// accumulators cleared.
+template <typename T>
+__global__ void __launch_bounds__(kRowThreads)
+    attn_bwd_preprocess(const __grid_constant__ cubridge_attn_bwd_params p) {
+  const cubridge_attn_fwd_params& f = p.fwd;
+  const BwdWorkspace w = bwd_workspace(p);
+  char* ws = static_cast<char*>(p.workspace);
+  float* delta = reinterpret_cast<float*>(ws + w.delta);
+  const long long rows = static_cast<long long>(f.batch) * f.heads_q * f.seqlen_q;
+  const int lane = threadIdx.x & 31;
+  const long long warps = static_cast<long long>(gridDim.x) * (kRowThreads / 32);
+  for (long long row = blockIdx.x * (kRowThreads / 32) + (threadIdx.x >> 5); row < rows;
+       row += warps) {
+    const int i = static_cast<int>(row % f.seqlen_q);
+    const int h = static_cast<int>(row / f.seqlen_q % f.heads_q);
+    const int b = static_cast<int>(row / f.seqlen_q / f.heads_q);
+    const T* o = static_cast<const T*>(f.o) + b * f.o_batch_stride + h * f.o_head_stride +
+                 i * f.o_row_stride;
+    const T* d_o = static_cast<const T*>(p.d_o) + b * p.do_batch_stride + h * p.do_head_stride +
+                   i * p.do_row_stride;
+    float sum = 0.f;
+    for (int d = lane; d < f.head_dim; d += 32) sum += bwd_to_float(o[d]) * bwd_to_float(d_o[d]);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    if (lane == 0) delta[row] = sum;
+  }
+  // The accumulators (dQ's; under GQA dK's and dV's; in deterministic mode the buffer
+  // gradients') are contiguous after D's rows.
+  float4* acc = reinterpret_cast<float4*>(ws + w.dq);
+  const long long n4 = static_cast<long long>(w.tables - w.dq) / 16;
+  const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (long long i = blockIdx.x * kRowThreads + threadIdx.x; i < n4;
+       i += static_cast<long long>(gridDim.x) * kRowThreads) {
+    acc[i] = zero;
+  }
+}
+
+// dQ from its accumulator (already scaled) and, under GQA, dK and dV from theirs; in
+// deterministic mode the buffer gradients, written whole.
+template <typename T>
+__global__ void __launch_bounds__(kRowThreads)
+    attn_bwd_postprocess(const __grid_constant__ cubridge_attn_bwd_params p) {
+  const cubridge_attn_fwd_params& f = p.fwd;
+  const BwdWorkspace w = bwd_workspace(p);
+  const char* ws = static_cast<const char*>(p.workspace);
+  const long long stride = static_cast<long long>(gridDim.x) * kRowThreads;
+  const long long start = blockIdx.x * kRowThreads + threadIdx.x;
+  const bool det = p.deterministic != 0;
+  auto convert = [&](const char* acc, void* out, int heads, int seqlen, int64_t bs, int64_t hs,
+                     int64_t rs) {
+    const long long n = static_cast<long long>(f.batch) * heads * seqlen * f.head_dim;
+    for (long long i = start; i < n; i += stride) {
+      const int d = static_cast<int>(i % f.head_dim);
+      const long long row = i / f.head_dim;
+      const int s = static_cast<int>(row % seqlen);
+      const int h = static_cast<int>(row / seqlen % heads);
+      const int b = static_cast<int>(row / seqlen / heads);
+      static_cast<T*>(out)[b * bs + h * hs + s * rs + d] = bwd_from_float<T>(acc_read(acc, i, det));
+    }
+  };
+  convert(ws + w.dq, p.dq, f.heads_q, f.seqlen_q, p.dq_batch_stride, p.dq_head_stride,
+          p.dq_row_stride);
+  if (f.heads_q != f.heads_kv) {
+    convert(ws + w.dk, p.dk, f.heads_kv, f.seqlen_kv, p.dk_batch_stride, p.dk_head_stride,
+            p.dk_row_stride);
+    convert(ws + w.dv, p.dv, f.heads_kv, f.seqlen_kv, p.dv_batch_stride, p.dv_head_stride,
+            p.dv_row_stride);
+  }
+  if (!det) return;
+  for (int slot = 0; slot < CUBRIDGE_MAX_BUFFERS; ++slot) {
+    if (p.buffer_grads[slot] == nullptr) continue;
+    const long long n = cuir_buffer_numel(f.buffers[slot]);
+    for (long long i = start; i < n; i += stride) {
+      p.buffer_grads[slot][i] = acc_read(ws + w.grad[slot], i, true);
+    }
+  }
+}
+
+__host__ __device__ __forceinline__ bool aligned_16(const void* ptr, int64_t row_stride) {
+  return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && row_stride % 8 == 0;
+}
+
+// The parameters every backward expert refuses: missing tensors, empty or oversized shapes, head
+// layouts and buffers the variant does not serve, unaligned rows. (The expert adds its own: head
+// dims, shared memory.)
+__host__ __device__ __forceinline__ bool bwd_params_ok(const cubridge_attn_bwd_params& p) {
+  const cubridge_attn_fwd_params& f = p.fwd;
+  return f.q != nullptr && f.k != nullptr && f.v != nullptr && f.o != nullptr &&
+         f.lse != nullptr && p.d_o != nullptr && p.dq != nullptr && p.dk != nullptr &&
+         p.dv != nullptr && f.batch > 0 && f.heads_q > 0 && f.heads_kv > 0 && f.seqlen_q > 0 &&
+         f.seqlen_kv > 0 && f.batch <= 65535 && f.heads_q <= 65535 &&
+         f.heads_q % f.heads_kv == 0 && (f.dtype == 0 || f.dtype == 1) &&
+         aligned_16(f.q, f.q_row_stride) && aligned_16(f.k, f.k_row_stride) &&
+         aligned_16(f.v, f.v_row_stride) && aligned_16(p.d_o, p.do_row_stride) &&
+         variant_heads_ok(f) && variant_buffers_ok(f);
+}

@@ -1,0 +1,96 @@
+// The launch plan and C entry points every backward expert's kernel_bwd.cu ends with
+// (common/backward_abi.cuh): one function computes what a call enqueues, for the nvcc-built
+// launcher below and for the device's plan kernel (`@cuir-entry plan`). The expert defines
+// CUBRIDGE_BWD_EXPERT_NS, the namespace holding its BLOCK_N, kThreads, bwd_smem_bytes(head_dim)
+// (0: a head dim its kernel does not serve), the table kernels and attn_bwd_kernel<T, D>, before
+// including this file at its end; the lowering inlines it like the rest.
+#pragma once
+
+__host__ __device__ __forceinline__ void cubridge_attn_bwd_make_plan(
+    const cubridge_attn_bwd_params& p, cubridge_attn_bwd_launch_plan* plan) {
+  using namespace CUBRIDGE_BWD_EXPERT_NS;
+  *plan = cubridge_attn_bwd_launch_plan{};
+  plan->version = CUBRIDGE_BWD_PLAN_VERSION;
+  plan->status = 1;
+  const cubridge_attn_fwd_params& f = p.fwd;
+  if (!bwd_params_ok(p) || bwd_smem_bytes(f.head_dim) == 0) return;
+  plan->smem_bytes = bwd_smem_bytes(f.head_dim);
+  const BwdWorkspace w = bwd_workspace(p);
+  plan->workspace_bytes = w.total;
+  plan->tables_offset = w.tables;
+  plan->row_grid = 1024;  // grid-stride loops: enough CTAs to fill any GPU
+  plan->row_threads = kRowThreads;
+  // The block tables (transposed: per K tile, its query blocks).
+  const long long tiles = variant_table_tiles(f), rows = variant_table_rows(f);
+  plan->classify_grid = static_cast<uint32_t>(cuir_min<long long>(tiles, 16384));
+  plan->compact_grid =
+      static_cast<uint32_t>(cuir_min<long long>(cuir_cdiv<long long>(rows, kTableThreads), 16384));
+  plan->table_threads = kTableThreads;
+  plan->grid[0] = static_cast<uint32_t>(cuir_cdiv(f.seqlen_kv, BLOCK_N));
+  plan->grid[1] = static_cast<uint32_t>(f.heads_q);
+  plan->grid[2] = static_cast<uint32_t>(f.batch);
+  plan->threads = kThreads;
+  plan->status = 0;
+}
+
+extern "C" __global__ void cubridge_attn_bwd_plan(const cubridge_attn_bwd_params p,
+                                                  cubridge_attn_bwd_launch_plan* plan) {
+  cubridge_attn_bwd_make_plan(p, plan);
+}
+
+#ifndef __CUDACC_RTC__
+extern "C" size_t cubridge_attn_bwd_workspace_size(const cubridge_attn_bwd_params* p) {
+  return CUBRIDGE_BWD_EXPERT_NS::bwd_workspace(*p).total;
+}
+
+namespace CUBRIDGE_BWD_EXPERT_NS {
+template <typename T, int D>
+static int launch_bwd(const cubridge_attn_bwd_params* p, const cubridge_attn_bwd_launch_plan& plan,
+                      cudaStream_t stream) {
+  attn_bwd_preprocess<T><<<plan.row_grid, plan.row_threads, 0, stream>>>(*p);
+  if (plan.classify_grid > 0) {
+    char* tables = static_cast<char*>(p->workspace) + plan.tables_offset;
+    cubridge_attn_fwd_classify<<<plan.classify_grid, plan.table_threads, 0, stream>>>(p->fwd,
+                                                                                     tables);
+    cubridge_attn_fwd_compact<<<plan.compact_grid, plan.table_threads, 0, stream>>>(p->fwd, tables);
+  }
+  cudaError_t err = cudaFuncSetAttribute(attn_bwd_kernel<T, D>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         plan.smem_bytes);
+  if (err != cudaSuccess) return err;
+  attn_bwd_kernel<T, D><<<dim3(plan.grid[0], plan.grid[1], plan.grid[2]), plan.threads,
+                          plan.smem_bytes, stream>>>(*p);
+  attn_bwd_postprocess<T><<<plan.row_grid, plan.row_threads, 0, stream>>>(*p);
+  return cudaGetLastError();
+}
+// The head dims the expert serves (bwd_smem_bytes > 0), each its own instance.
+template <typename T>
+static int launch_bwd_head_dim(const cubridge_attn_bwd_params* p,
+                               const cubridge_attn_bwd_launch_plan& plan, cudaStream_t stream) {
+  switch (p->fwd.head_dim) {
+    case 64:
+      if constexpr (bwd_smem_bytes(64) > 0) return launch_bwd<T, 64>(p, plan, stream);
+      break;
+    case 128:
+      if constexpr (bwd_smem_bytes(128) > 0) return launch_bwd<T, 128>(p, plan, stream);
+      break;
+    case 256:
+      if constexpr (bwd_smem_bytes(256) > 0) return launch_bwd<T, 256>(p, plan, stream);
+      break;
+    default: break;
+  }
+  return cudaErrorInvalidValue;
+}
+}  // namespace CUBRIDGE_BWD_EXPERT_NS
+
+// Enqueues the backward on `stream`; cudaErrorInvalidValue (1) for parameters it does not serve.
+extern "C" int cubridge_attn_bwd(const cubridge_attn_bwd_params* p, struct CUstream_st* stream) {
+  using namespace CUBRIDGE_BWD_EXPERT_NS;
+  if (p == nullptr) return cudaErrorInvalidValue;
+  cubridge_attn_bwd_launch_plan plan;
+  cubridge_attn_bwd_make_plan(*p, &plan);
+  if (plan.status != 0 || p->workspace_size < plan.workspace_bytes) return cudaErrorInvalidValue;
+  return p->fwd.dtype == 0 ? launch_bwd_head_dim<__nv_bfloat16>(p, plan, stream)
+                           : launch_bwd_head_dim<__half>(p, plan, stream);
+}
+#endif  // __CUDACC_RTC__

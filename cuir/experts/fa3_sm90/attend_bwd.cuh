@@ -1,0 +1,247 @@
+// One CTA's backward work tile on wgmma (kernel_bwd.cu): its K/V tile into shared memory, then
+// per visited query block, in each of the two warpgroups (64 keys each): S^T and dP^T issued
+// back to back; the variant's score hooks on S^T and P^T from the forward's LSE; dV += P^T dO
+// issued, retiring under dS^T = P^T (dP^T - D) and the variant's gradient hooks; dK += dS^T Q
+// issued, retiring under dS^T's store to shared memory; then, once both warpgroups' dS^T is
+// there, dQ = dS K for this warpgroup's half of the head dim, added into dQ's accumulator.
+// Then dK and dV. Part of kernel_bwd.cu (its tile parameters and variant contexts), included
+// after them.
+#pragma once
+
+template <typename T, int D>
+__device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile) {
+  using namespace cubridge::fa3;
+  using Tiling = BwdTiling<D>;
+  using KvTile = typename Tiling::KvTile;
+  using QTile = typename Tiling::QTile;
+  constexpr int NT = BLOCK_M / 8;  // 8-column query n-tiles of S^T
+  constexpr int DQ_N = D / 2;      // dQ's head-dim columns per warpgroup
+  const cubridge_attn_bwd_params& p = tile.bp;
+  const cubridge_attn_fwd_params& f = p.fwd;
+  const int kv_lo = tile.kv_lo, kv_hi = tile.kv_hi, seqlen_q = tile.seqlen_q;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const uint32_t raw_addr = smem_u32(smem_raw);
+  unsigned char* const smem = smem_raw + (((raw_addr + 1023u) & ~1023u) - raw_addr);
+  const uint32_t s_base = smem_u32(smem);
+  const uint32_t sK = s_base + Tiling::kK, sV = s_base + Tiling::kV;
+  const uint32_t sdS = s_base + Tiling::kDs;
+  // Per stage, the block's LSE (log2 units) and D per query row.
+  float* const s_lse = reinterpret_cast<float*>(smem + Tiling::kRows);
+  float* const s_delta = s_lse + STAGES * BLOCK_M;
+
+  const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7, warp = (tid >> 5) & 3;
+  const int g = lane >> 2, t = lane & 3;
+  const int key0 = wg * 64 + warp * 16 + g;  // this thread's first key row within the tile
+  const BwdWorkspace& ws = tile.ws;
+  const bool det = p.deterministic != 0;
+  const float* delta = reinterpret_cast<const float*>(tile.scratch + ws.delta);
+  char* const dq_acc = tile.scratch + ws.dq;
+  const int64_t row0 = (static_cast<int64_t>(tile.b) * f.heads_q + tile.h) * seqlen_q;
+
+  // load K = k[b, kv_h, kv_lo:kv_hi], load V = v[b, kv_h, kv_lo:kv_hi]
+  const T* k_ptr = static_cast<const T*>(f.k) + tile.b * f.k_batch_stride +
+                   tile.kv_h * f.k_head_stride + static_cast<int64_t>(kv_lo) * f.k_row_stride;
+  const T* v_ptr = static_cast<const T*>(f.v) + tile.b * f.v_batch_stride +
+                   tile.kv_h * f.v_head_stride + static_cast<int64_t>(kv_lo) * f.v_row_stride;
+  KvTile::template load_async<kThreads>(sK, k_ptr, f.k_row_stride, kv_hi - kv_lo, tid);
+  KvTile::template load_async<kThreads>(sV, v_ptr, f.v_row_stride, kv_hi - kv_lo, tid);
+  cp_async_commit();
+  const T* q_base = static_cast<const T*>(f.q) + tile.b * f.q_batch_stride + tile.h * f.q_head_stride;
+  const T* do_base =
+      static_cast<const T*>(p.d_o) + tile.b * p.do_batch_stride + tile.h * p.do_head_stride;
+
+  // The operands' descriptors: this warpgroup's 64 rows of K and V as A (K-major), dS^T as A
+  // and this warpgroup's head-dim panel of K as B of dQ (both MN-major).
+  const uint64_t k_a = make_desc(sK + wg * 64 * 128, 16, 1024);
+  const uint64_t v_a = make_desc(sV + wg * 64 * 128, 16, 1024);
+  const uint64_t ds_a = make_desc(sdS, Tiling::kDsBytes, 1024);
+  static_assert(DQ_N == 64, "one 64-column panel of K per warpgroup for dQ");
+  const uint64_t k_b_dq = make_desc(sK + wg * KvTile::kPanelBytes, KvTile::kPanelBytes, 1024);
+
+  // grad.init
+  float dk[D / 2], dv[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
+  const float scale = tile.softmax_scale;
+
+  // load Q = q[b, h, q_lo:q_hi], load DO = do[b, h, q_lo:q_hi] into a stage, and the rows' LSE
+  // and D. A row past q_hi, or one that kept nothing (LSE = -inf), gets LSE = +inf: its P is
+  // exp(-inf) = 0.
+  auto load_q_block = [&](int m_block, int stage) {
+    const int q_lo = m_block * BLOCK_M, rows = min(BLOCK_M, seqlen_q - q_lo);
+    const uint32_t q_tile = s_base + Tiling::kStage0 + stage * Tiling::kStageBytes;
+    QTile::template load_async<kThreads>(q_tile, q_base + static_cast<int64_t>(q_lo) * f.q_row_stride,
+                                         f.q_row_stride, rows, tid);
+    QTile::template load_async<kThreads>(q_tile + QTile::kBytes,
+                                         do_base + static_cast<int64_t>(q_lo) * p.do_row_stride,
+                                         p.do_row_stride, rows, tid);
+    cp_async_commit();
+    if (tid < BLOCK_M) {
+      const int q = q_lo + tid;
+      const float lse =
+          tid < rows ? f.lse[tile.b * f.lse_batch_stride + tile.h * f.lse_head_stride + q]
+                     : -INFINITY;
+      s_lse[stage * BLOCK_M + tid] = lse == -INFINITY ? INFINITY : lse * kLog2e;
+      s_delta[stage * BLOCK_M + tid] = tid < rows ? delta[row0 + q] : 0.f;
+    }
+  };
+  int stage = 0;
+  bool first_block = true;
+
+  tile.for_each_q_block([&](int m_block, int m_next, bool block_full) {
+    const int q_lo = m_block * BLOCK_M, q_hi = min(q_lo + BLOCK_M, seqlen_q);
+    const BwdBlock block{tile, m_block, q_lo, q_hi, block_full};
+    if (first_block) {  // the prologue: no earlier block prefetched this one
+      load_q_block(m_block, stage);
+      first_block = false;
+    }
+    cp_async_wait<0>();
+    fence_proxy_async();  // the copies, visible to wgmma's reads
+    __syncthreads();      // this stage landed (and K, V); every warp is done with the other stage
+    if (m_next != KvUnion<1>::kEnd) load_q_block(m_next, stage ^ 1);
+    const uint32_t sQ = s_base + Tiling::kStage0 + stage * Tiling::kStageBytes;
+    const uint32_t sdO = sQ + QTile::kBytes;
+    const float* const lse_rows = s_lse + stage * BLOCK_M;
+    const float* const delta_rows = s_delta + stage * BLOCK_M;
+    stage ^= 1;
+
+    // S^T = K Q^T and dP^T = V dO^T, back to back; wait for S^T.
+    float s[BLOCK_M / 2], dp[BLOCK_M / 2];
+    reg_fence(s);
+    reg_fence(dp);
+    wgmma_fence();
+    mma_kmajor<T, BLOCK_M, D, KvTile::kPanelBytes, QTile::kPanelBytes>(
+        s, k_a, make_desc(sQ, 16, 1024));
+    wgmma_commit();
+    mma_kmajor<T, BLOCK_M, D, KvTile::kPanelBytes, QTile::kPanelBytes>(
+        dp, v_a, make_desc(sdO, 16, 1024));
+    wgmma_commit();
+    wgmma_wait<1>();
+    reg_fence(s);
+
+    // S^T * scale, then the variant's score_mods and masks on it (common/backward_hooks.cuh:
+    // the accumulator's layout is the hooks' fragment).
+    float(&sf)[1][NT][4] = *reinterpret_cast<float(*)[1][NT][4]>(&s);
+    float(&dsf)[1][NT][4] = *reinterpret_cast<float(*)[1][NT][4]>(&dp);
+    const BwdFrag at{kv_lo + key0, q_lo + 2 * t};
+    const float qk_scale = block.qk_scale;
+    for_each_fragment_t<NT>(sf, [&](int, int c, float& x) {
+      x = at.kv(c) < kv_hi ? x * qk_scale : -INFINITY;
+    });
+    [[maybe_unused]] float raw[1][NT][4];
+    if constexpr (BwdBlock::kKeepsRawScores) {
+      for_each_fragment_t<NT>(sf, [&](int j, int c, float& x) { raw[0][j][c] = x; });
+    }
+    const BwdFragBounds bounds{at, q_hi, kv_hi};
+    bwd_score_hooks<NT>(block, sf, bounds);
+    // P^T = exp(S^T - LSE), in log2 units (the two columns of a pair are adjacent rows of LSE).
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const float2 l = *reinterpret_cast<const float2*>(lse_rows + 8 * j + 2 * t);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        sf[0][j][2 * r] = exp2f(sf[0][j][2 * r] * kLog2e - l.x);
+        sf[0][j][2 * r + 1] = exp2f(sf[0][j][2 * r + 1] * kLog2e - l.y);
+      }
+    }
+    // dV += P^T dO
+    uint32_t pa[BLOCK_M / 16][4];
+    p_to_a<T, BLOCK_M>(s, pa);
+    reg_fence(pa);
+    reg_fence(dv);
+    wgmma_fence();
+    mma_rs<T, D, BLOCK_M>(dv, pa, make_desc(sdO, QTile::kPanelBytes, 1024));
+    wgmma_commit();
+    // dP^T retired (dV may still run): dS^T = P^T (dP^T - D), then the chain rule's hooks.
+    wgmma_wait<1>();
+    reg_fence(dp);
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const float2 dl = *reinterpret_cast<const float2*>(delta_rows + 8 * j + 2 * t);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        dsf[0][j][2 * r] = sf[0][j][2 * r] * (dsf[0][j][2 * r] - dl.x);
+        dsf[0][j][2 * r + 1] = sf[0][j][2 * r + 1] * (dsf[0][j][2 * r + 1] - dl.y);
+      }
+    }
+    if constexpr (BwdBlock::kKeepsRawScores) bwd_grad_hooks<NT>(block, dsf, raw, bounds);
+    // dK += dS^T Q (scaled at the end)
+    uint32_t dsa[BLOCK_M / 16][4];
+    p_to_a<T, BLOCK_M>(dp, dsa);
+    reg_fence(dsa);
+    reg_fence(dk);
+    wgmma_fence();
+    mma_rs<T, D, BLOCK_M>(dk, dsa, make_desc(sQ, QTile::kPanelBytes, 1024));
+    wgmma_commit();
+    // dS^T into shared memory as [key][query], one 128-byte swizzled row per key: dQ's A.
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int key = key0 + 8 * r;  // key & 7 == g
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sdS + key * 128 + ((j ^ g) << 4) + 4 * t),
+                     "r"(dsa[j >> 1][(j & 1) * 2 + r])
+                     : "memory");
+      }
+    fence_proxy_async();
+    __syncthreads();  // both warpgroups' dS^T is there
+    // dQ[:, this warpgroup's half] = dS K, into the accumulator shared by the KV tiles.
+    float dq[DQ_N / 2];
+    reg_fence(dq);
+    wgmma_fence();
+    mma_mn<T, DQ_N, BLOCK_N>(dq, ds_a, k_b_dq);
+    wgmma_commit();
+    wgmma_wait<0>();
+    reg_fence(dq);
+    reg_fence(dk);
+    reg_fence(dv);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int q = q_lo + warp * 16 + g + 8 * r;
+      if (q >= q_hi) continue;
+#pragma unroll
+      for (int j = 0; j < DQ_N / 8; ++j) {
+        const long long at_q = (row0 + q) * D + wg * DQ_N + 8 * j + 2 * t;
+        const float x0 = dq[acc_index(j, r, 0)] * scale, x1 = dq[acc_index(j, r, 1)] * scale;
+        if (det) {
+          acc_add(dq_acc, at_q, x0, true);
+          acc_add(dq_acc, at_q + 1, x1, true);
+        } else {
+          red_add_v2(reinterpret_cast<float*>(dq_acc) + at_q, x0, x1);
+        }
+      }
+    }
+    // The next block's top barrier orders this block's reads of dS^T and of the stage before
+    // their next writes.
+  });
+  cp_async_wait<0>();
+
+  // grad.epilogue: dK = scale * dk, dV; under GQA the group's query heads add up in fp32.
+  const bool gqa = f.heads_q != f.heads_kv;
+  const int64_t kv_row0 = (static_cast<int64_t>(tile.b) * f.heads_kv + tile.kv_h) * tile.seqlen_kv;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int kv = kv_lo + key0 + 8 * r;
+    if (kv >= kv_hi) continue;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      const int col = 8 * j + 2 * t;
+      const float dk0 = dk[acc_index(j, r, 0)] * scale, dk1 = dk[acc_index(j, r, 1)] * scale;
+      const float dv0 = dv[acc_index(j, r, 0)], dv1 = dv[acc_index(j, r, 1)];
+      if (gqa) {
+        const long long at = (kv_row0 + kv) * D + col;
+        acc_add(tile.scratch + ws.dk, at, dk0, det);
+        acc_add(tile.scratch + ws.dk, at + 1, dk1, det);
+        acc_add(tile.scratch + ws.dv, at, dv0, det);
+        acc_add(tile.scratch + ws.dv, at + 1, dv1, det);
+      } else {
+        T* dk_out = static_cast<T*>(p.dk) + tile.b * p.dk_batch_stride +
+                    tile.kv_h * p.dk_head_stride + static_cast<int64_t>(kv) * p.dk_row_stride + col;
+        T* dv_out = static_cast<T*>(p.dv) + tile.b * p.dv_batch_stride +
+                    tile.kv_h * p.dv_head_stride + static_cast<int64_t>(kv) * p.dv_row_stride + col;
+        *reinterpret_cast<uint32_t*>(dk_out) = pack2<T>(dk0, dk1);
+        *reinterpret_cast<uint32_t*>(dv_out) = pack2<T>(dv0, dv1);
+      }
+    }
+  }
+}

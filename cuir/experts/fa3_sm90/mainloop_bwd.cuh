@@ -1,0 +1,93 @@
+// The backward's tile pieces on the sm_90 expert's wgmma (kernel_bwd.cu): the 128B-swizzled panel
+// layout of wgmma.cuh filled by cp.async, and the five products of one query block, each issued
+// by one consumer warpgroup on its 64 keys as one committed wgmma group:
+//   S^T  = K Q^T    SS, K and Q K-major (A = the warpgroup's 64 K rows, B = the block's Q)
+//   dP^T = V dO^T   SS, the same with V and dO
+//   dV  += P^T dO   RS, P^T packed from S^T's accumulator, dO MN-major (as the forward's P V)
+//   dK  += dS^T Q   RS, the same with dS^T and Q
+//   dQ   = dS K     SS, both MN-major: dS^T stored key-major (a [key][query] panel) read as A,
+//                   K's panel of this warpgroup's head-dim half as B
+// Per-k offsets are added to the descriptors' 14-bit address field as in mainloop.cuh.
+#pragma once
+
+#include "../common/cp_async.cuh"
+#include "../common/cuir_platform.cuh"
+#include "wgmma.cuh"
+
+namespace cubridge {
+namespace fa3 {
+
+// A ROWS x D tile in 64-column panels (wgmma.cuh): row r, 16-byte chunk c of panel p at
+// p * ROWS * 128 + r * 128 + ((c ^ (r & 7)) * 16).
+template <int ROWS, int D>
+struct PanelTile {
+  static constexpr int kPanelBytes = ROWS * 128;
+  static constexpr int kBytes = ROWS * D * 2;
+
+  // cp.async of rows [0, valid_rows) of a global tile (row stride in elements; rows past it
+  // zero-filled) by NTHREADS threads, each at one 16-byte chunk column, stepping down the rows.
+  template <int NTHREADS, typename T>
+  static __device__ __forceinline__ void load_async(uint32_t smem, const T* gmem,
+                                                    int64_t row_stride, int valid_rows, int tid) {
+    constexpr int kChunks = D / 8;
+    static_assert(NTHREADS % kChunks == 0, "threads cover whole rows");
+    constexpr int kRowsPerPass = NTHREADS / kChunks;
+    static_assert(kRowsPerPass % 8 == 0 && ROWS % kRowsPerPass == 0,
+                  "a pass of a multiple of 8 rows keeps the swizzle fixed");
+    const int row0 = tid / kChunks, c = tid % kChunks;
+    const uint32_t dst =
+        smem + (c >> 3) * kPanelBytes + row0 * 128 + (((c & 7) ^ (row0 & 7)) << 4);
+    const T* src = gmem + row0 * row_stride + c * 8;
+    const int64_t step = kRowsPerPass * row_stride;
+#pragma unroll
+    for (int i = 0; i < ROWS / kRowsPerPass; ++i) {
+      const bool valid = row0 + i * kRowsPerPass < valid_rows;
+      cp_async_16(dst + i * kRowsPerPass * 128, valid ? src : gmem, valid);
+      src += step;
+      asm volatile("" : "+l"(src));  // one running pointer, not one hoisted address per row
+    }
+  }
+};
+
+// C[64 x N] (+)= A[64 x D] B[N x D]^T, both K-major panel tiles: A_PANEL / B_PANEL are the bytes
+// between their 64-column panels. Not committed.
+template <typename T, int N, int D, int A_PANEL, int B_PANEL>
+__device__ __forceinline__ void mma_kmajor(float (&c)[N / 2], uint64_t a, uint64_t b) {
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    // k-slice kk: panel kk / 4, 32-byte step kk % 4 inside the 128-byte row.
+    Mma<T, N>::ss(c, a + (((kk >> 2) * A_PANEL + (kk & 3) * 32) >> 4),
+                  b + (((kk >> 2) * B_PANEL + (kk & 3) * 32) >> 4), kk > 0 ? 1 : 0);
+  }
+}
+
+// C[64 x D] += A[64 x K] B[K x D], A from registers (K / 16 slices), B MN-major. Not committed.
+template <typename T, int D, int K>
+__device__ __forceinline__ void mma_rs(float (&c)[D / 2], const uint32_t (&a)[K / 16][4],
+                                       uint64_t b) {
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) Mma<T, D>::rs(c, a[kk], b + ((kk * 16 * 128) >> 4), 1);
+}
+
+// C[64 x N] = A[64 x K] B[K x N], both MN-major (K rows of 128 bytes). Not committed.
+template <typename T, int N, int K>
+__device__ __forceinline__ void mma_mn(float (&c)[N / 2], uint64_t a, uint64_t b) {
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) {
+    Mma<T, N>::ss_mn(c, a + ((kk * 16 * 128) >> 4), b + ((kk * 16 * 128) >> 4), kk > 0 ? 1 : 0);
+  }
+}
+
+// Two adjacent fp32 values added into global memory by one vector reduction (sm_90).
+__device__ __forceinline__ void red_add_v2(float* at, float a, float b) {
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(at), "f"(a), "f"(b) : "memory");
+}
+
+// Makes this thread's generic-proxy writes to shared memory (cp.async, st.shared) visible to
+// the async proxy that wgmma reads through; a barrier after it publishes them to the CTA.
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+}  // namespace fa3
+}  // namespace cubridge
