@@ -162,6 +162,7 @@ TEST_P(BackwardOnGpu, LoweredVariantMatchesTheOracle) {
   for (const Case& k : {Case{"fa2_sm80", lower::Arch::kSm80, 4, 2, cuir::DType::kBF16, 64},
                         Case{"fa2_sm80", lower::Arch::kSm80, 2, 2, cuir::DType::kFP16, 128},
                         Case{"fa3_sm90", lower::Arch::kSm90, 4, 2, cuir::DType::kBF16, 128},
+                        Case{"fa3_sm90", lower::Arch::kSm90, 4, 2, cuir::DType::kBF16, 64},
                         Case{"fa3_sm90", lower::Arch::kSm90, 2, 2, cuir::DType::kFP16, 128}}) {
     if (static_cast<int>(k.arch) > static_cast<int>(arch_)) continue;
     SCOPED_TRACE(k.expert);

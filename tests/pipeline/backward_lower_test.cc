@@ -101,16 +101,16 @@ TEST(BackwardLowering, EverySpecLowers) {
   }
 }
 
-// The newest expert whose backward serves the arch and head dim: the Hopper one at 128 on sm_90,
-// the sm_80 one elsewhere it serves; head dim 256 named as served by none, with what each serves.
+// The newest expert whose backward serves the arch and head dim: the Hopper one on sm_90, the
+// sm_80 one on sm_80; head dim 256 named as served by none, with what each serves.
 TEST(BackwardExperts, EachArchAndHeadDimGetsTheNewestExpertServingIt) {
   EXPECT_EQ(*BackwardExpertFor(lower::Arch::kSm90, 128), "fa3_sm90");
-  EXPECT_EQ(*BackwardExpertFor(lower::Arch::kSm90, 64), "fa2_sm80");
+  EXPECT_EQ(*BackwardExpertFor(lower::Arch::kSm90, 64), "fa3_sm90");
   EXPECT_EQ(*BackwardExpertFor(lower::Arch::kSm80, 128), "fa2_sm80");
   auto none = BackwardExpertFor(lower::Arch::kSm90, 256);
   EXPECT_EQ(none.status().code(), absl::StatusCode::kUnimplemented) << none.status();
   EXPECT_TRUE(absl::StrContains(none.status().message(),
-                                "fa3_sm90's serves head dims 128; fa2_sm80's serves head dims 64, 128"))
+                                "fa3_sm90's serves head dims 64, 128; fa2_sm80's serves head dims 64, 128"))
       << none.status();
 }
 

@@ -3,7 +3,8 @@
 // back to back; the variant's score hooks on S^T and P^T from the forward's LSE; dV += P^T dO
 // issued, retiring under dS^T = P^T (dP^T - D) and the variant's gradient hooks; dK += dS^T Q
 // issued, retiring under dS^T's store to shared memory; then, once both warpgroups' dS^T is
-// there, dQ = dS K for this warpgroup's half of the head dim, added into dQ's accumulator.
+// there, dQ = dS K for this warpgroup's half of the head dim (at head dim 64: over its own keys),
+// added into dQ's accumulator.
 // Then dK and dV. Part of kernel_bwd.cu (its tile parameters and variant contexts), included
 // after them.
 #pragma once
@@ -15,7 +16,12 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile) {
   using KvTile = typename Tiling::KvTile;
   using QTile = typename Tiling::QTile;
   constexpr int NT = BLOCK_M / 8;  // 8-column query n-tiles of S^T
-  constexpr int DQ_N = D / 2;      // dQ's head-dim columns per warpgroup
+  // dQ = dS K split between the warpgroups: at head dim 128 by head-dim halves (each reads both
+  // warpgroups' dS^T), at 64 by keys (each its own 64 keys over the whole head dim, both adding
+  // into dQ's accumulator: twice the reductions, but no wait for the other warpgroup's dS^T).
+  constexpr bool kSplitKeys = D == 64;
+  constexpr int DQ_N = kSplitKeys ? D : D / 2;  // dQ's head-dim columns per warpgroup
+  constexpr int DQ_K = kSplitKeys ? 64 : BLOCK_N;  // keys each warpgroup's dQ product sums
   const cubridge_attn_bwd_params& p = tile.bp;
   const cubridge_attn_fwd_params& f = p.fwd;
   const int kv_lo = tile.kv_lo, kv_hi = tile.kv_hi, seqlen_q = tile.seqlen_q;
@@ -56,7 +62,11 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile) {
   const uint64_t v_a = make_desc(sV + wg * 64 * 128, 16, 1024);
   const uint64_t ds_a = make_desc(sdS, Tiling::kDsBytes, 1024);
   static_assert(DQ_N == 64, "one 64-column panel of K per warpgroup for dQ");
-  const uint64_t k_b_dq = make_desc(sK + wg * KvTile::kPanelBytes, KvTile::kPanelBytes, 1024);
+  const uint64_t k_b_dq =
+      kSplitKeys ? make_desc(sK + wg * 64 * 128, KvTile::kPanelBytes, 1024)
+                 : make_desc(sK + wg * KvTile::kPanelBytes, KvTile::kPanelBytes, 1024);
+  const uint64_t ds_a_dq = kSplitKeys ? ds_a + ((wg * 64 * 128) >> 4) : ds_a;
+  const int dq_col0 = kSplitKeys ? 0 : wg * DQ_N;
 
   // grad.init
   float dk[D / 2], dv[D / 2];
@@ -184,12 +194,14 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile) {
                      : "memory");
       }
     fence_proxy_async();
-    __syncthreads();  // both warpgroups' dS^T is there
+    // The dS^T that this warpgroup's dQ reads is there: its own (four warps), or both's.
+    if constexpr (kSplitKeys) named_barrier_sync(1 + wg, 128);
+    else __syncthreads();
     // dQ[:, this warpgroup's half] = dS K, into the accumulator shared by the KV tiles.
     float dq[DQ_N / 2];
     reg_fence(dq);
     wgmma_fence();
-    mma_mn<T, DQ_N, BLOCK_N>(dq, ds_a, k_b_dq);
+    mma_mn<T, DQ_N, DQ_K>(dq, ds_a_dq, k_b_dq);
     wgmma_commit();
     wgmma_wait<0>();
     reg_fence(dq);
@@ -201,7 +213,7 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile) {
       if (q >= q_hi) continue;
 #pragma unroll
       for (int j = 0; j < DQ_N / 8; ++j) {
-        const long long at_q = (row0 + q) * D + wg * DQ_N + 8 * j + 2 * t;
+        const long long at_q = (row0 + q) * D + dq_col0 + 8 * j + 2 * t;
         const float x0 = dq[acc_index(j, r, 0)] * scale, x1 = dq[acc_index(j, r, 1)] * scale;
         if (det) {
           acc_add(dq_acc, at_q, x0, true);

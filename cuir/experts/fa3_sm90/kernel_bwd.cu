@@ -133,11 +133,12 @@ struct BwdTiling {
   static constexpr int kSmemBytes = kRows + 2 * STAGES * BLOCK_M * 4 + 1024;
 };
 
-// Dynamic shared memory of the head dims the kernel serves; 0 elsewhere: head dim 64 needs a
-// 32-column dQ product per warpgroup (m64n32), head dim 256 a narrower tile for dK and dV in
-// registers (not written yet; the sm_80 expert serves 64 on Hopper).
+// Dynamic shared memory of the head dims the kernel serves; 0 elsewhere: head dim 256 needs a
+// narrower tile for dK and dV in registers (not written yet).
 __host__ __device__ constexpr int bwd_smem_bytes(int head_dim) {
-  return head_dim == 128 ? BwdTiling<128>::kSmemBytes : 0;
+  return head_dim == 64    ? BwdTiling<64>::kSmemBytes
+         : head_dim == 128 ? BwdTiling<128>::kSmemBytes
+                           : 0;
 }
 
 // @cuir-region head_check

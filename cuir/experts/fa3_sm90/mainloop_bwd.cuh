@@ -78,6 +78,11 @@ __device__ __forceinline__ void mma_mn(float (&c)[N / 2], uint64_t a, uint64_t b
   }
 }
 
+// Barrier `id` (1-15; 0 is __syncthreads') among `threads` threads (a multiple of 32).
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // Two adjacent fp32 values added into global memory by one vector reduction (sm_90).
 __device__ __forceinline__ void red_add_v2(float* at, float a, float b) {
   asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(at), "f"(a), "f"(b) : "memory");

@@ -32,7 +32,7 @@ def skip(why):
 
 
 # The head dims each expert's backward serves (cuir/experts/*/descriptor.cc).
-HEAD_DIMS = {"fa2_sm80": (64, 128), "fa3_sm90": (128,)}
+HEAD_DIMS = {"fa2_sm80": (64, 128), "fa3_sm90": (64, 128)}
 
 
 def build(out_dir, arch, expert):
