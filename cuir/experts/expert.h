@@ -40,6 +40,10 @@ struct Expert {
   std::string (*breaks)(const TileConfig& tile, const cuir::AttentionConfig& config);
   // The head dims its backward kernel (kernel_bwd.cu) serves; empty: it has none.
   std::vector<int> backward_head_dims = {};
+  // The backward's tiles at a config of one of those head dims, the one the pipeline lowers
+  // first (the backward program's BLOCK_M, BLOCK_N, WARPS; the kernel's static_asserts and
+  // BwdTiling::kServed are the rule), the others valid alternatives at that head dim.
+  std::vector<TileConfig> (*backward_tiles)(const cuir::AttentionConfig& config) = nullptr;
 };
 
 // Every expert (registry.cc), one per arch.

@@ -214,6 +214,30 @@ absl::StatusOr<AdaptResult> Adapt(const AdaptOptions& o) {
     auto backward = stage.Run("backward", [&](std::string* d) {
       return BuildBackward(*spec, o.config, o.buffers, o.arch, seed, o.verify, d);
     });
+    // With a GPU, the backward's tiles are checked on it as the forward's candidates are (in a
+    // runner child, against the spec's float64 autograd) and profiled; the fastest is kept. No
+    // tile passing there means no backward kernel.
+    if (backward.ok() && gpu_here) {
+      auto tuned = stage.Run("backward-gpu", [&](std::string* d) -> absl::StatusOr<GpuStageOutput> {
+        GpuStageInput in{program, *base, o.spec_path, o.param_overrides, o.buffers,
+                         o.config, o.arch, seed, o.verify, nullptr};
+        in.progress = [&](const std::string& line) {
+          if (o.on_stage) o.on_stage({"backward-gpu", true, 0, line});
+        };
+        auto r = o.gpu->TuneBackward(in, backward->transfer.program, backward->grad_buffers,
+                                     BackwardTiles(backward->expert, o.config));
+        if (r.ok()) *d = r->summary;
+        return r;
+      });
+      if (tuned.ok()) {
+        auto taken = backward->TakeGpuResult(tuned->kernel, tuned->report);
+        if (!taken.ok()) return taken;
+      } else if (absl::IsFailedPrecondition(tuned.status())) {
+        backward = tuned.status();  // no tile matched the gradients: no backward kernel, and why
+      } else {
+        return tuned.status();  // the GPU stage itself failed, as the forward's stage would
+      }
+    }
     if (backward.ok()) {
       backward_report = backward->ToJson();
       backward_files = backward->Files();

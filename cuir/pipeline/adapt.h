@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
+#include "cuir/experts/expert.h"
 #include "cuir/ir/config.h"
 #include "cuir/lower/lower.h"
 #include "cuir/pipeline/backward.h"
@@ -22,7 +23,7 @@ namespace cubridge::pipeline {
 
 // One stage's outcome, reported as it finishes (the CLI prints these live).
 struct StageEvent {
-  std::string stage;   // spec | lift | transfer | verify | lower | gpu | backward | write | cache
+  std::string stage;   // spec | lift | transfer | verify | lower | gpu | backward | backward-gpu | write | cache
   bool ok = true;
   double seconds = 0;
   std::string detail;  // one line
@@ -62,6 +63,16 @@ class GpuStage {
   // The class of shapes one autotuning result holds for (e.g. "d128-bf16-gqa-s>4k"): GPU-tuned
   // kernels are cached per (spec hash, arch, shape class).
   virtual std::string ShapeClass(const cuir::AttentionConfig& config) const = 0;
+  // The backward's GPU stage: the backward `program` (CPU-verified; in.program is the
+  // forward's) at each of `tiles` (experts::Expert::backward_tiles), lowered, checked on the GPU
+  // against the spec's gradients and profiled at the job's shape; the fastest that passed is the
+  // output's kernel, `report` {"candidates", "best"} (a candidate as the forward's, with "tile").
+  // FAILED_PRECONDITION when no candidate passed (their reports in the message), other codes
+  // for failures on this side.
+  virtual absl::StatusOr<GpuStageOutput> TuneBackward(const GpuStageInput& in,
+                                                      const cuir::Program& program,
+                                                      const std::vector<std::string>& grad_buffers,
+                                                      const std::vector<experts::TileConfig>& tiles) = 0;
 };
 
 enum class GpuMode { kAuto, kOff, kRequire };

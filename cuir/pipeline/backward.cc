@@ -50,15 +50,43 @@ absl::StatusOr<std::string> BackwardExpertFor(lower::Arch arch, int64_t head_dim
       served.empty() ? "" : absl::StrCat(" (", absl::StrJoin(served, "; "), ")")));
 }
 
+std::vector<experts::TileConfig> BackwardTiles(const std::string& expert,
+                                               const cuir::AttentionConfig& config) {
+  for (const experts::Expert* e : experts::Registry()) {
+    if (expert == e->name && e->backward_tiles != nullptr) return e->backward_tiles(config);
+  }
+  return {};
+}
+
+absl::Status BackwardKernel::TakeGpuResult(lower::LoweredKernel chosen,
+                                           const nlohmann::json& report) {
+  const std::string best = report.value("best_tile", tile);
+  if (best != tile) {
+    auto parsed = experts::ParseTile(best);
+    if (!parsed.ok()) return parsed.status();
+    auto program = experts::WithTile(transfer.program, *parsed);
+    if (!program.ok()) return program.status();
+    transfer.program = *std::move(program);
+    tile = best;
+  }
+  kernel = std::move(chosen);
+  verification_level = "gpu";
+  gpu = report;
+  return absl::OkStatus();
+}
+
 nlohmann::json BackwardKernel::ToJson() const {
-  return {{"available", true},
-          {"expert", expert},
-          {"grad_buffers", grad_buffers},
-          {"transfer", AppliedRulesJson(transfer)},
-          {"verification", verification.ToJson()},
-          {"verification_level", "ir"},
-          {"lowering", LoweringJson(kernel)},
-          {"entries", kernel.device_entries}};
+  nlohmann::json out = {{"available", true},
+                        {"expert", expert},
+                        {"tile", tile},
+                        {"grad_buffers", grad_buffers},
+                        {"transfer", AppliedRulesJson(transfer)},
+                        {"verification", verification.ToJson()},
+                        {"verification_level", verification_level},
+                        {"lowering", LoweringJson(kernel)},
+                        {"entries", kernel.device_entries}};
+  if (!gpu.is_null()) out["gpu"] = gpu;
+  return out;
 }
 
 std::map<std::string, std::string> BackwardKernel::Files() const {
@@ -82,11 +110,19 @@ absl::StatusOr<BackwardKernel> BuildBackward(const spec::Spec& spec,
   out.expert = *expert;
   auto lifted = lower::LiftExpert(out.expert, /*backward=*/true);
   if (!lifted.ok()) return At("lift", lifted.status());
+  // The expert's first backward tile for the head dim (the base program's params otherwise).
+  cuir::Program base = lifted->base;
+  if (const auto tiles = BackwardTiles(out.expert, config); !tiles.empty()) {
+    auto tiled = experts::WithTile(base, tiles.front());
+    if (!tiled.ok()) return At("lift", tiled.status());
+    base = *std::move(tiled);
+    out.tile = tiles.front().Name();
+  }
 
   out.grad_buffers = LearnableBuffers(spec);
   transfer::VariantSpec variant = ToVariantSpec(spec);
   variant.grad_buffers = out.grad_buffers;
-  auto transferred = transfer::Transfer(lifted->base, variant, config);
+  auto transferred = transfer::Transfer(base, variant, config);
   if (!transferred.ok()) return At("transfer", transferred.status());
   out.transfer = *std::move(transferred);
 
@@ -107,8 +143,8 @@ absl::StatusOr<BackwardKernel> BuildBackward(const spec::Spec& spec,
 
   std::vector<std::string> rules;
   for (const auto& r : out.transfer.applied) rules.push_back(r.name);
-  *detail = absl::StrFormat("expert %s (%s): rules [%s]; %s; lowered, generated [%s]",
-                            out.expert, out.kernel.target, absl::StrJoin(rules, ", "),
+  *detail = absl::StrFormat("expert %s (%s, tile %s): rules [%s]; %s; lowered, generated [%s]",
+                            out.expert, out.kernel.target, out.tile, absl::StrJoin(rules, ", "),
                             out.verification.Summary(),
                             absl::StrJoin(out.kernel.generated_regions, ", "));
   return out;

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
+#include "cuir/experts/expert.h"
 #include "cuir/ir/config.h"
 #include "cuir/lower/lower.h"
 #include "cuir/pipeline/verify_backward.h"
@@ -38,18 +39,28 @@ absl::StatusOr<std::string> BackwardExpertFor(lower::Arch arch, int64_t head_dim
 
 struct BackwardKernel {
   std::string expert;
+  std::string tile;  // the backward program's tile (experts::TileConfig::Name, e.g. "64x128w8")
   std::vector<std::string> grad_buffers;  // the captured tensors whose gradients it computes
   transfer::TransferResult transfer;
   BackwardVerifyReport verification;
   lower::LoweredKernel kernel;
+  // "ir" (the CPU verification above), or "gpu" once the kernel also passed on a GPU (adapt's GPU
+  // stage: `gpu` holds that check's report).
+  std::string verification_level = "ir";
+  nlohmann::json gpu;
 
-  // The report's `backward` section: expert, rules, verification, lowering (entry points and
-  // buffer slots, as the forward's `lowering`), grad_buffers.
+  // The GPU stage's choice (GpuStage::TuneBackward): its kernel, the program at its tile
+  // (report["best_tile"]), verification level "gpu" and the stage's report under `gpu`.
+  absl::Status TakeGpuResult(lower::LoweredKernel chosen, const nlohmann::json& report);
+
+  // The report's `backward` section: expert, tile, rules, verification, lowering (entry points
+  // and buffer slots, as the forward's `lowering`), grad_buffers.
   nlohmann::json ToJson() const;
   std::map<std::string, std::string> Files() const;  // kBackwardFiles
 };
 
-// Lift, transfer, CPU verification and lowering of the spec's backward, for `arch`. Failures
+// Lift, transfer, CPU verification and lowering of the spec's backward, for `arch`, at the
+// expert's first backward tile for the head dim (experts::Expert::backward_tiles). Failures
 // name the step ("transfer: ...", "verify: ...") and keep the cause's status code; `detail` gets
 // one line on success.
 absl::StatusOr<BackwardKernel> BuildBackward(const spec::Spec& spec,
@@ -57,6 +68,11 @@ absl::StatusOr<BackwardKernel> BuildBackward(const spec::Spec& spec,
                                              const std::map<std::string, spec::BufferSource>& buffers,
                                              lower::Arch arch, uint64_t seed,
                                              const VerifyOptions& verify, std::string* detail);
+
+// The backward tiles of `expert` at the config's head dim, the pipeline's first (empty for an
+// expert without backward tiles).
+std::vector<experts::TileConfig> BackwardTiles(const std::string& expert,
+                                               const cuir::AttentionConfig& config);
 
 // The `backward` section of a report that has no backward kernel, and why.
 nlohmann::json BackwardUnavailableJson(const std::string& reason);

@@ -95,11 +95,16 @@ BackwardShapeResult CompareGrads(const spec::AttentionGrads& got, const spec::At
   return r;
 }
 
-absl::StatusOr<BackwardVerifyReport> VerifyBackwardOnCpu(
+namespace {
+
+// Both verifications: `run` null compares the interpreter's gradients, else the kernel's.
+absl::StatusOr<BackwardVerifyReport> VerifyBackward(
     const cuir::Program& program, const spec::Spec& spec, const cuir::AttentionConfig& config,
     const std::map<std::string, spec::BufferSource>& buffers,
-    const std::vector<std::string>& grad_buffers, uint64_t seed, const VerifyOptions& options) {
+    const std::vector<std::string>& grad_buffers, uint64_t seed, const VerifyOptions& options,
+    const BackwardKernelRun* run) {
   BackwardVerifyReport report;
+  report.level = run != nullptr ? "gpu" : "ir";
   report.seed = seed;
   report.grad_buffers = grad_buffers;
   const std::set<std::string> wanted(grad_buffers.begin(), grad_buffers.end());
@@ -129,7 +134,24 @@ absl::StatusOr<BackwardVerifyReport> VerifyBackwardOnCpu(
                           absl::StrFormat("interpreting the backward program at %s: %s",
                                           ShapeName(shape), got.status().message()));
     }
-    BackwardShapeResult r = CompareGrads(*got, *want, got->buffer_masses, grad_buffers, c.dtype);
+    BackwardShapeResult r;
+    if (run == nullptr) {
+      r = CompareGrads(*got, *want, got->buffer_masses, grad_buffers, c.dtype);
+    } else {
+      auto kernel = (*run)(c, *inputs, backward);
+      if (!kernel.ok()) return kernel.status();
+      r.passed = kernel->repeatable;
+      r.repeatable = kernel->repeatable;
+      for (size_t i = 0; i < kernel->runs.size(); ++i) {
+        BackwardShapeResult one = CompareGrads(kernel->runs[i].second, *want, got->buffer_masses,
+                                               grad_buffers, c.dtype);
+        r.passed = r.passed && one.passed;
+        for (GradResult& g : one.grads) {
+          if (i > 0) g.name += " (" + kernel->runs[i].first + ")";
+          r.grads.push_back(std::move(g));
+        }
+      }
+    }
     r.shape = shape;
     r.blocks_visited = stats.blocks_visited;
     r.blocks_masked = stats.blocks_masked;
@@ -139,6 +161,23 @@ absl::StatusOr<BackwardVerifyReport> VerifyBackwardOnCpu(
   report.passed = std::all_of(report.shapes.begin(), report.shapes.end(),
                               [](const BackwardShapeResult& s) { return s.passed; });
   return report;
+}
+
+}  // namespace
+
+absl::StatusOr<BackwardVerifyReport> VerifyBackwardOnCpu(
+    const cuir::Program& program, const spec::Spec& spec, const cuir::AttentionConfig& config,
+    const std::map<std::string, spec::BufferSource>& buffers,
+    const std::vector<std::string>& grad_buffers, uint64_t seed, const VerifyOptions& options) {
+  return VerifyBackward(program, spec, config, buffers, grad_buffers, seed, options, nullptr);
+}
+
+absl::StatusOr<BackwardVerifyReport> VerifyBackwardKernel(
+    const cuir::Program& program, const spec::Spec& spec, const cuir::AttentionConfig& config,
+    const std::map<std::string, spec::BufferSource>& buffers,
+    const std::vector<std::string>& grad_buffers, uint64_t seed, const VerifyOptions& options,
+    const BackwardKernelRun& run) {
+  return VerifyBackward(program, spec, config, buffers, grad_buffers, seed, options, &run);
 }
 
 nlohmann::json BackwardVerifyReport::ToJson() const {
@@ -156,19 +195,22 @@ nlohmann::json BackwardVerifyReport::ToJson() const {
                            {"seconds", s.seconds},
                            {"blocks_visited", s.blocks_visited},
                            {"blocks_masked", s.blocks_masked},
+                           {"repeatable", s.repeatable},
                            {"grads", grads}});
   }
-  return {{"level", "ir"},   {"device", "cpu"},           {"direction", "backward"},
+  return {{"level", level},  {"device", level == "gpu" ? "gpu" : "cpu"}, {"direction", "backward"},
           {"passed", passed}, {"seed", seed},             {"grad_buffers", grad_buffers},
           {"shapes", shapes_json}};
 }
 
 std::string BackwardVerifyReport::Summary() const {
-  std::map<std::string, double> worst;  // per gradient: max over shapes of max_abs / max|want|
+  // Per gradient: max over shapes (and a kernel's runs) of max_abs / max|want|.
+  std::map<std::string, double> worst;
   for (const auto& s : shapes) {
     for (const GradResult& g : s.grads) {
       const double rel = g.scale > 0 ? g.error.max_abs / g.scale : g.error.max_abs;
-      worst[g.name] = std::max(worst[g.name], rel);
+      const std::string name = g.name.substr(0, g.name.find(" ("));
+      worst[name] = std::max(worst[name], rel);
     }
   }
   std::vector<std::string> parts;
@@ -186,6 +228,9 @@ std::string BackwardVerifyReport::Summary() const {
 std::string BackwardVerifyReport::FailureDetail() const {
   std::vector<std::string> parts;
   for (const auto& s : shapes) {
+    if (!s.repeatable) {
+      parts.push_back(ShapeName(s.shape) + ": two deterministic runs gave different bits");
+    }
     for (const GradResult& g : s.grads) {
       if (!Passed(g)) parts.push_back(ShapeName(s.shape) + ": " + DescribeError(g.name, g.error));
     }

@@ -4,8 +4,10 @@
 // its own: dQ, dK, dV and every learnable captured tensor's.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -37,13 +39,17 @@ struct GradResult {
 
 struct BackwardShapeResult {
   VerifyShape shape;
+  // dQ, dK, dV and the buffers' of the first run; a kernel's later runs (VerifyBackwardKernel)
+  // add theirs, named "dq (deterministic)" and so on.
   std::vector<GradResult> grads;
   int64_t blocks_visited = 0, blocks_masked = 0;
   double seconds = 0;
+  bool repeatable = true;  // a kernel's runs that must give the same bits did
   bool passed = false;
 };
 
 struct BackwardVerifyReport {
+  std::string level = "ir";  // "ir": the interpreter on the CPU; "gpu": a compiled kernel
   bool passed = false;
   uint64_t seed = 0;
   std::vector<std::string> grad_buffers;
@@ -80,5 +86,24 @@ absl::StatusOr<BackwardVerifyReport> VerifyBackwardOnCpu(
     const cuir::Program& program, const spec::Spec& spec, const cuir::AttentionConfig& config,
     const std::map<std::string, spec::BufferSource>& buffers,
     const std::vector<std::string>& grad_buffers, uint64_t seed, const VerifyOptions& options);
+
+// A compiled kernel's gradients for one shape's inputs: one or more runs by name (e.g. "fast",
+// "deterministic"), each compared with the oracle; `repeatable` false (two runs that must give
+// the same bits did not) fails the shape.
+struct KernelGrads {
+  std::vector<std::pair<std::string, spec::AttentionGrads>> runs;
+  bool repeatable = true;
+};
+using BackwardKernelRun = std::function<absl::StatusOr<KernelGrads>(
+    const cuir::AttentionConfig&, const spec::AttentionInputs&, const spec::BackwardInputs&)>;
+
+// VerifyBackwardOnCpu's shapes, inputs, dO and oracle, with the gradients `run` gives (a kernel
+// compiled from `program`, on a GPU): the interpreter still runs the program, for the buffers'
+// error scales. The report's level is "gpu".
+absl::StatusOr<BackwardVerifyReport> VerifyBackwardKernel(
+    const cuir::Program& program, const spec::Spec& spec, const cuir::AttentionConfig& config,
+    const std::map<std::string, spec::BufferSource>& buffers,
+    const std::vector<std::string>& grad_buffers, uint64_t seed, const VerifyOptions& options,
+    const BackwardKernelRun& run);
 
 }  // namespace cubridge::pipeline

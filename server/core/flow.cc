@@ -436,16 +436,20 @@ absl::Status JobFlow::Advance(const std::string& job_id) {
     all_cached = false;
     auto a = lower::ParseArch(arch);
     if (!a.ok()) return a.status();
-    // The backward: a CPU task of its own, beside the candidates (it transfers from its own base),
-    // unless the job is forward-only.
+    // The backward: a task of its own, beside the candidates (it transfers from its own base),
+    // unless the job is forward-only; on the arch's GPUs at the gpu level (its tiles checked and
+    // profiled there), on any CPU at the ir level.
     const bool wants_backward = job.backward != "off";
-    const std::string backward_id = absl::StrCat("bwd-", hash, "-", arch, "-", options_.ruleset);
+    const std::string backward_id =
+        absl::StrCat("bwd-", hash, "-", arch, "-", job.level, "-", options_.ruleset);
     store::TaskState backward;
     if (wants_backward) {
       v1::TaskPayload backward_payload;
       *backward_payload.mutable_backward()->mutable_spec() = spec;
       backward_payload.mutable_backward()->set_arch(arch);
-      auto state = Need(job, backward_id, {job_id, kBackwardTask, StoreText(backward_payload), "cpu"});
+      backward_payload.mutable_backward()->set_level(LevelEnum(job.level));
+      auto state = Need(job, backward_id, {job_id, kBackwardTask, StoreText(backward_payload),
+                                           ClassFor(job.level, arch)});
       if (!state.ok()) return state.status();
       if (state->state == "dead") return Finish(job, "failed", InStage("backward", state->error));
       backward = *std::move(state);

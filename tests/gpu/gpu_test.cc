@@ -16,6 +16,7 @@
 #include "absl/strings/str_replace.h"
 #include "cuir/lower/lift.h"
 #include "cuir/pipeline/stages.h"
+#include "cuir/pipeline/verify_backward.h"
 #include "cuir/pipeline/adapt.h"
 #include "tests/generality_suite.h"
 #include "tests/lower/lower_test_util.h"
@@ -159,6 +160,18 @@ void ExpectVerifiedOnTheGpu(const absl::StatusOr<pipeline::AdaptResult>& r) {
   const auto& cand = gpu["candidates"][0];
   EXPECT_TRUE(cand.value("passed", false)) << cand.dump(2);
   EXPECT_GE(cand["verification"]["shapes"].size(), 4u);
+  // The backward beside it (head dims 64 and 128), checked on the GPU too: fast and twice
+  // deterministic at the backward's shapes.
+  const auto& backward = r->report["backward"];
+  if (backward.value("available", false)) {
+    EXPECT_EQ(backward["verification_level"], "gpu") << backward.dump(2);
+    EXPECT_TRUE(backward["gpu"].value("passed", false)) << backward["gpu"].dump(2);
+    EXPECT_EQ(backward["gpu"]["verification"]["level"], "gpu");
+    EXPECT_EQ(backward["gpu"]["verification"]["shapes"].size(),
+              pipeline::BackwardVerifyShapes().size());
+  } else {
+    EXPECT_EQ(r->report["config"]["head_dim"], 256) << backward.dump(2);
+  }
 }
 
 class EveryExample : public Gpu, public ::testing::WithParamInterface<const char*> {};

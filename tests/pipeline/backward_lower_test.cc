@@ -5,12 +5,15 @@
 // with its derivative, learnable captured tensors) compile with nvcc, warnings as errors.
 #include <cstdlib>
 #include <filesystem>
+#include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "cuir/experts/expert.h"
 #include "cuir/lower/lower.h"
 #include "cuir/pipeline/backward.h"
 #include "cuir/pipeline/stages.h"
@@ -48,15 +51,20 @@ std::vector<GeneralitySpec> AllSpecs() {
 const std::vector<std::pair<std::string, lower::Arch>> kBackwardExperts = {
     {"fa2_sm80", lower::Arch::kSm80}, {"fa3_sm90", lower::Arch::kSm90}};
 
-// The spec's backward program on an expert, its learnable tensors' gradients asked for.
+// The spec's backward program on an expert at its backward tile for the head dim (or `tile`),
+// its learnable tensors' gradients asked for.
 absl::StatusOr<cuir::Program> BackwardProgram(const GeneralitySpec& g,
                                               const cuir::AttentionConfig& c,
-                                              const std::string& expert) {
+                                              const std::string& expert,
+                                              std::optional<experts::TileConfig> tile = {}) {
   auto loaded = cubridge::testing::LoadSuiteSpec(g);
   if (!loaded.ok()) return loaded.status();
   const std::string file = expert + "/base_bwd.cuir";
   auto base = cuir::ParseProgram(
       cuir::testing::ReadFileOrDie(cuir::testing::SourcePath("cuir/experts/" + file)), file);
+  if (!base.ok()) return base.status();
+  if (!tile) tile = BackwardTiles(expert, c).front();
+  base = experts::WithTile(*base, *tile);
   if (!base.ok()) return base.status();
   transfer::VariantSpec v = ToVariantSpec(*loaded);
   v.grad_buffers = LearnableBuffers(*loaded);
@@ -102,16 +110,36 @@ TEST(BackwardLowering, EverySpecLowers) {
 }
 
 // The newest expert whose backward serves the arch and head dim: the Hopper one on sm_90, the
-// sm_80 one on sm_80; head dim 256 named as served by none, with what each serves.
+// sm_80 one on sm_80, at every head dim; one served by none is named with what each serves.
 TEST(BackwardExperts, EachArchAndHeadDimGetsTheNewestExpertServingIt) {
-  EXPECT_EQ(*BackwardExpertFor(lower::Arch::kSm90, 128), "fa3_sm90");
-  EXPECT_EQ(*BackwardExpertFor(lower::Arch::kSm90, 64), "fa3_sm90");
-  EXPECT_EQ(*BackwardExpertFor(lower::Arch::kSm80, 128), "fa2_sm80");
-  auto none = BackwardExpertFor(lower::Arch::kSm90, 256);
+  for (const int d : {64, 128, 256}) {
+    EXPECT_EQ(*BackwardExpertFor(lower::Arch::kSm90, d), "fa3_sm90") << d;
+    EXPECT_EQ(*BackwardExpertFor(lower::Arch::kSm80, d), "fa2_sm80") << d;
+  }
+  auto none = BackwardExpertFor(lower::Arch::kSm90, 96);
   EXPECT_EQ(none.status().code(), absl::StatusCode::kUnimplemented) << none.status();
-  EXPECT_TRUE(absl::StrContains(none.status().message(),
-                                "fa3_sm90's serves head dims 64, 128; fa2_sm80's serves head dims 64, 128"))
+  EXPECT_TRUE(absl::StrContains(
+      none.status().message(),
+      "fa3_sm90's serves head dims 64, 128, 256; fa2_sm80's serves head dims 64, 128, 256"))
       << none.status();
+}
+
+// Each expert's backward tiles: the base tile (64 x 128) up to head dim 128, a narrower one at
+// 256 whose warps split dK's and dV's columns (BwdTiling::kServed in each kernel_bwd.cu);
+// BuildBackward lowers the first, the GPU stage tries them all.
+TEST(BackwardExperts, HeadDim256HasItsOwnTile) {
+  cuir::AttentionConfig c = Config(8, 2);
+  std::map<std::string, std::map<int, std::vector<std::string>>> want = {
+      {"fa2_sm80", {{64, {"64x128w8"}}, {128, {"64x128w8", "32x64w8"}}, {256, {"32x64w8"}}}},
+      {"fa3_sm90", {{64, {"64x128w8"}}, {128, {"64x128w8", "64x64w8"}}, {256, {"64x64w8"}}}}};
+  for (const auto& [expert, by_dim] : want) {
+    for (const auto& [d, names] : by_dim) {
+      c.head_dim = d;
+      std::vector<std::string> got;
+      for (const experts::TileConfig& t : BackwardTiles(expert, c)) got.push_back(t.Name());
+      EXPECT_EQ(got, names) << expert << " d" << d;
+    }
+  }
 }
 
 // An expert with a backward program but no backward kernel (a copy of the experts without
@@ -134,7 +162,8 @@ TEST(BackwardLowering, AnExpertWithoutABackwardKernelIsNamed) {
 }
 
 // One lowered kernel per kind of variant, built by nvcc for each expert's arch (sm_80, sm_90a)
-// with warnings as errors.
+// with warnings as errors; at head dim 128 on the base tile, and for a few at head dim 256 on
+// its own tile and at 128 on the split tile.
 TEST(BackwardLowering, LoweredKernelsCompile) {
   const std::string nvcc = lower::testing::FindNvcc();
   if (nvcc.empty()) GTEST_SKIP() << "no nvcc (CUBRIDGE_NVCC unset, /usr/local/cuda/bin/nvcc absent)";
@@ -152,13 +181,33 @@ TEST(BackwardLowering, LoweredKernelsCompile) {
     ASSERT_TRUE(program.ok()) << program.status();
     auto k = lower::Lower(*program, c, arch);
     ASSERT_TRUE(k.ok()) << k.status();
-    const std::string stem = absl::StrCat(dir, "/", expert, "_", g.name);
-    lower::testing::WriteFile(stem + ".cu", k->cuda_source);
     const char* target = arch == lower::Arch::kSm80 ? "-arch=sm_80"
                                                     : "-gencode arch=compute_90a,code=sm_90a";
-    const auto r = lower::testing::RunCommand(absl::StrCat(
-        nvcc, " -c -std=c++17 ", target, " -Werror all-warnings -o ", stem, ".o ", stem, ".cu"));
-    EXPECT_EQ(r.exit_code, 0) << r.output;
+    std::vector<std::pair<std::string, std::string>> sources = {{"d128", k->cuda_source}};
+    static const std::vector<std::string> kWide = {"softcap", "alibi_learned_slopes",
+                                                   "causal_document", "graphormer_spatial"};
+    if (std::find(kWide.begin(), kWide.end(), g.name) != kWide.end()) {
+      cuir::AttentionConfig wide = c;
+      wide.head_dim = 256;
+      auto p256 = BackwardProgram(g, wide, expert);
+      ASSERT_TRUE(p256.ok()) << p256.status();
+      auto k256 = lower::Lower(*p256, wide, arch);
+      ASSERT_TRUE(k256.ok()) << k256.status();
+      EXPECT_TRUE(absl::StrContains(k256->cuda_source, "constexpr int BLOCK_N = 64;"));
+      sources.emplace_back("d256", k256->cuda_source);
+      auto split = BackwardProgram(g, c, expert, BackwardTiles(expert, c).back());
+      ASSERT_TRUE(split.ok()) << split.status();
+      auto ksplit = lower::Lower(*split, c, arch);
+      ASSERT_TRUE(ksplit.ok()) << ksplit.status();
+      sources.emplace_back("d128_split", ksplit->cuda_source);
+    }
+    for (const auto& [label, source] : sources) {
+      const std::string stem = absl::StrCat(dir, "/", expert, "_", g.name, "_", label);
+      lower::testing::WriteFile(stem + ".cu", source);
+      const auto r = lower::testing::RunCommand(absl::StrCat(
+          nvcc, " -c -std=c++17 ", target, " -Werror all-warnings -o ", stem, ".o ", stem, ".cu"));
+      EXPECT_EQ(r.exit_code, 0) << label << "\n" << r.output;
+    }
   }
   lower::testing::CleanUpTempDir(dir, HasFailure());
 }

@@ -259,6 +259,35 @@ TEST_F(LlmProposerTest, TheSinkSpecGoesThroughTheModelAndIsVerifiedAgainstItsRef
   EXPECT_THAT(users[1], HasSubstr("LSE"));
   const std::string cuda = testing::ReadFile(dir_ / "out/kernel.cu");
   EXPECT_THAT(cuda, HasSubstr("add_sink")) << "the sink was not lowered";
+  // The backward is the rules' only (no model writes backward programs yet): the forward is
+  // served, and the report says why there is no backward.
+  const auto& backward = r->report["backward"];
+  EXPECT_FALSE(backward.value("available", true)) << backward.dump();
+  EXPECT_THAT(backward.value("reason", ""),
+              HasSubstr("transfer: not covered by the rules: reference(q, k, v)"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "out/kernel_bwd.cu"));
+}
+
+// A job that requires the backward of a spec only the model covers fails, saying why, and
+// writes nothing.
+TEST_F(LlmProposerTest, RequiringABackwardThePipelineCannotMakeFailsSayingWhy) {
+  const std::string root = CUBRIDGE_SOURCE_ROOT;
+  ScriptedLlmServer server(
+      {Say(Fenced(testing::ReadFile(root + "/examples/llm/sink_attention.cuir")))});
+  HybridProposer proposer(TestSettings(server));
+  pipeline::AdaptOptions o;
+  o.spec_path = root + "/examples/llm/sink_attention.py";
+  o.config = SmallConfig();
+  o.out_dir = dir_ / "out";
+  o.cache_dir = dir_ / "cache";
+  o.gpu_mode = pipeline::GpuMode::kOff;
+  o.proposer = &proposer;
+  o.backward = pipeline::BackwardMode::kRequire;
+  auto r = pipeline::Adapt(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("not covered by the rules: reference(q, k, v)"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "out"));
 }
 
 TEST(Prompt, ProgramsAreTakenFromTheLastCuirBlock) {

@@ -256,6 +256,22 @@ TEST_F(Llm, AModelThatNeverProposesAVerifiedProgramFailsTheJobAndCachesNothing) 
   EXPECT_THAT(metrics, HasSubstr("cubridge_llm_requests_total 2"));
 }
 
+// Backward programs come from the rules alone: a job that requires the backward of a spec only
+// the model covers fails in its backward stage, saying why (with `auto` it serves the forward).
+TEST_F(Llm, RequiringTheBackwardOfASpecOnlyTheModelCoversFailsSayingWhy) {
+  ScriptedLlmServer server({Say(Reply(SinkProgram()))});
+  StartCoordinator();
+  StartLlmWorker(server);
+  v1::SubmitJobRequest request = SinkRequest("llm");
+  request.set_backward(v1::BACKWARD_MODE_REQUIRE);
+  auto job = Submit(request);
+  ASSERT_TRUE(job.ok()) << job.status();
+  const v1::Job done = WaitEnded(job->job_id(), 240s);
+  ASSERT_EQ(done.state(), v1::JOB_STATE_FAILED) << Describe(done) << Logs();
+  EXPECT_THAT(done.error(), HasSubstr("backward"));
+  EXPECT_THAT(done.error(), HasSubstr("not covered by the rules: reference(q, k, v)"));
+}
+
 TEST_F(Llm, AnLlmJobWithoutAWorkerThatHasAnEndpointWaitsAndSaysWhy) {
   StartCoordinator();
   StartWorker();  // no --llm-endpoint: it lifts and compiles, it cannot ask a model

@@ -345,11 +345,14 @@ absl::StatusOr<v1::CandidateResult> RunCandidate(
   return result;
 }
 
-// The spec's backward for the arch (cuir/pipeline/backward.h). What the pipeline cannot make is
-// a result with the reason, not a failure: the job serves the forward regardless, as adapt's
-// --backward auto does; only a spec that does not load fails the task.
+// The spec's backward for the arch (cuir/pipeline/backward.h), at the gpu level with its tiles
+// checked and profiled on this worker's GPU (GpuAutotuner::TuneBackward). What the pipeline
+// cannot make, or what no tile makes right on the GPU, is a result with the reason, not a
+// failure: the job serves the forward regardless, as adapt's --backward auto does; a spec that
+// does not load, or a GPU that cannot be used, fails the task.
 absl::StatusOr<v1::BackwardResult> RunBackward(const v1::BackwardPayload& payload,
                                                const contract::TensorLookup& tensors,
+                                               const ExecuteOptions& o,
                                                const std::function<void(const std::string&)>& progress) {
   Clock clock;
   auto input = contract::SpecInputFromProto(payload.spec(), tensors);
@@ -368,6 +371,31 @@ absl::StatusOr<v1::BackwardResult> RunBackward(const v1::BackwardPayload& payloa
   v1::BackwardResult result;
   auto built = pipeline::BuildBackward(*spec, input->config, *buffers, *arch, input->seed, {},
                                        &detail);
+  if (built.ok() && payload.level() == v1::VERIFICATION_LEVEL_GPU) {
+    auto g = PrepareGpu(payload.spec(), payload.arch(), tensors, o);
+    if (!g.ok()) return g.status();
+    gpu::GpuAutotuner tuner(TunerOptions(o));
+    auto device = tuner.Probe(*arch);
+    if (!device.ok()) {
+      return absl::UnavailableError(absl::StrCat("backward: ", device.status().message()));
+    }
+    progress(absl::StrCat("backward on ", *device, ": each tile compiled with NVRTC, checked "
+                          "against the spec's gradients and profiled"));
+    const cuir::Program& program = built->transfer.program;
+    auto tuned = tuner.TuneBackward(GpuInput(*g, program, program, progress), program,
+                                    built->grad_buffers,
+                                    pipeline::BackwardTiles(built->expert, input->config));
+    if (tuned.ok()) {
+      if (auto s = built->TakeGpuResult(tuned->kernel, tuned->report); !s.ok()) {
+        return In("backward", s);
+      }
+      absl::StrAppend(&detail, "; ", tuned->summary);
+    } else if (absl::IsFailedPrecondition(tuned.status())) {
+      built = tuned.status();  // no tile matched the gradients: no backward kernel, and why
+    } else {
+      return In("backward", tuned.status());
+    }
+  }
   if (built.ok()) {
     result.set_available(true);
     result.set_detail(detail);
@@ -414,7 +442,7 @@ absl::StatusOr<v1::TaskResult> ExecuteTask(const v1::Task& task, const ExecuteOp
       return into(RunLiftLlm(p.lift_llm(), tensors, o, progress, partial_result),
                   out.mutable_lift_llm());
     case v1::TaskPayload::kBackward:
-      return into(RunBackward(p.backward(), tensors, progress), out.mutable_backward());
+      return into(RunBackward(p.backward(), tensors, o, progress), out.mutable_backward());
     case v1::TaskPayload::KIND_NOT_SET: break;
   }
   return absl::FailedPreconditionError(

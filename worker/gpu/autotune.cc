@@ -35,6 +35,21 @@ std::vector<std::string> BufferOrder(const cuir::Program& p) {
   return out;
 }
 
+// One candidate's outcome as a progress line: its throughput, or why it failed; a profile taken
+// while another process computed on the GPU (even after timing again) says so.
+std::string CandidateLine(const nlohmann::json& cand) {
+  if (!cand.value("passed", false)) {
+    return "FAILED: " + cand.value("error", cand.value("failure", std::string("verification")));
+  }
+  if (!cand.contains("profile")) return "verified";
+  const nlohmann::json& p = cand["profile"];
+  return absl::StrFormat("verified, %.1f TFLOP/s on kept elements (%.3f ms)%s",
+                         pipeline::CandidateScore(cand), p.value("median_ms", 0.0),
+                         p.value("contended", false)
+                             ? " (timed while another process computed on the GPU)"
+                             : "");
+}
+
 }  // namespace
 
 GpuAutotuner::GpuAutotuner(AutotuneOptions options) : options_(std::move(options)) {}
@@ -75,6 +90,7 @@ absl::StatusOr<std::string> GpuAutotuner::Probe(lower::Arch arch) {
       probe_ = absl::FailedPreconditionError(child->error);
     } else {
       device_ = child->result["device"];
+      devices_ = child->result.value("devices", nlohmann::json::array());
       const std::string a = device_.value("arch", "sm_0");
       device_cc_ = std::atoi(a.c_str() + 3);
       probe_ = absl::StrCat(device_.value("name", "?"), " (", a, ")");
@@ -91,7 +107,7 @@ absl::StatusOr<std::string> GpuAutotuner::Probe(lower::Arch arch) {
 absl::StatusOr<nlohmann::json> GpuAutotuner::CheckCandidate(
     const pipeline::GpuStageInput& in, const lower::LoweredKernel& kernel,
     const cuir::Program& program, const std::string& name, const std::string& reference_program,
-    bool profile) {
+    bool profile, const std::vector<std::string>* grad_buffers) {
   nlohmann::json cand = {{"name", name}};
   // A kernel for an older arch than the GPU's is checked through PTX and the driver's JIT.
   const bool ptx = device_cc_ / 10 != ArchNumber(in.arch) / 10;
@@ -132,6 +148,10 @@ absl::StatusOr<nlohmann::json> GpuAutotuner::CheckCandidate(
   req.profile = options_.profile;
   req.profile.enabled = profile && options_.profile.enabled;
   req.reference_program = reference_program;
+  if (grad_buffers != nullptr) {
+    req.backward = true;
+    req.grad_buffers = *grad_buffers;
+  }
   IsolateOptions iso = options_.isolate;
   iso.work_dir = *dir;
   auto child = RunChild("check", req.ToJson(), iso);
@@ -160,6 +180,64 @@ absl::StatusOr<nlohmann::json> GpuAutotuner::LiftCheck(const pipeline::GpuStageI
   if (!base_kernel.ok()) return base_kernel.status();
   return CheckCandidate(base_in, *base_kernel, in.base, "lift-check", cuir::PrintProgram(in.base),
                         /*profile=*/false);
+}
+
+absl::StatusOr<pipeline::GpuStageOutput> GpuAutotuner::TuneBackward(
+    const pipeline::GpuStageInput& in, const cuir::Program& program,
+    const std::vector<std::string>& grad_buffers, const std::vector<TileConfig>& tiles) {
+  auto probe = Probe(in.arch);
+  if (!probe.ok()) return probe.status();
+  nlohmann::json candidates = nlohmann::json::array();
+  std::vector<lower::LoweredKernel> kernels;
+  for (const TileConfig& t : tiles) {
+    const std::string name = "backward-" + t.Name();
+    auto tiled = experts::WithTile(program, t);
+    absl::StatusOr<lower::LoweredKernel> lowered =
+        tiled.ok() ? lower::Lower(*tiled, in.config, in.arch)
+                   : absl::StatusOr<lower::LoweredKernel>(tiled.status());
+    nlohmann::json cand;
+    if (!lowered.ok()) {
+      cand = {{"name", name}, {"passed", false},
+              {"error", absl::StrCat("lower: ", lowered.status().message())}};
+      kernels.emplace_back();
+    } else {
+      auto checked = CheckCandidate(in, *lowered, *tiled, name, cuir::PrintProgram(*tiled),
+                                    /*profile=*/true, &grad_buffers);
+      if (!checked.ok()) return checked.status();
+      cand = *checked;
+      kernels.push_back(*std::move(lowered));
+    }
+    cand["tile"] = {{"BLOCK_M", t.block_m}, {"BLOCK_N", t.block_n}, {"WARPS", t.warps}};
+    if (in.progress) {
+      in.progress(absl::StrFormat("backward candidate %s: %s", t.Name(), CandidateLine(cand)));
+    }
+    candidates.push_back(cand);
+  }
+  compiled_.clear();
+  const int best = pipeline::BestCandidate(candidates);
+  if (best < 0) {
+    // A kernel that is wrong, not a failure of this side: FAILED_PRECONDITION (the service
+    // then reports the backward unavailable instead of retrying the task).
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no backward candidate matched the spec's gradients on ", *probe, " (", candidates.size(),
+        " tried): ", candidates.dump(2).substr(0, 4000)));
+  }
+  pipeline::GpuStageOutput out;
+  out.kernel = kernels[best];
+  out.report = {{"device", device_},
+                {"candidates", candidates},
+                {"best", candidates[best]["name"]},
+                {"best_tile", tiles[best].Name()}};
+  const nlohmann::json& chosen = candidates[best];
+  out.summary =
+      chosen.contains("profile")
+          ? absl::StrFormat("%s: %s fastest of %d, %.1f TFLOP/s on kept elements at %s; %s",
+                            *probe, chosen["name"].get<std::string>(),
+                            static_cast<int>(candidates.size()), pipeline::CandidateScore(chosen),
+                            in.config.ToString(), chosen.value("summary", ""))
+          : absl::StrFormat("%s: %s verified (not profiled); %s", *probe,
+                            chosen["name"].get<std::string>(), chosen.value("summary", ""));
+  return out;
 }
 
 absl::StatusOr<nlohmann::json> GpuAutotuner::CheckTile(const pipeline::GpuStageInput& in,
@@ -227,14 +305,7 @@ absl::StatusOr<pipeline::GpuStageOutput> GpuAutotuner::Run(const pipeline::GpuSt
     auto checked = CheckTile(in, t, &kernel);
     if (!checked.ok()) return checked.status();
     const nlohmann::json& cand = *checked;
-    std::string line = "verified";
-    if (cand.contains("profile")) {
-      line = absl::StrFormat("verified, %.1f TFLOP/s on kept elements (%.3f ms)", pipeline::CandidateScore(cand),
-                             cand["profile"].value("median_ms", 0.0));
-    } else if (!cand.value("passed", false)) {
-      line = "FAILED: " + cand.value("error", cand.value("failure", std::string("verification")));
-    }
-    say(absl::StrFormat("candidate %s: %s", t.Name(), line));
+    say(absl::StrFormat("candidate %s: %s", t.Name(), CandidateLine(cand)));
     candidates.push_back(cand);
     kernels.push_back(std::move(kernel));
   }

@@ -40,6 +40,8 @@ class GpuAutotuner : public pipeline::GpuStage {
 
   // The device document the runner reported (after a successful Probe).
   const nlohmann::json& device() const { return device_; }
+  // Every GPU the probe saw (DeviceJson each, by ordinal), after a successful Probe.
+  const nlohmann::json& devices() const { return devices_; }
   // The compiled module of a candidate this tuner checked (by its name: the tile's), with the
   // file name a kernel folder keeps it under for this GPU; nullopt when it did not compile.
   std::optional<std::pair<std::string, CompiledModule>> ModuleOf(const std::string& name) const;
@@ -55,13 +57,23 @@ class GpuAutotuner : public pipeline::GpuStage {
   // Compiles one kernel and checks it in a runner child (after a successful Probe): the
   // candidate's report, {"passed": false, "error": ...} for a candidate that does not compile,
   // crashes or hangs. `reference_program` non-empty: compare with its interpretation instead of
-  // the oracle. Errors only for failures on this side.
+  // the oracle. `grad_buffers` non-null: the kernel is a backward (RunRequest::backward) and
+  // `reference_program` its program. Errors only for failures on this side.
   absl::StatusOr<nlohmann::json> CheckCandidate(const pipeline::GpuStageInput& in,
                                                 const lower::LoweredKernel& kernel,
                                                 const cuir::Program& program,
                                                 const std::string& name,
                                                 const std::string& reference_program,
-                                                bool profile);
+                                                bool profile,
+                                                const std::vector<std::string>* grad_buffers = nullptr);
+
+  // Each backward tile in a runner child: against the spec's float64 autograd (fast mode and
+  // twice deterministic, bitwise equal; every element from NaN; at BackwardVerifyShapes), then
+  // profiled at the job's shape; the fastest that passed is kept.
+  absl::StatusOr<pipeline::GpuStageOutput> TuneBackward(
+      const pipeline::GpuStageInput& in, const cuir::Program& program,
+      const std::vector<std::string>& grad_buffers,
+      const std::vector<TileConfig>& tiles) override;
 
  private:
   absl::StatusOr<std::string> WorkDir(const std::string& name);
@@ -69,7 +81,7 @@ class GpuAutotuner : public pipeline::GpuStage {
   AutotuneOptions options_;
   bool own_work_root_ = false;
   std::optional<absl::StatusOr<std::string>> probe_;
-  nlohmann::json device_;
+  nlohmann::json device_, devices_;
   int device_cc_ = 0;  // 80, 90, ...
   // Each candidate's compiled module, by name, this Run: the chosen one's goes to the folder.
   std::map<std::string, CompiledModule> compiled_;

@@ -10,7 +10,9 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <sstream>
+#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -19,7 +21,9 @@
 #include "cuir/interp/interp.h"
 #include "cuir/spec/oracle.h"
 #include "cuir/spec/tensors.h"
+#include "worker/gpu/backward_check.h"
 #include "worker/gpu/module.h"
+#include "worker/gpu/nvml.h"
 
 namespace cubridge::gpu {
 namespace {
@@ -209,21 +213,123 @@ absl::StatusOr<double> KeptElements(const spec::Spec& spec, const cuir::Attentio
          static_cast<double>(c.heads_q / mask->size(1));
 }
 
-absl::StatusOr<nlohmann::json> Profile(const RunRequest& r, const spec::Spec& spec,
-                                       const KernelModule& m, const DeviceInfo& device,
-                                       const torch::Tensor& scratch) {
-  const cuir::AttentionConfig& c = r.config;
-  // Buffers from a one-head, small-head-dim twin of the job: same lengths and values, no big
-  // random q/k/v on the host.
-  cuir::AttentionConfig twin = c;
+// The times in ms of calls of `enqueue(set)` over `sets` input sets, each between two events,
+// after o.warmup untimed calls: at least o.min_reps calls and o.min_seconds, at most o.max_reps.
+// Sorted, so the median is the middle one.
+absl::StatusOr<std::vector<double>> TimeCalls(const ProfileOptions& o, int sets,
+                                              const std::function<absl::Status(int)>& enqueue) {
+  auto d = Driver::Get();
+  if (!d.ok()) return d.status();
+  const Driver& cu = **d;
+  for (int i = 0; i < o.warmup; ++i) {
+    if (auto s = enqueue(i % sets); !s.ok()) return s;
+  }
+  if (auto s = Synchronize("profile warm-up"); !s.ok()) return s;
+  CUevent start, stop;
+  cu.EventCreate(&start, CU_EVENT_DEFAULT);
+  cu.EventCreate(&stop, CU_EVENT_DEFAULT);
+  std::vector<double> ms;
+  double total = 0;
+  absl::Status failed;
+  for (int i = 0; i < o.max_reps && (i < o.min_reps || total < o.min_seconds * 1e3); ++i) {
+    cu.EventRecord(start, nullptr);
+    if (failed = enqueue(i % sets); !failed.ok()) break;
+    cu.EventRecord(stop, nullptr);
+    if (failed = cu.Check(cu.EventSynchronize(stop), "profile"); !failed.ok()) break;
+    float t = 0;
+    cu.EventElapsedTime(&t, start, stop);
+    ms.push_back(t);
+    total += t;
+  }
+  cu.EventDestroy(start);
+  cu.EventDestroy(stop);
+  if (!failed.ok()) return failed;
+  if (ms.empty()) return absl::InvalidArgumentError("profile: no timed call (max_reps is 0)");
+  std::sort(ms.begin(), ms.end());
+  return ms;
+}
+
+// TimeCalls with the GPU's state around it (nvml.h): when another process was computing on the
+// GPU before or after, the calls are timed once more after a pause, and the profile says so
+// ("contended" when the second timing was disturbed too). The times, and the profile's fields
+// that describe the GPU ("gpu_state", "contended", "retimed").
+struct Timed {
+  std::vector<double> ms;  // sorted
+  nlohmann::json fields;
+};
+absl::StatusOr<Timed> TimeOnQuietGpu(const ProfileOptions& o, const DeviceInfo& device, int sets,
+                                     const std::function<absl::Status(int)>& enqueue) {
+  Timed out;
+  bool contended = false, retimed = false;
+  nlohmann::json states = nlohmann::json::array();
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const GpuActivity before = SampleGpuActivity(device.uuid);
+    auto ms = TimeCalls(o, sets, enqueue);
+    if (!ms.ok()) return ms.status();
+    const GpuActivity after = SampleGpuActivity(device.uuid);
+    states.push_back({{"before", before.ToJson()}, {"after", after.ToJson()}});
+    out.ms = *std::move(ms);
+    contended = before.other_processes > 0 || after.other_processes > 0;
+    if (!contended || attempt == 1) break;
+    retimed = true;
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+  out.fields = {{"gpu_state", states}, {"contended", contended}, {"retimed", retimed}};
+  return out;
+}
+
+// What a profile of the job's shape reads besides its random inputs: the buffers on the device,
+// from a one-head, small-head-dim twin of the job (same lengths and values, no big random q/k/v
+// on the host), and the kept elements its throughput counts.
+struct ProfileInputs {
+  std::vector<torch::Tensor> buffers;
+  double kept = 0;
+};
+absl::StatusOr<ProfileInputs> MakeProfileInputs(const RunRequest& r, const spec::Spec& spec) {
+  cuir::AttentionConfig twin = r.config;
   twin.heads_q = twin.heads_kv = 1;
   twin.head_dim = 64;
   auto small = spec::MakeInputs(spec, twin, r.buffers, r.seed);
   if (!small.ok()) return small.status();
   auto bufs = DeviceBuffers(r, *small);
   if (!bufs.ok()) return bufs.status();
-  auto kept = KeptElements(spec, c, *small);
+  auto kept = KeptElements(spec, r.config, *small);
   if (!kept.ok()) return kept.status();
+  return ProfileInputs{*std::move(bufs), *kept};
+}
+
+// The profile document of calls timed at the job's shape (FLOPs per kept element: 4 D forward,
+// 2.5x that backward).
+nlohmann::json ProfileReport(const RunRequest& r, const Timed& timed, int sets, double kept,
+                             double flops_per_kept, const char* includes) {
+  const cuir::AttentionConfig& c = r.config;
+  const std::vector<double>& sorted = timed.ms;
+  const double median = sorted[sorted.size() / 2];
+  const double dense = static_cast<double>(c.batch * c.heads_q) * c.seqlen_q * c.seqlen_kv;
+  nlohmann::json out{
+      {"config", pipeline::ConfigJson(c)},
+      {"median_ms", median},
+      {"min_ms", sorted.front()},
+      {"max_ms", sorted.back()},
+      {"reps", sorted.size()},
+      {"warmup", r.profile.warmup},
+      {"input_sets", sets},
+      {"kept_elements", kept},
+      {"density", kept / dense},
+      {"flops_per_kept_element", flops_per_kept},
+      {"tflops_kept", flops_per_kept * kept / (median * 1e-3) / 1e12},
+      {"includes", includes},
+  };
+  out.update(timed.fields);
+  return out;
+}
+
+absl::StatusOr<nlohmann::json> Profile(const RunRequest& r, const spec::Spec& spec,
+                                       const KernelModule& m, const DeviceInfo& device,
+                                       const torch::Tensor& scratch) {
+  const cuir::AttentionConfig& c = r.config;
+  auto in = MakeProfileInputs(r, spec);
+  if (!in.ok()) return in.status();
 
   const auto opt = torch::TensorOptions().dtype(TorchDtype(c.dtype)).device(kCuda);
   const int64_t elem = 2;
@@ -239,7 +345,7 @@ absl::StatusOr<nlohmann::json> Profile(const RunRequest& r, const spec::Spec& sp
                   torch::empty({c.batch, c.heads_q, c.seqlen_q, c.head_dim}, opt),
                   torch::empty({c.batch, c.heads_q, c.seqlen_q},
                                torch::TensorOptions().dtype(torch::kFloat32).device(kCuda)),
-                  *bufs, {}};
+                  in->buffers, {}};
     calls.push_back(std::move(t));
   }
   std::vector<AttnParams> params;
@@ -250,65 +356,128 @@ absl::StatusOr<nlohmann::json> Profile(const RunRequest& r, const spec::Spec& sp
     plan = *p;
     params.push_back(MakeParams(c, t));
   }
-  auto d = Driver::Get();
-  if (!d.ok()) return d.status();
-  const Driver& cu = **d;
-  for (int i = 0; i < r.profile.warmup; ++i) {
-    if (auto s = m.Enqueue(params[i % sets], plan, nullptr); !s.ok()) return s;
-  }
-  if (auto s = Synchronize("profile warm-up"); !s.ok()) return s;
-
-  CUevent start, stop;
-  cu.EventCreate(&start, CU_EVENT_DEFAULT);
-  cu.EventCreate(&stop, CU_EVENT_DEFAULT);
-  std::vector<double> ms;
-  double total = 0;
-  for (int i = 0; i < r.profile.max_reps &&
-                  (i < r.profile.min_reps || total < r.profile.min_seconds * 1e3);
-       ++i) {
-    cu.EventRecord(start, nullptr);
-    if (auto s = m.Enqueue(params[i % sets], plan, nullptr); !s.ok()) return s;
-    cu.EventRecord(stop, nullptr);
-    if (auto s = cu.Check(cu.EventSynchronize(stop), "profile"); !s.ok()) return s;
-    float t = 0;
-    cu.EventElapsedTime(&t, start, stop);
-    ms.push_back(t);
-    total += t;
-  }
-  cu.EventDestroy(start);
-  cu.EventDestroy(stop);
-  std::vector<double> sorted = ms;
-  std::sort(sorted.begin(), sorted.end());
-  const double median = sorted[sorted.size() / 2];
-  const double flops = 4.0 * static_cast<double>(c.head_dim) * *kept;
-  const double dense = static_cast<double>(c.batch * c.heads_q) * c.seqlen_q * c.seqlen_kv;
-  return nlohmann::json{
-      {"config", pipeline::ConfigJson(c)},
-      {"median_ms", median},
-      {"min_ms", sorted.front()},
-      {"max_ms", sorted.back()},
-      {"reps", ms.size()},
-      {"warmup", r.profile.warmup},
-      {"input_sets", sets},
-      {"kept_elements", *kept},
-      {"density", *kept / dense},
-      {"tflops_kept", flops / (median * 1e-3) / 1e12},
-      {"includes", "block-table construction (when the variant has tables) and the attention kernel"},
-  };
+  auto timed = TimeOnQuietGpu(r.profile, device, sets,
+                              [&](int i) { return m.Enqueue(params[i], plan, nullptr); });
+  if (!timed.ok()) return timed.status();
+  return ProfileReport(r, *timed, sets, in->kept, 4.0 * static_cast<double>(c.head_dim),
+                       "block-table construction (when the variant has tables) and the attention "
+                       "kernel");
 }
 
 nlohmann::json DeviceJson(const DeviceInfo& d) {
   return {{"name", d.name},          {"arch", d.Arch()},         {"sm_count", d.sm_count},
+          {"ordinal", d.ordinal},    {"uuid", d.uuid},
           {"memory_bytes", d.memory_bytes}, {"l2_bytes", d.l2_bytes},
           {"driver_version", d.driver_version}};
+}
+
+// The backward at the job's shape, timed as Profile times the forward: fresh random Q, K, V, O
+// and dO per input set, the LSE of rows whose scores are of unit variance (log Skv + 1/2: the
+// probabilities' sizes of a real call, which the timing does not depend on otherwise), the
+// gradients of the buffers the job learns, the fast mode (as autograd calls it by default).
+// Throughput counts 2.5x the forward's FLOPs on kept elements.
+absl::StatusOr<nlohmann::json> ProfileBackward(const RunRequest& r, const spec::Spec& spec,
+                                               const BackwardModule& m, const DeviceInfo& device,
+                                               const torch::Tensor& scratch) {
+  const cuir::AttentionConfig& c = r.config;
+  auto in = MakeProfileInputs(r, spec);
+  if (!in.ok()) return in.status();
+
+  const auto opt = torch::TensorOptions().dtype(TorchDtype(c.dtype)).device(kCuda);
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(kCuda);
+  const int64_t q_elems = c.batch * c.heads_q * c.seqlen_q * c.head_dim;
+  const int64_t kv_elems = c.batch * c.heads_kv * c.seqlen_kv * c.head_dim;
+  // Read: Q, K, V, O, dO; written: dQ (fp32 accumulator and output), dK, dV.
+  const int sets = InputSets(2 * (5 * q_elems + 4 * kv_elems), device.l2_bytes);
+  const double lse_value = std::log(static_cast<double>(c.seqlen_kv)) + 0.5;
+  torch::manual_seed(r.seed);
+  std::vector<BackwardCallTensors> calls;
+  std::vector<BwdParams> params;
+  BwdLaunchPlan plan{};
+  for (int i = 0; i < sets; ++i) {
+    BackwardCallTensors t;
+    t.q = torch::randn({c.batch, c.heads_q, c.seqlen_q, c.head_dim}, opt);
+    t.k = torch::randn({c.batch, c.heads_kv, c.seqlen_kv, c.head_dim}, opt);
+    t.v = torch::randn({c.batch, c.heads_kv, c.seqlen_kv, c.head_dim}, opt);
+    t.o = torch::randn({c.batch, c.heads_q, c.seqlen_q, c.head_dim}, opt);
+    t.d_o = torch::randn({c.batch, c.heads_q, c.seqlen_q, c.head_dim}, opt);
+    t.lse = torch::full({c.batch, c.heads_q, c.seqlen_q}, lse_value, f32);
+    t.dq = torch::empty_like(t.q), t.dk = torch::empty_like(t.k), t.dv = torch::empty_like(t.v);
+    t.buffers = in->buffers;
+    for (size_t slot = 0; slot < r.buffer_order.size(); ++slot) {
+      const bool learned = std::find(r.grad_buffers.begin(), r.grad_buffers.end(),
+                                     r.buffer_order[slot]) != r.grad_buffers.end();
+      t.buffer_grads.push_back(learned ? torch::zeros(in->buffers[slot].sizes(), f32)
+                                       : torch::Tensor());
+    }
+    auto p = MakeBackwardParams(c, t, /*deterministic=*/false);
+    if (!p.ok()) return p.status();
+    auto planned = m.Plan(*p, Ptr(scratch));
+    if (!planned.ok()) return planned.status();
+    plan = *planned;
+    t.workspace = torch::empty({static_cast<int64_t>(plan.workspace_bytes)},
+                               torch::TensorOptions().dtype(torch::kUInt8).device(kCuda));
+    p->workspace = t.workspace.data_ptr();
+    p->workspace_size = static_cast<size_t>(t.workspace.numel());
+    params.push_back(*p);
+    calls.push_back(std::move(t));
+  }
+  auto timed = TimeOnQuietGpu(r.profile, device, sets,
+                              [&](int i) { return m.Enqueue(params[i], plan, nullptr); });
+  if (!timed.ok()) return timed.status();
+  return ProfileReport(r, *timed, sets, in->kept, 2.5 * 4.0 * static_cast<double>(c.head_dim),
+                       "preprocess (D), block tables (when the variant has them), the attention "
+                       "kernel and postprocess (dQ's conversion)");
+}
+
+// A backward kernel against the spec's float64 autograd (RunRequest::backward).
+absl::StatusOr<nlohmann::json> CheckBackwardOnGpu(const RunRequest& r, const DeviceInfo& device,
+                                                  const spec::Spec& spec,
+                                                  const CompiledModule& compiled,
+                                                  const EntryPoints& entries) {
+  if (r.reference_program.empty()) {
+    return absl::InvalidArgumentError("a backward check needs its backward program");
+  }
+  auto program = cuir::ParseProgram(r.reference_program, "<backward program>");
+  if (!program.ok()) return program.status();
+  const int dtype = r.config.dtype == cuir::DType::kBF16 ? 0 : 1;
+  auto module = BackwardModule::Load(compiled, entries, dtype, static_cast<int>(r.config.head_dim));
+  if (!module.ok()) return module.status();
+  pipeline::VerifyOptions options = r.verify;
+  options.shapes = r.verify_shapes;
+  auto report = pipeline::VerifyBackwardKernel(
+      *program, spec, r.config, r.buffers, r.grad_buffers, r.seed, options,
+      FastAndDeterministicRuns(*module, r.buffer_order, r.grad_buffers));
+  if (!report.ok()) return report.status();
+  nlohmann::json out = {
+      {"device", DeviceJson(device)},
+      {"module", {{"registers", module->registers()}, {"local_bytes", module->local_bytes()},
+                  {"ptx_jit", r.ptx}}},
+      {"verification", report->ToJson()},
+      {"passed", report->passed},
+      {"reference", "oracle (float64 autograd of the spec, CPU)"},
+      {"summary", report->Summary()},
+  };
+  if (!report->passed) out["failure"] = report->FailureDetail();
+  if (report->passed && r.profile.enabled) {
+    const torch::Tensor scratch =
+        torch::zeros({256}, torch::TensorOptions().dtype(torch::kUInt8).device(kCuda));
+    auto profile = ProfileBackward(r, spec, *module, device, scratch);
+    if (!profile.ok()) return profile.status();
+    out["profile"] = *profile;
+  }
+  return out;
 }
 
 }  // namespace
 
 absl::StatusOr<nlohmann::json> ProbeJson() {
-  auto d = ProbeDevice(0);
-  if (!d.ok()) return d.status();
-  return DeviceJson(*d);
+  auto all = ProbeDevices();
+  if (!all.ok()) return all.status();
+  if (all->empty()) return absl::NotFoundError("the CUDA driver loads but sees no GPU");
+  nlohmann::json devices = nlohmann::json::array();
+  for (const DeviceInfo& d : *all) devices.push_back(DeviceJson(d));
+  return nlohmann::json{{"device", devices[0]}, {"devices", devices}};
 }
 
 absl::StatusOr<nlohmann::json> CheckOnGpu(const RunRequest& r) {
@@ -343,6 +512,7 @@ absl::StatusOr<nlohmann::json> CheckOnGpu(const RunRequest& r) {
     entries[role] = symbol;
     compiled.symbols[symbol] = symbol;
   }
+  if (r.backward) return CheckBackwardOnGpu(r, *device, *spec, compiled, entries);
   const int dtype = r.config.dtype == cuir::DType::kBF16 ? 0 : 1;
   auto module = KernelModule::Load(compiled, entries, dtype, static_cast<int>(r.config.head_dim));
   if (!module.ok()) return module.status();

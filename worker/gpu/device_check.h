@@ -14,7 +14,8 @@ namespace cubridge::gpu {
 // context is unusable afterwards, so the runner reports it and exits.
 absl::StatusOr<nlohmann::json> CheckOnGpu(const RunRequest& request);
 
-// {"name", "arch", "memory_bytes", ...} of GPU 0, or why there is none.
+// {"device": {"name", "arch", "uuid", "ordinal", "memory_bytes", ...} of GPU 0 (the one a
+// child uses), "devices": every GPU this process sees, by ordinal}, or why there is none.
 absl::StatusOr<nlohmann::json> ProbeJson();
 
 }  // namespace cubridge::gpu

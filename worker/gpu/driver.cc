@@ -28,6 +28,7 @@ absl::StatusOr<Driver> Load() {
   CUBRIDGE_LOAD(DeviceGetCount, cuDeviceGetCount)
   CUBRIDGE_LOAD(DeviceGet, cuDeviceGet)
   CUBRIDGE_LOAD(DeviceGetName, cuDeviceGetName)
+  CUBRIDGE_LOAD(DeviceGetUuid, cuDeviceGetUuid)
   CUBRIDGE_LOAD(DeviceGetAttribute, cuDeviceGetAttribute)
   CUBRIDGE_LOAD(DeviceTotalMem, cuDeviceTotalMem)
   CUBRIDGE_LOAD(DriverGetVersion, cuDriverGetVersion)
@@ -83,6 +84,15 @@ absl::Status Driver::Check(CUresult rc, const char* what) const {
 
 std::string DeviceInfo::Arch() const { return absl::StrCat("sm_", cc_major, cc_minor); }
 
+std::string FormatGpuUuid(const unsigned char (&bytes)[16]) {
+  std::string out = "GPU-";
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';
+    absl::StrAppend(&out, absl::Hex(bytes[i], absl::kZeroPad2));
+  }
+  return out;
+}
+
 absl::StatusOr<DeviceInfo> ProbeDevice(int ordinal) {
   auto d = Driver::Get();
   if (!d.ok()) return d.status();
@@ -99,6 +109,12 @@ absl::StatusOr<DeviceInfo> ProbeDevice(int ordinal) {
   char name[256] = {};
   cu.DeviceGetName(name, sizeof(name), dev);
   info.name = name;
+  CUuuid uuid{};
+  if (cu.DeviceGetUuid(&uuid, dev) == CUDA_SUCCESS) {
+    unsigned char bytes[16];
+    for (int i = 0; i < 16; ++i) bytes[i] = static_cast<unsigned char>(uuid.bytes[i]);
+    info.uuid = FormatGpuUuid(bytes);
+  }
   int l2 = 0;
   cu.DeviceGetAttribute(&info.cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
   cu.DeviceGetAttribute(&info.cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
@@ -112,6 +128,20 @@ absl::StatusOr<DeviceInfo> ProbeDevice(int ordinal) {
   info.memory_bytes = static_cast<int64_t>(mem);
   cu.DriverGetVersion(&info.driver_version);
   return info;
+}
+
+absl::StatusOr<std::vector<DeviceInfo>> ProbeDevices() {
+  auto d = Driver::Get();
+  if (!d.ok()) return d.status();
+  int count = 0;
+  if (auto s = (*d)->Check((*d)->DeviceGetCount(&count), "cuDeviceGetCount"); !s.ok()) return s;
+  std::vector<DeviceInfo> out;
+  for (int i = 0; i < count; ++i) {
+    auto info = ProbeDevice(i);
+    if (!info.ok()) return info.status();
+    out.push_back(*std::move(info));
+  }
+  return out;
 }
 
 absl::Status UsePrimaryContext(int ordinal) {

@@ -6,6 +6,7 @@
 #include <cuda.h>
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -17,6 +18,7 @@ struct Driver {
   decltype(&::cuDeviceGetCount) DeviceGetCount;
   decltype(&::cuDeviceGet) DeviceGet;
   decltype(&::cuDeviceGetName) DeviceGetName;
+  decltype(&::cuDeviceGetUuid) DeviceGetUuid;
   decltype(&::cuDeviceGetAttribute) DeviceGetAttribute;
   decltype(&::cuDeviceTotalMem) DeviceTotalMem;
   decltype(&::cuDriverGetVersion) DriverGetVersion;
@@ -49,8 +51,9 @@ struct Driver {
 };
 
 struct DeviceInfo {
-  int ordinal = 0;
+  int ordinal = 0;     // among the devices this process sees (CUDA_VISIBLE_DEVICES narrows them)
   std::string name;
+  std::string uuid;    // "GPU-8f3a...", as nvidia-smi and CUDA_VISIBLE_DEVICES spell it
   int cc_major = 0, cc_minor = 0;
   int sm_count = 0;
   int64_t memory_bytes = 0;
@@ -62,6 +65,10 @@ struct DeviceInfo {
 
 // NOT_FOUND when the driver loads but the machine has no such GPU.
 absl::StatusOr<DeviceInfo> ProbeDevice(int ordinal = 0);
+// Every GPU this process sees, by ordinal (none: an empty list).
+absl::StatusOr<std::vector<DeviceInfo>> ProbeDevices();
+// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" of a device's 16 UUID bytes.
+std::string FormatGpuUuid(const unsigned char (&bytes)[16]);
 
 // Makes the device's primary context (the one LibTorch uses too) current on this thread.
 absl::Status UsePrimaryContext(int ordinal = 0);

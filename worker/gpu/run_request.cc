@@ -21,6 +21,8 @@ nlohmann::json RunRequest::ToJson() const {
           {"ptx", ptx},
           {"entries", entries},
           {"reference_program", reference_program},
+          {"backward", backward},
+          {"grad_buffers", grad_buffers},
           {"profile",
            {{"enabled", profile.enabled},
             {"warmup", profile.warmup},
@@ -52,6 +54,8 @@ absl::StatusOr<RunRequest> RunRequest::FromJson(const nlohmann::json& j) {
     r.ptx = j.at("ptx").get<bool>();
     r.entries = j.at("entries").get<std::map<std::string, std::string>>();
     r.reference_program = j.value("reference_program", "");
+    r.backward = j.value("backward", false);
+    r.grad_buffers = j.value("grad_buffers", std::vector<std::string>{});
     const auto& p = j.at("profile");
     r.profile.enabled = p.at("enabled").get<bool>();
     r.profile.warmup = p.at("warmup").get<int>();

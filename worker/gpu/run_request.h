@@ -40,6 +40,12 @@ struct RunRequest {
   // Empty: the reference is the spec's oracle. Otherwise CuIR text whose interpretation is the
   // reference (the lift check: the expert's base program against its compiled kernel).
   std::string reference_program;
+  // A backward kernel (kernel_bwd.cu): reference_program is its backward program, the reference
+  // the spec's float64 autograd (pipeline::VerifyBackwardKernel, at BackwardVerifyShapes unless
+  // verify_shapes names others), grad_buffers the captured tensors whose gradients it computes;
+  // profiled (when `profile` says so) as a backward call at the job's shape.
+  bool backward = false;
+  std::vector<std::string> grad_buffers;
 
   nlohmann::json ToJson() const;
   static absl::StatusOr<RunRequest> FromJson(const nlohmann::json& j);

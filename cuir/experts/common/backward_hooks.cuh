@@ -115,11 +115,13 @@ __device__ __forceinline__ void bwd_score_hooks(const Block& block, float (&s)[1
 
 // The chain rule's hooks on dS: the learnable buffers' gradients (buffer_grad), then dS times
 // d score_mod / d score (score_grad). Where dS is 0 (a masked score, a row that kept nothing)
-// neither does anything.
+// neither does anything. `add_buffer_grads` false (uniform over the warp) skips buffer_grad: a
+// warp whose fragment another warp also holds (a tile split by head-dim parts) must not add its
+// gradient twice.
 template <int NT, typename Block>
 __device__ __forceinline__ void bwd_grad_hooks(const Block& block, float (&ds)[1][NT][4],
                                                const float (&raw)[1][NT][4],
-                                               const BwdFragBounds& f) {
+                                               const BwdFragBounds& f, bool add_buffer_grads) {
   auto for_each_buffer_grad = [&](auto&& fn) {
     for_each_fragment_t<NT>(ds, [&](int j, int c, float& x) {
       const int q_idx = f.at.q(j, c), kv_idx = f.at.kv(c);
@@ -146,7 +148,7 @@ __device__ __forceinline__ void bwd_grad_hooks(const Block& block, float (&ds)[1
   const CuirScoreVisitors<decltype(for_each_buffer_grad), decltype(for_each_buffer_grad_at),
                           decltype(rows), decltype(cols)>
       buffer_visitors{for_each_buffer_grad, for_each_buffer_grad_at, rows, cols};
-  block.template buffer_grad<NT, 1>(buffer_visitors);
+  if (add_buffer_grads) block.template buffer_grad<NT, 1>(buffer_visitors);
   auto for_each_score_grad = [&](auto&& fn) {
     for_each_fragment_t<NT>(ds, [&](int j, int c, float& x) {
       const int q_idx = f.at.q(j, c), kv_idx = f.at.kv(c);

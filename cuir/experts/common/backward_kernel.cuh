@@ -110,6 +110,21 @@ struct GradRun {
   }
 };
 
+// One query block's rows into shared memory, by threads 0 .. BLOCK_M - 1 of the CTA: their LSE in
+// log2 units (+inf for a row past the end, or one that kept nothing: its P is exp(-inf) = 0) and
+// D (from `delta`, the (b, h) rows' D in the workspace). `tile` is the expert's BwdTile.
+template <int BLOCK_M, typename Tile>
+__device__ __forceinline__ void bwd_load_rows(const Tile& tile, const float* delta, int q_lo,
+                                              int rows, float* lse_out, float* delta_out, int tid) {
+  if (tid >= BLOCK_M) return;
+  const cubridge_attn_fwd_params& f = tile.p;
+  const int q = q_lo + tid;
+  const float lse =
+      tid < rows ? f.lse[tile.b * f.lse_batch_stride + tile.h * f.lse_head_stride + q] : -INFINITY;
+  lse_out[tid] = lse == -INFINITY ? INFINITY : lse * 1.4426950408889634f;
+  delta_out[tid] = tid < rows ? delta[q] : 0.f;
+}
+
 // One element of the input dtype from fp32: dS for dQ's product, the gradients' conversion.
 template <typename T>
 __device__ __forceinline__ T bwd_from_float(float x);

@@ -8,7 +8,9 @@
 template <typename T, int D>
 __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile) {
   using namespace cubridge::fa2;
-  constexpr int NT = BwdTiling<D>::NT, DT = BwdTiling<D>::DT;
+  using Tiling = BwdTiling<D>;
+  static_assert(Tiling::kServed, "the tile does not serve this head dim (bwd_smem_bytes is 0)");
+  constexpr int NT = Tiling::NT, DTP = Tiling::DTP, kPartCols = Tiling::kPartCols;
   const cubridge_attn_bwd_params& p = tile.bp;
   const cubridge_attn_fwd_params& f = p.fwd;
   const int kv_lo = tile.kv_lo, kv_hi = tile.kv_hi, seqlen_q = tile.seqlen_q;
@@ -23,12 +25,18 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile) {
   float* const s_lse = reinterpret_cast<float*>(sdS.base + BLOCK_M * BLOCK_N);
   float* const s_delta = s_lse + 2 * BLOCK_M;
 
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warp_row0 = warp * 16;
+  // The warp's 16 keys (key group) and its part of dK's and dV's columns; the parts of a group
+  // compute the same dS, which part 0 alone stores and adds into the buffers' gradients.
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int part = kDParts == 1 ? 0 : warp / kKeyGroups;  // (a constant for one part)
+  const int warp_row0 = (kDParts == 1 ? warp : warp % kKeyGroups) * 16;
+  const bool first_part = part == 0;
+  const uint32_t part_bytes = part * kPartCols * 2;  // the part's column offset in a tile row
   const BwdWorkspace& ws = tile.ws;
   const bool det = p.deterministic != 0;
-  const float* delta = reinterpret_cast<const float*>(tile.scratch + ws.delta);
   char* const dq_acc = tile.scratch + ws.dq;
   const int64_t row0 = (static_cast<int64_t>(tile.b) * f.heads_q + tile.h) * seqlen_q;
+  const float* const delta_rows_g = reinterpret_cast<const float*>(tile.scratch + ws.delta) + row0;
 
   // load K = k[b, kv_h, kv_lo:kv_hi], load V = v[b, kv_h, kv_lo:kv_hi]
   const T* k_ptr = static_cast<const T*>(f.k) + tile.b * f.k_batch_stride +
@@ -43,9 +51,9 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile) {
       static_cast<const T*>(p.d_o) + tile.b * p.do_batch_stride + tile.h * p.do_head_stride;
 
   // grad.init
-  float acc_dk[1][DT][4], acc_dv[1][DT][4];
+  float acc_dk[1][DTP][4], acc_dv[1][DTP][4];
 #pragma unroll
-  for (int d = 0; d < DT; ++d)
+  for (int d = 0; d < DTP; ++d)
 #pragma unroll
     for (int c = 0; c < 4; ++c) acc_dk[0][d][c] = acc_dv[0][d][c] = 0.f;
   // dQ: the warp's m-tile of dS (A) and K read transposed (B).
@@ -66,14 +74,8 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile) {
     do_tile.template load_async<kThreads>(do_base + static_cast<int64_t>(q_lo) * p.do_row_stride,
                                           p.do_row_stride, rows, tid);
     cp_async_commit();
-    if (tid < BLOCK_M) {
-      const int q = q_lo + tid;
-      const float lse =
-          tid < rows ? f.lse[tile.b * f.lse_batch_stride + tile.h * f.lse_head_stride + q]
-                     : -INFINITY;
-      s_lse[stage * BLOCK_M + tid] = lse == -INFINITY ? INFINITY : lse * kLog2e;
-      s_delta[stage * BLOCK_M + tid] = tid < rows ? delta[row0 + q] : 0.f;
-    }
+    bwd_load_rows<BLOCK_M>(tile, delta_rows_g, q_lo, rows, s_lse + stage * BLOCK_M,
+                           s_delta + stage * BLOCK_M, tid);
   };
   int stage = 0;
   bool first_block = true;
@@ -94,11 +96,11 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile) {
     const float* const delta_rows = s_delta + stage * BLOCK_M;
     stage ^= 1;
     // S^T and dV: A = K, B = Q, dO read transposed; dP^T and dK: A = V, B = dO, Q read
-    // transposed.
-    const MainloopAddrs<D> at_s(smem_addr(sK.base), smem_addr(sQ.base), smem_addr(sdO.base),
-                                warp_row0, lane);
-    const MainloopAddrs<D> at_dp(smem_addr(sV.base), smem_addr(sdO.base), smem_addr(sQ.base),
-                                 warp_row0, lane);
+    // transposed (from the part's first column: a whole number of swizzle rows on).
+    const MainloopAddrs<D> at_s(smem_addr(sK.base), smem_addr(sQ.base),
+                                smem_addr(sdO.base) + part_bytes, warp_row0, lane);
+    const MainloopAddrs<D> at_dp(smem_addr(sV.base), smem_addr(sdO.base),
+                                 smem_addr(sQ.base) + part_bytes, warp_row0, lane);
 
     // S^T = K Q^T * scale, then the variant's score_mods and masks on it.
     float s[1][NT][4];
@@ -119,29 +121,27 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile) {
       x = exp2f(x * kLog2e - lse_rows[at.q_local(j, c, q_lo)]);
     });
     // dV += P^T dO
-    gemm_pv<T, 1, NT, DT, D>(acc_dv, s, at_s);
+    gemm_pv<T, 1, NT, DTP, D>(acc_dv, s, at_s);
     // dP^T = V dO^T; dS^T = P^T (dP^T - D), over dP's registers.
     float ds[1][NT][4];
     gemm_qk<T, 1, NT, D>(ds, at_dp);
     for_each_fragment_t<NT>(ds, [&](int j, int c, float& x) {
       x = s[0][j][c] * (x - delta_rows[at.q_local(j, c, q_lo)]);
     });
-    if constexpr (BwdBlock::kKeepsRawScores) bwd_grad_hooks<NT>(block, ds, raw, bounds);
+    if constexpr (BwdBlock::kKeepsRawScores) {
+      bwd_grad_hooks<NT>(block, ds, raw, bounds, first_part);
+    }
     // dK += dS^T Q (scaled at the end)
-    gemm_pv<T, 1, NT, DT, D>(acc_dk, ds, at_dp);
+    gemm_pv<T, 1, NT, DTP, D>(acc_dk, ds, at_dp);
     // dS into shared memory as [query row][key], for dQ = dS K across the warps' keys.
-    for_each_fragment_t<NT>(ds, [&](int j, int c, float& x) {
-      sdS.base[sdS.offset(at.q(j, c) - q_lo, at.kv(c) - kv_lo)] =
-          bwd_from_float<T>(x);
-    });
+    if (first_part) {
+      for_each_fragment_t<NT>(ds, [&](int j, int c, float& x) {
+        sdS.base[sdS.offset(at.q(j, c) - q_lo, at.kv(c) - kv_lo)] = bwd_from_float<T>(x);
+      });
+    }
     __syncthreads();
     float acc_dq[D / 8 / kDqParts][4];
-    switch (dq_part) {  // a compile-time head-dim part per warp
-      case 0: gemm_dq<T, BLOCK_N, D, kDqParts, 0>(acc_dq, at_ds, at_kt); break;
-      default:
-        if constexpr (kDqParts > 1) gemm_dq<T, BLOCK_N, D, kDqParts, 1>(acc_dq, at_ds, at_kt);
-        break;
-    }
+    gemm_dq_part<T, BLOCK_N, D, kDqParts>(dq_part, acc_dq, at_ds, at_kt);
     // dQ[rows] += scale * dS K, into the accumulator shared by the KV tiles.
     const int g = lane >> 2, t2 = 2 * (lane & 3);
 #pragma unroll
@@ -171,8 +171,8 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile) {
     const int kv = kv_lo + warp_row0 + g + 8 * r;
     if (kv >= kv_hi) continue;
 #pragma unroll
-    for (int dt = 0; dt < DT; ++dt) {
-      const int col = dt * 8 + t2;
+    for (int dt = 0; dt < DTP; ++dt) {
+      const int col = part * kPartCols + dt * 8 + t2;
       const float dk0 = acc_dk[0][dt][2 * r] * scale, dk1 = acc_dk[0][dt][2 * r + 1] * scale;
       const float dv0 = acc_dv[0][dt][2 * r], dv1 = acc_dv[0][dt][2 * r + 1];
       if (gqa) {

@@ -27,9 +27,19 @@ std::string Breaks(const TileConfig& t, const cuir::AttentionConfig& config) {
                            kSmemLimit / 1024, " KiB, the expert's own stages");
 }
 
+// kernel_bwd.cu: 64 query rows x 128 keys (a warp per 16 keys) up to head dim 128; at 256, 32 x 64
+// with two warps per 16 keys, each holding half of dK's and dV's columns (the tile's 16 x 256 x 2
+// accumulators would not fit in one warp's registers), which keeps K, V and two stages of Q and dO
+// within an A100's shared memory (132.5 KiB). At 128 that split tile is an alternative.
+std::vector<TileConfig> BackwardTiles(const cuir::AttentionConfig& config) {
+  if (config.head_dim == 256) return {{32, 64, 8}};
+  if (config.head_dim == 128) return {{64, 128, 8}, {32, 64, 8}};
+  return {{64, 128, 8}};
+}
+
 }  // namespace
 
-// kernel_bwd.cu: head dim 256 needs a narrower tile for dK and dV in registers (not yet written).
-extern const Expert kFa2Sm80 = {"fa2_sm80", lower::Arch::kSm80, Tiles, Breaks, {64, 128}};
+extern const Expert kFa2Sm80 = {"fa2_sm80", lower::Arch::kSm80, Tiles, Breaks, {64, 128, 256},
+                                BackwardTiles};
 
 }  // namespace cubridge::experts

@@ -4,7 +4,8 @@
 //
 // Three launches per call: `preprocess` computes D = rowsum(dO * O) per query row (CuIR: delta)
 // and clears the fp32 accumulators; `attention` runs one CTA per (n_block, h, b) grid point,
-// which keeps its K/V tile and its dK/dV accumulators and walks the query blocks (attend_bwd.cuh):
+// which keeps its K/V tile and its dK/dV accumulators (a warp per 16 keys, or at head dim 256 two
+// warps per 16 keys splitting the columns) and walks the query blocks (attend_bwd.cuh):
 // S^T = K Q^T, the variant's score hooks, P^T from the forward's LSE, dV += P^T dO,
 // dP^T = V dO^T, dS^T = P^T (dP^T - D), the variant's gradient hooks, dK += dS^T Q, and dS staged
 // in shared memory for dQ += dS K, added into the fp32 accumulator with atomics; `postprocess`
@@ -110,12 +111,20 @@ __device__ __forceinline__ void variant_compact_row(const cubridge_attn_fwd_para
 // The block-table kernels (classify, then compact), on the regions above.
 #include "../common/table_kernels.cuh"
 
-// One warp per 16 keys of the K/V tile; for dQ the warps split the query block's 16-row m-tiles
-// and, PARTS ways, the head dim.
-static_assert(BLOCK_N == 16 * WARPS, "each warp owns 16 rows of the K/V tile");
+// The warps split the K/V tile's keys in 16-row groups and, where there are more warps than
+// groups, the head dim of dK and dV in kDParts parts: each warp then recomputes its group's S^T
+// and dP^T over the whole head dim (the parts' products are the same) but holds only its part's
+// columns of the two accumulators, which keeps them in registers at head dim 256 (16 keys x 256
+// columns x 2 would need 256 of them per thread). For dQ the warps split the query block's 16-row
+// m-tiles and, kDqParts ways, the head dim.
+static_assert(BLOCK_N % 16 == 0 && WARPS % (BLOCK_N / 16) == 0,
+              "each warp owns 16 rows of the K/V tile, every group as many warps");
 static_assert(STAGES >= 1, "Q and dO are double-buffered; STAGES is a hint");
+constexpr int kKeyGroups = BLOCK_N / 16;
+constexpr int kDParts = WARPS / kKeyGroups;
 constexpr int kQTiles = BLOCK_M / 16;
-static_assert(WARPS % kQTiles == 0, "the warps split the query block's m-tiles evenly for dQ");
+static_assert(BLOCK_M % 16 == 0 && WARPS % kQTiles == 0,
+              "the warps split the query block's m-tiles evenly for dQ");
 constexpr int kDqParts = WARPS / kQTiles;
 constexpr int kThreads = WARPS * 32;
 
@@ -123,18 +132,28 @@ template <int D>
 struct BwdTiling {
   static constexpr int NT = BLOCK_M / 8;  // the query block's 8-column n-tiles of S^T
   static constexpr int DT = D / 8;
+  static constexpr int kPartCols = D / kDParts;  // a warp's columns of dK and dV
+  static constexpr int DTP = kPartCols / 8;
   // K and V, then two stages of Q and dO, then dS, then two stages of the rows' LSE and D.
   static constexpr size_t kTileBytes = size_t(2 * BLOCK_N + 4 * BLOCK_M) * D * 2;
   static constexpr size_t kDsBytes = size_t(BLOCK_M) * BLOCK_N * 2;
   static constexpr size_t kSmemBytes = kTileBytes + kDsBytes + 4 * BLOCK_M * sizeof(float);
+  // Whether the tile serves head dim D: a part a whole number of 8-chunk swizzle rows (so that
+  // a part's columns are a shift of the tile's addresses), at most 128 columns of each
+  // accumulator per warp (64 + 64 registers), dQ's parts whole pairs of d-tiles, and shared
+  // memory within an A100's 163 KiB.
+  static constexpr bool kServed = kPartCols % 64 == 0 && kPartCols <= 128 &&
+                                  (D / 8 / kDqParts) % 2 == 0 && D / 8 / kDqParts > 0 &&
+                                  kSmemBytes <= 163 * 1024;
 };
 
-// Dynamic shared memory of the head dims the kernel serves; 0: head dim 256 (dK and dV need a
-// narrower tile to fit in registers, not written yet).
+// Dynamic shared memory of the head dims the kernel serves at this tile (BwdTiling::kServed),
+// 0 for the others: 64 and 128 at the base tile (64 x 128 keys), 128 and 256 at 32 x 64.
 __host__ __device__ constexpr int bwd_smem_bytes(int head_dim) {
-  return head_dim == 64    ? static_cast<int>(BwdTiling<64>::kSmemBytes)
-         : head_dim == 128 ? static_cast<int>(BwdTiling<128>::kSmemBytes)
-                           : 0;
+  return head_dim == 64 && BwdTiling<64>::kServed     ? static_cast<int>(BwdTiling<64>::kSmemBytes)
+         : head_dim == 128 && BwdTiling<128>::kServed ? static_cast<int>(BwdTiling<128>::kSmemBytes)
+         : head_dim == 256 && BwdTiling<256>::kServed ? static_cast<int>(BwdTiling<256>::kSmemBytes)
+                                                      : 0;
 }
 
 // @cuir-region head_check

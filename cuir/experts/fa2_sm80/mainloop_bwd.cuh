@@ -38,5 +38,15 @@ __device__ __forceinline__ void gemm_dq(float (&acc)[D / 8 / PARTS][4], const Ld
   }
 }
 
+// gemm_dq for the warp's run-time part (0 <= part < PARTS), each part its own instance.
+template <typename Elem, int BN, int D, int PARTS, int PART = 0>
+__device__ __forceinline__ void gemm_dq_part(int part, float (&acc)[D / 8 / PARTS][4],
+                                             const LdsmAddr<BN>& ds, const LdsmAddr<D>& kt) {
+  if constexpr (PART + 1 < PARTS) {
+    if (part != PART) return gemm_dq_part<Elem, BN, D, PARTS, PART + 1>(part, acc, ds, kt);
+  }
+  gemm_dq<Elem, BN, D, PARTS, PART>(acc, ds, kt);
+}
+
 }  // namespace fa2
 }  // namespace cubridge

@@ -1,10 +1,11 @@
 // One CTA's backward work tile on wgmma (kernel_bwd.cu): its K/V tile into shared memory, then
-// per visited query block, in each of the two warpgroups (64 keys each): S^T and dP^T issued
-// back to back; the variant's score hooks on S^T and P^T from the forward's LSE; dV += P^T dO
-// issued, retiring under dS^T = P^T (dP^T - D) and the variant's gradient hooks; dK += dS^T Q
-// issued, retiring under dS^T's store to shared memory; then, once both warpgroups' dS^T is
-// there, dQ = dS K for this warpgroup's half of the head dim (at head dim 64: over its own keys),
-// added into dQ's accumulator.
+// per visited query block, in each of the two warpgroups (64 keys each, their own or, on a
+// 64-key tile, the same with half of dK's and dV's columns each): S^T and dP^T issued back to
+// back; the variant's score hooks on S^T and P^T from the forward's LSE; dV += P^T dO issued,
+// retiring under dS^T = P^T (dP^T - D) and the variant's gradient hooks; dK += dS^T Q issued,
+// retiring under dS^T's store to shared memory; then, once the tile's dS^T is there, dQ = dS K
+// for this warpgroup's half of the head dim (at head dim 64: over its own keys), 64 columns at a
+// time, added into dQ's accumulator.
 // Then dK and dV. Part of kernel_bwd.cu (its tile parameters and variant contexts), included
 // after them.
 #pragma once
@@ -15,13 +16,17 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile) {
   using Tiling = BwdTiling<D>;
   using KvTile = typename Tiling::KvTile;
   using QTile = typename Tiling::QTile;
+  static_assert(Tiling::kServed, "the tile does not serve this head dim (bwd_smem_bytes is 0)");
   constexpr int NT = BLOCK_M / 8;  // 8-column query n-tiles of S^T
-  // dQ = dS K split between the warpgroups: at head dim 128 by head-dim halves (each reads both
-  // warpgroups' dS^T), at 64 by keys (each its own 64 keys over the whole head dim, both adding
-  // into dQ's accumulator: twice the reductions, but no wait for the other warpgroup's dS^T).
-  constexpr bool kSplitKeys = D == 64;
+  constexpr int kPartCols = Tiling::kPartCols;  // this warpgroup's columns of dK and dV
+  // dQ = dS K split between the warpgroups: by head-dim halves (each reads the whole tile's
+  // dS^T), or at head dim 64 on a 128-key tile by keys (each its own 64 keys over the whole head
+  // dim, both adding into dQ's accumulator: twice the reductions, but no wait for the other
+  // warpgroup's dS^T).
+  constexpr bool kSplitKeys = D == 64 && kKeyGroups == 2;
   constexpr int DQ_N = kSplitKeys ? D : D / 2;  // dQ's head-dim columns per warpgroup
   constexpr int DQ_K = kSplitKeys ? 64 : BLOCK_N;  // keys each warpgroup's dQ product sums
+  static_assert(DQ_N % 64 == 0, "dQ in 64-column panels of K");
   const cubridge_attn_bwd_params& p = tile.bp;
   const cubridge_attn_fwd_params& f = p.fwd;
   const int kv_lo = tile.kv_lo, kv_hi = tile.kv_hi, seqlen_q = tile.seqlen_q;
@@ -37,12 +42,16 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile) {
 
   const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7, warp = (tid >> 5) & 3;
   const int g = lane >> 2, t = lane & 3;
-  const int key0 = wg * 64 + warp * 16 + g;  // this thread's first key row within the tile
+  // The warpgroup's 64 keys (key group) and its part of dK's and dV's columns; where both
+  // warpgroups hold the same keys, part 0 alone stores dS^T and adds into the buffers' gradients.
+  const int key_group = kKeyGroups == 1 ? 0 : wg, part = kDParts == 1 ? 0 : wg;
+  const bool first_part = part == 0;
+  const int key0 = key_group * 64 + warp * 16 + g;  // this thread's first key row in the tile
   const BwdWorkspace& ws = tile.ws;
   const bool det = p.deterministic != 0;
-  const float* delta = reinterpret_cast<const float*>(tile.scratch + ws.delta);
   char* const dq_acc = tile.scratch + ws.dq;
   const int64_t row0 = (static_cast<int64_t>(tile.b) * f.heads_q + tile.h) * seqlen_q;
+  const float* const delta_rows_g = reinterpret_cast<const float*>(tile.scratch + ws.delta) + row0;
 
   // load K = k[b, kv_h, kv_lo:kv_hi], load V = v[b, kv_h, kv_lo:kv_hi]
   const T* k_ptr = static_cast<const T*>(f.k) + tile.b * f.k_batch_stride +
@@ -57,21 +66,22 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile) {
       static_cast<const T*>(p.d_o) + tile.b * p.do_batch_stride + tile.h * p.do_head_stride;
 
   // The operands' descriptors: this warpgroup's 64 rows of K and V as A (K-major), dS^T as A
-  // and this warpgroup's head-dim panel of K as B of dQ (both MN-major).
-  const uint64_t k_a = make_desc(sK + wg * 64 * 128, 16, 1024);
-  const uint64_t v_a = make_desc(sV + wg * 64 * 128, 16, 1024);
+  // and this warpgroup's head-dim panels of K as B of dQ (both MN-major), its part's panels of
+  // dO and Q as B of dV and dK.
+  const uint64_t k_a = make_desc(sK + key_group * 64 * 128, 16, 1024);
+  const uint64_t v_a = make_desc(sV + key_group * 64 * 128, 16, 1024);
   const uint64_t ds_a = make_desc(sdS, Tiling::kDsBytes, 1024);
-  static_assert(DQ_N == 64, "one 64-column panel of K per warpgroup for dQ");
   const uint64_t k_b_dq =
       kSplitKeys ? make_desc(sK + wg * 64 * 128, KvTile::kPanelBytes, 1024)
-                 : make_desc(sK + wg * KvTile::kPanelBytes, KvTile::kPanelBytes, 1024);
+                 : make_desc(sK + wg * (DQ_N / 64) * KvTile::kPanelBytes, KvTile::kPanelBytes, 1024);
   const uint64_t ds_a_dq = kSplitKeys ? ds_a + ((wg * 64 * 128) >> 4) : ds_a;
   const int dq_col0 = kSplitKeys ? 0 : wg * DQ_N;
+  const uint32_t part_panels = part * (kPartCols / 64) * QTile::kPanelBytes;
 
   // grad.init
-  float dk[D / 2], dv[D / 2];
+  float dk[kPartCols / 2], dv[kPartCols / 2];
 #pragma unroll
-  for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
+  for (int i = 0; i < kPartCols / 2; ++i) dk[i] = dv[i] = 0.f;
   const float scale = tile.softmax_scale;
 
   // load Q = q[b, h, q_lo:q_hi], load DO = do[b, h, q_lo:q_hi] into a stage, and the rows' LSE
@@ -86,14 +96,8 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile) {
                                          do_base + static_cast<int64_t>(q_lo) * p.do_row_stride,
                                          p.do_row_stride, rows, tid);
     cp_async_commit();
-    if (tid < BLOCK_M) {
-      const int q = q_lo + tid;
-      const float lse =
-          tid < rows ? f.lse[tile.b * f.lse_batch_stride + tile.h * f.lse_head_stride + q]
-                     : -INFINITY;
-      s_lse[stage * BLOCK_M + tid] = lse == -INFINITY ? INFINITY : lse * kLog2e;
-      s_delta[stage * BLOCK_M + tid] = tid < rows ? delta[row0 + q] : 0.f;
-    }
+    bwd_load_rows<BLOCK_M>(tile, delta_rows_g, q_lo, rows, s_lse + stage * BLOCK_M,
+                           s_delta + stage * BLOCK_M, tid);
   };
   int stage = 0;
   bool first_block = true;
@@ -160,7 +164,7 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile) {
     reg_fence(pa);
     reg_fence(dv);
     wgmma_fence();
-    mma_rs<T, D, BLOCK_M>(dv, pa, make_desc(sdO, QTile::kPanelBytes, 1024));
+    mma_rs<T, kPartCols, BLOCK_M>(dv, pa, make_desc(sdO + part_panels, QTile::kPanelBytes, 1024));
     wgmma_commit();
     // dP^T retired (dV may still run): dS^T = P^T (dP^T - D), then the chain rule's hooks.
     wgmma_wait<1>();
@@ -174,52 +178,61 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile) {
         dsf[0][j][2 * r + 1] = sf[0][j][2 * r + 1] * (dsf[0][j][2 * r + 1] - dl.y);
       }
     }
-    if constexpr (BwdBlock::kKeepsRawScores) bwd_grad_hooks<NT>(block, dsf, raw, bounds);
+    if constexpr (BwdBlock::kKeepsRawScores) {
+      bwd_grad_hooks<NT>(block, dsf, raw, bounds, first_part);
+    }
     // dK += dS^T Q (scaled at the end)
     uint32_t dsa[BLOCK_M / 16][4];
     p_to_a<T, BLOCK_M>(dp, dsa);
     reg_fence(dsa);
     reg_fence(dk);
     wgmma_fence();
-    mma_rs<T, D, BLOCK_M>(dk, dsa, make_desc(sQ, QTile::kPanelBytes, 1024));
+    mma_rs<T, kPartCols, BLOCK_M>(dk, dsa, make_desc(sQ + part_panels, QTile::kPanelBytes, 1024));
     wgmma_commit();
     // dS^T into shared memory as [key][query], one 128-byte swizzled row per key: dQ's A.
+    if (first_part) {
 #pragma unroll
-    for (int j = 0; j < NT; ++j)
+      for (int j = 0; j < NT; ++j)
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int key = key0 + 8 * r;  // key & 7 == g
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sdS + key * 128 + ((j ^ g) << 4) + 4 * t),
-                     "r"(dsa[j >> 1][(j & 1) * 2 + r])
-                     : "memory");
-      }
-    fence_proxy_async();
-    // The dS^T that this warpgroup's dQ reads is there: its own (four warps), or both's.
+        for (int r = 0; r < 2; ++r) {
+          const int key = key0 + 8 * r;  // key & 7 == g
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sdS + key * 128 + ((j ^ g) << 4) + 4 * t),
+                       "r"(dsa[j >> 1][(j & 1) * 2 + r])
+                       : "memory");
+        }
+      fence_proxy_async();
+    }
+    // The dS^T that this warpgroup's dQ reads is there: its own (four warps), or the tile's.
     if constexpr (kSplitKeys) named_barrier_sync(1 + wg, 128);
     else __syncthreads();
-    // dQ[:, this warpgroup's half] = dS K, into the accumulator shared by the KV tiles.
-    float dq[DQ_N / 2];
-    reg_fence(dq);
-    wgmma_fence();
-    mma_mn<T, DQ_N, DQ_K>(dq, ds_a_dq, k_b_dq);
-    wgmma_commit();
-    wgmma_wait<0>();
-    reg_fence(dq);
-    reg_fence(dk);
-    reg_fence(dv);
+    // dQ[:, this warpgroup's half] = dS K, one 64-column panel of K at a time (a second panel's
+    // 32 accumulator registers would not fit beside dK's and dV's at head dim 256), into the
+    // accumulator shared by the KV tiles.
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int q = q_lo + warp * 16 + g + 8 * r;
-      if (q >= q_hi) continue;
+    for (int panel = 0; panel < DQ_N / 64; ++panel) {
+      float dq[32];
+      reg_fence(dq);
+      wgmma_fence();
+      mma_mn<T, 64, DQ_K>(dq, ds_a_dq, k_b_dq + ((panel * KvTile::kPanelBytes) >> 4));
+      wgmma_commit();
+      wgmma_wait<0>();
+      reg_fence(dq);
+      reg_fence(dk);
+      reg_fence(dv);
 #pragma unroll
-      for (int j = 0; j < DQ_N / 8; ++j) {
-        const long long at_q = (row0 + q) * D + dq_col0 + 8 * j + 2 * t;
-        const float x0 = dq[acc_index(j, r, 0)] * scale, x1 = dq[acc_index(j, r, 1)] * scale;
-        if (det) {
-          acc_add(dq_acc, at_q, x0, true);
-          acc_add(dq_acc, at_q + 1, x1, true);
-        } else {
-          red_add_v2(reinterpret_cast<float*>(dq_acc) + at_q, x0, x1);
+      for (int r = 0; r < 2; ++r) {
+        const int q = q_lo + warp * 16 + g + 8 * r;
+        if (q >= q_hi) continue;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const long long at_q = (row0 + q) * D + dq_col0 + 64 * panel + 8 * j + 2 * t;
+          const float x0 = dq[acc_index(j, r, 0)] * scale, x1 = dq[acc_index(j, r, 1)] * scale;
+          if (det) {
+            acc_add(dq_acc, at_q, x0, true);
+            acc_add(dq_acc, at_q + 1, x1, true);
+          } else {
+            red_add_v2(reinterpret_cast<float*>(dq_acc) + at_q, x0, x1);
+          }
         }
       }
     }
@@ -236,8 +249,8 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile) {
     const int kv = kv_lo + key0 + 8 * r;
     if (kv >= kv_hi) continue;
 #pragma unroll
-    for (int j = 0; j < D / 8; ++j) {
-      const int col = 8 * j + 2 * t;
+    for (int j = 0; j < kPartCols / 8; ++j) {
+      const int col = part * kPartCols + 8 * j + 2 * t;
       const float dk0 = dk[acc_index(j, r, 0)] * scale, dk1 = dk[acc_index(j, r, 1)] * scale;
       const float dv0 = dv[acc_index(j, r, 0)], dv1 = dv[acc_index(j, r, 1)];
       if (gqa) {

@@ -31,9 +31,18 @@ std::string Breaks(const TileConfig& t, const cuir::AttentionConfig&) {
   return ok ? "" : "BLOCK_M 128, 12 warps, BLOCK_N 64, 80, 176 or a multiple of 128, stages 2 to 4";
 }
 
+// kernel_bwd.cu: 64 query rows x 128 keys (a warpgroup per 64 keys) up to head dim 128; at 256,
+// 64 x 64 with both warpgroups on the same keys, each holding half of dK's and dV's columns
+// (202 KiB of shared memory). At 128 that split tile is an alternative.
+std::vector<TileConfig> BackwardTiles(const cuir::AttentionConfig& config) {
+  if (config.head_dim == 256) return {{64, 64, 8}};
+  if (config.head_dim == 128) return {{64, 128, 8}, {64, 64, 8}};
+  return {{64, 128, 8}};
+}
+
 }  // namespace
 
-// kernel_bwd.cu: head dims 64 and 128 (256 needs a narrower dK/dV tile, not written yet).
-extern const Expert kFa3Sm90 = {"fa3_sm90", lower::Arch::kSm90, Tiles, Breaks, {64, 128}};
+extern const Expert kFa3Sm90 = {"fa3_sm90", lower::Arch::kSm90, Tiles, Breaks, {64, 128, 256},
+                                BackwardTiles};
 
 }  // namespace cubridge::experts

@@ -6,7 +6,8 @@
 // computes D = rowsum(dO * O) per query row and clears the fp32 accumulators; `attention` runs
 // one CTA per (n_block, h, b) grid point; `postprocess` converts dQ (and under GQA dK and dV).
 // The attention CTA keeps a 128-key K/V tile in shared memory and the tile's dK and dV
-// accumulators in the registers of two warpgroups of 64 keys each, and walks the query blocks
+// accumulators in the registers of two warpgroups of 64 keys each (at head dim 256 a 64-key tile
+// whose two warpgroups split dK's and dV's columns instead), and walks the query blocks
 // (attend_bwd.cuh): all five products on wgmma (mainloop_bwd.cuh: S^T and dP^T from shared
 // memory, dV and dK with P^T and dS^T from registers, dQ = dS K from dS^T staged in shared
 // memory), the variant's hooks between them (common/backward_hooks.cuh), and dQ added into its
@@ -110,16 +111,24 @@ __device__ __forceinline__ void variant_compact_row(const cubridge_attn_fwd_para
 // The block-table kernels (classify, then compact), on the regions above.
 #include "../common/table_kernels.cuh"
 
-// Two warpgroups of 64 keys each; the query block is one 64-column swizzle panel of dS^T.
+// Two warpgroups; the query block is one 64-column swizzle panel of dS^T. A 128-key tile gives
+// each warpgroup its own 64 keys; a 64-key tile gives both the same keys and each half of dK's
+// and dV's columns (kDParts = 2): both then compute the same S^T and dP^T over the whole head
+// dim, but each holds only 64 x D/2 of each accumulator, which keeps them in registers at head
+// dim 256 (64 x 256 x 2 would need 256 of them per thread).
 static_assert(BLOCK_M == 64, "a query block of 64: one 128-byte panel of dS^T per key row");
-static_assert(BLOCK_N == 128 && WARPS == 8, "two warpgroups of 64 keys");
+static_assert((BLOCK_N == 128 || BLOCK_N == 64) && WARPS == 8,
+              "two warpgroups: of 64 keys each (BLOCK_N 128), or of 64 keys together (64)");
 static_assert(STAGES == 2, "Q and dO are double-buffered");
 constexpr int kThreads = WARPS * 32;
+constexpr int kKeyGroups = BLOCK_N / 64;
+constexpr int kDParts = 2 / kKeyGroups;
 
 template <int D>
 struct BwdTiling {
   using KvTile = cubridge::fa3::PanelTile<BLOCK_N, D>;
   using QTile = cubridge::fa3::PanelTile<BLOCK_M, D>;
+  static constexpr int kPartCols = D / kDParts;  // a warpgroup's columns of dK and dV
   // K and V, then the stages of Q and dO, then dS^T ([key][query]), then the stages' LSE and D;
   // every tile 1024-byte aligned for the swizzle.
   static constexpr int kK = 0;
@@ -131,14 +140,19 @@ struct BwdTiling {
   static constexpr int kRows = kDs + kDsBytes;
   // Dynamic shared memory is only 16-byte aligned: 1024 bytes of slack.
   static constexpr int kSmemBytes = kRows + 2 * STAGES * BLOCK_M * 4 + 1024;
+  // Whether the tile serves head dim D: a warpgroup's part whole 64-column panels, at most 128
+  // columns of each accumulator (64 + 64 registers), within sm_90's 227 KiB of shared memory.
+  static constexpr bool kServed =
+      kPartCols % 64 == 0 && kPartCols <= 128 && kSmemBytes <= 227 * 1024;
 };
 
-// Dynamic shared memory of the head dims the kernel serves; 0 elsewhere: head dim 256 needs a
-// narrower tile for dK and dV in registers (not written yet).
+// Dynamic shared memory of the head dims the kernel serves at this tile (BwdTiling::kServed),
+// 0 for the others: 64 and 128 at the base tile (64 x 128 keys), 128 and 256 at 64 x 64.
 __host__ __device__ constexpr int bwd_smem_bytes(int head_dim) {
-  return head_dim == 64    ? BwdTiling<64>::kSmemBytes
-         : head_dim == 128 ? BwdTiling<128>::kSmemBytes
-                           : 0;
+  return head_dim == 64 && BwdTiling<64>::kServed     ? BwdTiling<64>::kSmemBytes
+         : head_dim == 128 && BwdTiling<128>::kServed ? BwdTiling<128>::kSmemBytes
+         : head_dim == 256 && BwdTiling<256>::kServed ? BwdTiling<256>::kSmemBytes
+                                                      : 0;
 }
 
 // @cuir-region head_check

@@ -3,8 +3,10 @@
 fa3_sm90 on Hopper) on the GPU (issue 29, item 4).
 
 Builds the kernel with nvcc beside a C shim (shim.cu) for this GPU's arch (sm_90a for fa3_sm90),
-runs it at ragged shapes (Sq != Skv both ways, tails in both directions, GQA and MQA, the head
-dims the expert serves among 64 and 128, bf16 and fp16) on fresh random inputs, and compares dQ, dK and dV, every element, with the float64
+once per backward tile the pipeline uses (the tile_params the lowering writes: the base tile for
+head dims 64 and 128, a narrower one for 256; BACKWARD_TILES), runs each at ragged shapes
+(Sq != Skv both ways, tails in both directions, GQA and MQA, the head dims the tile serves, bf16
+and fp16) on fresh random inputs, and compares dQ, dK and dV, every element, with the float64
 autograd of attention: |got - want| <= atol_rel * scale + rtol * |want|, scale = max|want| but
 at least a thousandth of the largest gradient's (the CPU verifier's rule,
 pipeline/verify_backward.h). The outputs start as NaN, so an element the kernel never
@@ -17,6 +19,7 @@ import argparse
 import ctypes
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -31,20 +34,38 @@ def skip(why):
     sys.exit(77)
 
 
-# The head dims each expert's backward serves (cuir/experts/*/descriptor.cc).
-HEAD_DIMS = {"fa2_sm80": (64, 128), "fa3_sm90": (64, 128)}
+# Each expert's backward tiles (BLOCK_M, BLOCK_N) and the head dims the pipeline gives each
+# (cuir/experts/*/descriptor.cc, BackwardTiles): the base tile's kernel_bwd.cu as it is, the
+# others with their tile_params written in, as the lowering writes them.
+BACKWARD_TILES = {
+    "fa2_sm80": [((64, 128), (64, 128)), ((32, 64), (256,))],
+    "fa3_sm90": [((64, 128), (64, 128)), ((64, 64), (256,))],
+}
 
 
-def build(out_dir, arch, expert):
+def build(out_dir, arch, expert, tile):
     nvcc = os.environ.get("NVCC") or shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
     if not os.path.exists(nvcc):
         skip("no nvcc")
-    lib = os.path.join(out_dir, "libcubridge_bwd_check.so")
+    name = f"{tile[0]}x{tile[1]}"
+    lib = os.path.join(out_dir, f"libcubridge_bwd_check_{name}.so")
     target = (["-gencode", "arch=compute_90a,code=sm_90a"] if expert == "fa3_sm90"
               else [f"-arch={arch}"])
-    kernel = f'"../../../cuir/experts/{expert}/kernel_bwd.cu"'
-    cmd = [nvcc, "-std=c++17", "-O3", *target, "-shared", "-Xcompiler", "-fPIC",
-           f"-DCUBRIDGE_BWD_KERNEL={kernel}", os.path.join(HERE, "shim.cu"), "-o", lib]
+    expert_dir = os.path.normpath(os.path.join(HERE, "../../../cuir/experts", expert))
+    with open(os.path.join(expert_dir, "kernel_bwd.cu")) as f:
+        source = f.read()
+    for param, value in zip(("BLOCK_M", "BLOCK_N"), tile):
+        source, n = re.subn(rf"^constexpr int {param} = \d+;", f"constexpr int {param} = {value};",
+                            source, flags=re.M)
+        if n != 1:
+            print(f"kernel_bwd.cu of {expert}: no tile_params line for {param}")
+            sys.exit(1)
+    # The copy's includes resolve against the expert's folder (-I), as the original's do.
+    kernel_path = os.path.join(out_dir, f"kernel_bwd_{name}.cu")
+    with open(kernel_path, "w") as f:
+        f.write(source)
+    cmd = [nvcc, "-std=c++17", "-O3", *target, "-shared", "-Xcompiler", "-fPIC", "-I", expert_dir,
+           f'-DCUBRIDGE_BWD_KERNEL="{kernel_path}"', os.path.join(HERE, "shim.cu"), "-o", lib]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         print(r.stdout + r.stderr)
@@ -123,10 +144,11 @@ def check(torch, so, cases, seed):
     return ok, results
 
 
-def bench(torch, so, reps):
-    """The issue's shape: bf16, d 128, Llama2-7B heads (32), B * S = 16k tokens, S = 8k; full."""
+def bench(torch, so, reps, d=128):
+    """The issue's shape: bf16, Llama2-7B heads (32) at d 128 (16 at d 256), B * S = 16k tokens,
+    S = 8k; full."""
     import torch.nn.functional as F
-    b, h, s, d = 2, 32, 8192, 128
+    b, h, s = 2, 32 * 128 // d, 8192
     dt = torch.bfloat16
     q, k, v, grad_o = (torch.randn(b, h, s, d, device="cuda", dtype=dt) for _ in range(4))
     scale = d ** -0.5
@@ -147,7 +169,7 @@ def bench(torch, so, reps):
         t = times[len(times) // 2]
         return {"seconds": t, "tflops": flops / t / 1e12}
 
-    out = {"shape": [b, h, s, d], "dtype": "bf16", "mask": "full"}
+    out = {"shape": [b, h, s, d], "dtype": "bf16", "mask": "full", "head_dim": d}
     qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
     o_sdpa = F.scaled_dot_product_attention(qg, kg, vg, scale=scale)
     out["sdpa"] = timed(lambda: torch.autograd.grad(o_sdpa, (qg, kg, vg), grad_o,
@@ -185,7 +207,7 @@ def main():
     ap.add_argument("--bench", action="store_true")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--seed", type=int, default=20261129)
-    ap.add_argument("--expert", choices=sorted(HEAD_DIMS), default="fa2_sm80")
+    ap.add_argument("--expert", choices=sorted(BACKWARD_TILES), default="fa2_sm80")
     a = ap.parse_args()
     try:
         import torch
@@ -197,20 +219,29 @@ def main():
     if a.expert == "fa3_sm90" and major != 9:
         skip("fa3_sm90 needs an sm_90 GPU")
     tmp = tempfile.mkdtemp(prefix="cubridge-bwd-")
-    so = build(tmp, f"sm_{major}{minor}", a.expert)
     cases = [
         (1, 2, 2, 64, 70, 45, "bf16"), (2, 4, 2, 128, 33, 100, "fp16"),
         (1, 3, 1, 128, 257, 300, "bf16"), (2, 8, 8, 64, 130, 130, "fp16"),
         (1, 4, 4, 128, 300, 257, "fp16"), (1, 2, 2, 128, 1000, 1000, "bf16"),
         (1, 1, 1, 64, 1, 1, "bf16"), (2, 6, 2, 64, 511, 129, "bf16"),
         (1, 1, 1, 128, 1, 1, "fp16"), (2, 6, 2, 128, 511, 129, "bf16"),
+        (1, 2, 2, 256, 70, 45, "bf16"), (2, 4, 2, 256, 33, 100, "fp16"),
+        (1, 3, 1, 256, 257, 300, "bf16"), (1, 4, 4, 256, 300, 257, "fp16"),
+        (1, 1, 1, 256, 1, 1, "bf16"), (2, 6, 2, 256, 511, 129, "bf16"),
     ]
-    cases = [c for c in cases if c[3] in HEAD_DIMS[a.expert]]
-    ok, results = check(torch, so, cases, a.seed)
+    ok, results, benches = True, [], []
+    for tile, head_dims in BACKWARD_TILES[a.expert]:
+        so = build(tmp, f"sm_{major}{minor}", a.expert, tile)
+        tile_ok, tile_results = check(torch, so, [c for c in cases if c[3] in head_dims], a.seed)
+        ok &= tile_ok
+        results += [dict(r, tile=list(tile)) for r in tile_results]
+        if a.bench:
+            benches.append(dict(bench(torch, so, a.reps, max(head_dims)), tile=list(tile)))
     report = {"device": torch.cuda.get_device_name(), "expert": a.expert, "passed": ok,
               "cases": results}
     if a.bench:
-        report["bench"] = bench(torch, so, a.reps)
+        # "bench": the d 128 row (the issue's), "benches": every tile's.
+        report["bench"], report["benches"] = benches[0], benches
     if a.out:
         with open(a.out, "w") as f:
             json.dump(report, f, indent=1)

@@ -47,9 +47,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (mode == "probe") {
-    auto device = cubridge::gpu::ProbeJson();
-    if (!device.ok()) return Fail(result_path, device.status(), 4);
-    return Finish(result_path, {{"ok", true}, {"device", *device}}, 0);
+    auto probed = cubridge::gpu::ProbeJson();
+    if (!probed.ok()) return Fail(result_path, probed.status(), 4);
+    (*probed)["ok"] = true;
+    return Finish(result_path, *probed, 0);
   }
   const auto text = cubridge::files::ReadFile(request_path);
   auto parsed = nlohmann::json::parse(text.value_or(""), nullptr, false);

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# On a lent GPU machine (docs/gpu.md, "Backward"): every check of the backward in one call, each
+# step's log under $OUT, a table of the steps last. Steps, cheapest first, each timed; a step that
+# fails is reported and the rest still run:
+#   expert   tests/gpu/backward/backward_expert_check.py for fa3_sm90 (Hopper) and fa2_sm80, every
+#            backward tile (head dims 64 and 128 on the base tile, 256 on its own), with --bench
+#   build    gpu_tests, the CLI, the runner and the PyTorch op (scripts/device-build.sh)
+#   lowered  Variants/BackwardOnGpu: every example and generality spec's lowered backward, both
+#            experts, head dims 64/128/256, both tiles at 128; sharded 4 ways
+#   adapt    Examples/EveryExample: adapt's GPU stage, the backward's tiles tuned in the runner
+#   train    tests/python/gpu_train_check.py (gradients incl. d256, compile, deterministic, loss)
+#   bench    bench/torch_backward.py (the op's backward against Flex and SDPA, one process)
+#   bash scripts/device-backward.sh [STEPS...]     (default: all, in the order above)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+source .debs/activate.sh >/dev/null
+out=${OUT:-/tmp}
+steps=("$@")
+[ ${#steps[@]} -gt 0 ] || steps=(expert build lowered adapt train bench)
+# The CPU verifier's LibTorch threads thrash when four shards share 16 cores (session 15).
+export OMP_NUM_THREADS=4 PYTHONUNBUFFERED=1
+summary=()
+run() {  # run NAME COMMAND...: the command's output in $out/NAME.log, its time and status kept
+  local name=$1 t0=$SECONDS rc
+  shift
+  "$@" >"$out/$name.log" 2>&1
+  rc=$?
+  summary+=("$(printf '%-8s rc=%-3s %4ss  %s' "$name" "$rc" $((SECONDS - t0)) "$(tail -1 "$out/$name.log" | cut -c1-90)")")
+  return $rc
+}
+has() { [[ " ${steps[*]} " == *" $1 "* ]]; }
+nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1
+built=1
+if has build || has lowered || has adapt || has train || has bench; then
+  # Built in the background while the expert checks use the GPU.
+  (bash scripts/device-build.sh build-dev gpu_tests cubridge-cli cubridge-cli-local \
+     cubridge-gpu-runner cubridge_torch >"$out/build.log" 2>&1; echo "rc=$?" >>"$out/build.log") &
+  build_pid=$!
+fi
+if has expert; then
+  run expert_fa3 bash -c "cd tests/gpu/backward && python3 backward_expert_check.py --expert fa3_sm90 --bench --out $out/expert_fa3.json"
+  run expert_fa2 bash -c "cd tests/gpu/backward && python3 backward_expert_check.py --expert fa2_sm80 --out $out/expert_fa2.json"
+fi
+if [ -n "${build_pid:-}" ]; then
+  wait "$build_pid"
+  grep -q "^rc=0" "$out/build.log" && built=0
+  summary+=("$(printf '%-8s rc=%-3s        %s' build "$built" "$(tail -2 "$out/build.log" | head -1 | cut -c1-90)")")
+fi
+if [ "$built" = 0 ]; then
+  if has lowered; then
+    t0=$SECONDS
+    for i in 0 1 2 3; do
+      GTEST_TOTAL_SHARDS=4 GTEST_SHARD_INDEX=$i timeout 420 ./build-dev/tests/gpu_tests \
+        --gtest_filter='Variants/BackwardOnGpu.*' >"$out/lowered_$i.log" 2>&1 &
+    done
+    wait
+    cat "$out"/lowered_?.log >"$out/lowered.log"
+    summary+=("$(printf '%-8s %s %4ss' lowered "$(grep -c '^\[       OK' "$out/lowered.log") ok, $(grep -c '^\[  FAILED  \]' "$out/lowered.log") failed lines" $((SECONDS - t0)))")
+  fi
+  has adapt && run adapt timeout 500 ./build-dev/tests/gpu_tests --gtest_filter='Examples/EveryExample.*'
+  export PYTHONPATH=$PWD/build-dev/python CUBRIDGE_ADAPT_ARGS="--gpu off"
+  has train && run train bash -c "cd tests/python && timeout 300 python3 gpu_train_check.py --out $out/train.json"
+  has bench && run bench timeout 300 python3 bench/torch_backward.py --out "$out/torch_backward.json"
+fi
+printf '%s\n' "${summary[@]}"
