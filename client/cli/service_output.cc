@@ -155,7 +155,12 @@ void PrintWorkerTable(const std::vector<v1::WorkerInfo>& workers) {
     const std::string health = w.health() == v1::WORKER_HEALTH_NOT_SERVING ? "UNHEALTHY"
                                : w.health() == v1::WORKER_HEALTH_DRAINING  ? "draining"
                                                                            : "ok";
-    rows.push_back({w.worker_id(), w.arch(), w.gpu_name().empty() ? "-" : w.gpu_name(),
+    // The GPU as "#ordinal name" on its host, so that two workers of one host are told apart.
+    const std::string gpu = w.gpu_name().empty() ? "-"
+                            : w.gpu_uuid().empty()
+                                ? w.gpu_name()
+                                : absl::StrCat("#", w.gpu_ordinal(), " ", w.gpu_name());
+    rows.push_back({w.worker_id(), w.arch(), gpu,
                     Memory(w.memory_bytes()), Age(w.last_heartbeat_unix_millis()), health,
                     w.current_task().empty() ? "idle" : w.current_task()});
     if (!w.health_reason().empty()) reasons.push_back(w.worker_id() + ": " + w.health_reason());

@@ -155,6 +155,9 @@ class ClientService final : public v1::CuBridge::Service {
         info->set_worker_id(w.id);
         info->set_arch(w.arch);
         info->set_gpu_name(w.gpu_name);
+        info->set_gpu_ordinal(w.gpu_ordinal);
+        info->set_gpu_uuid(w.gpu_uuid);
+        info->set_hostname(w.hostname);
         info->set_memory_bytes(w.memory_bytes);
         for (const auto& cap : w.capabilities) info->add_capabilities(cap);
         info->set_last_heartbeat_unix_millis(w.last_seen_ms);

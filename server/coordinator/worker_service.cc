@@ -40,6 +40,8 @@ class WorkerService final : public v1::Workers::Service {
       store::WorkerRecord w;
       w.arch = arch;
       w.gpu_name = req->gpu_name();
+      w.gpu_ordinal = req->gpu_ordinal();
+      w.gpu_uuid = req->gpu_uuid();
       w.memory_bytes = req->memory_bytes();
       w.capabilities = {req->capabilities().begin(), req->capabilities().end()};
       w.hostname = req->hostname();
@@ -47,8 +49,11 @@ class WorkerService final : public v1::Workers::Service {
       if (!id.ok()) return id.status();
       out->set_worker_id(*id);
       out->set_lease_millis(c_->options().flow.lease.count());
-      spdlog::info("worker={} registered arch={} gpu='{}' host={} capabilities={}", *id, arch,
-                   w.gpu_name, w.hostname, absl::StrJoin(w.capabilities, ","));
+      spdlog::info("worker={} registered arch={} gpu='{}'{} host={} capabilities={}", *id, arch,
+                   w.gpu_name,
+                   w.gpu_uuid.empty() ? "" : absl::StrCat(" gpu_ordinal=", w.gpu_ordinal,
+                                                          " gpu_uuid=", w.gpu_uuid),
+                   w.hostname, absl::StrJoin(w.capabilities, ","));
       return absl::OkStatus();
     });
   }

@@ -22,6 +22,7 @@ absl::StatusOr<std::string> WorkerRegistry::Register(const WorkerRecord& w) {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
   const std::string id = absl::StrCat("w-", w.arch, "-", absl::Hex(rng() & 0xffffffffffull, absl::kZeroPad10));
   auto set = redis_->Command({"HSET", WorkerKey(id), "arch", w.arch, "gpu_name", w.gpu_name,
+                              "gpu_ordinal", absl::StrCat(w.gpu_ordinal), "gpu_uuid", w.gpu_uuid,
                               "memory_bytes", absl::StrCat(w.memory_bytes), "capabilities",
                               absl::StrJoin(w.capabilities, ","), "hostname", w.hostname,
                               "last_seen_ms", absl::StrCat(UnixMillis()), "current_task", "",
@@ -65,6 +66,8 @@ absl::StatusOr<WorkerRecord> WorkerRegistry::Get(const std::string& id) {
   w.id = id;
   w.arch = m["arch"];
   w.gpu_name = m["gpu_name"];
+  (void)absl::SimpleAtoi(m["gpu_ordinal"], &w.gpu_ordinal);
+  w.gpu_uuid = m["gpu_uuid"];
   (void)absl::SimpleAtoi(m["memory_bytes"], &w.memory_bytes);
   if (!m["capabilities"].empty()) w.capabilities = absl::StrSplit(m["capabilities"], ',');
   w.hostname = m["hostname"];

@@ -25,6 +25,8 @@ struct WorkerRecord {
   std::string current_task;
   std::string health = "serving";  // serving | not_serving | draining, as the worker reports it
   std::string health_reason;
+  int gpu_ordinal = 0;   // on its host, with gpu_uuid set
+  std::string gpu_uuid;  // empty: a CPU worker
 };
 
 class WorkerRegistry {

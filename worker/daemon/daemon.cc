@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <optional>
@@ -17,6 +18,7 @@
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "cuir/files/files.h"
 #include "service/contract/task_contract.h"
 #include "service/contract/task_messages.h"
@@ -157,26 +159,91 @@ grpc::Status Daemon::Call(Method method, const Request& request, Response* respo
   return (stub_.get()->*method)(&ctx, request, response);
 }
 
+absl::StatusOr<json> ProbeGpus(const std::string& work_root) {
+  // The probe runs in the GPU runner child: a broken driver cannot take the daemon down.
+  gpu::AutotuneOptions t;
+  t.work_root = work_root;
+  gpu::GpuAutotuner tuner(t);
+  auto found = tuner.Probe(lower::Arch::kSm80);
+  if (!found.ok()) return found.status();
+  return json{{"device", tuner.device()}, {"devices", tuner.devices()}};
+}
+
 absl::Status Daemon::Discover() {
-  if (options_.arch != "auto") {
+  const bool pick = options_.gpu >= 0;
+  if (options_.arch != "auto" && !pick) {
     arch_ = options_.arch;
     return absl::OkStatus();
   }
-  // The probe runs in the GPU runner child: a broken driver cannot take the daemon down.
-  gpu::AutotuneOptions t;
-  t.work_root = (fs::path(options_.work_dir) / "probe").string();
-  gpu::GpuAutotuner tuner(t);
-  auto found = tuner.Probe(lower::Arch::kSm80);
+  if (pick && options_.arch == "cpu") {
+    return absl::InvalidArgumentError(absl::StrCat("--gpu ", options_.gpu,
+                                                   " with --arch cpu: a CPU worker drives no GPU"));
+  }
+  // Each probe is a fresh child, so one after CUDA_VISIBLE_DEVICES changed sees the narrowed set.
+  auto probe = [&](const std::string& name) -> std::pair<absl::Status, json> {
+    auto gpus = ProbeGpus((fs::path(options_.work_dir) / name).string());
+    return {gpus.status(), gpus.ok() ? *gpus : json::object()};
+  };
+  std::pair<absl::Status, json> probed = probe("probe");
+  const absl::Status& found = probed.first;
+  const json& seen = probed.second;
+  if (pick) {
+    if (!found.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--gpu ", options_.gpu, ": no usable GPU on this machine (", found.message(), ")"));
+    }
+    const json& devices = seen["devices"];
+    if (options_.gpu >= static_cast<int>(devices.size())) {
+      std::vector<std::string> listed;
+      for (const json& d : devices) {
+        listed.push_back(absl::StrCat(d.value("ordinal", 0), " ", d.value("name", "?"), " (",
+                                      d.value("uuid", "?"), ")"));
+      }
+      const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--gpu ", options_.gpu, ": this machine has ", devices.size(), " GPU",
+          devices.size() == 1 ? "" : "s", " (", absl::StrJoin(listed, "; "),
+          "): give an ordinal below ", devices.size(),
+          visible != nullptr ? absl::StrCat(" (CUDA_VISIBLE_DEVICES=", visible,
+                                            " narrows what this worker sees)")
+                             : ""));
+    }
+    const std::string uuid = devices[options_.gpu].value("uuid", "");
+    if (uuid.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--gpu ", options_.gpu, ": the driver gives no UUID for it, so this worker cannot "
+          "narrow its children to it (CUDA_VISIBLE_DEVICES)"));
+    }
+    // Every child (probe, runner, task) inherits it: the chosen GPU is their device 0.
+    setenv("CUDA_VISIBLE_DEVICES", uuid.c_str(), 1);
+    probed = probe("probe-gpu");
+    if (!found.ok() || seen["device"].value("uuid", "") != uuid) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--gpu ", options_.gpu, " (", uuid, "): narrowed to it with CUDA_VISIBLE_DEVICES, the "
+          "probe ", found.ok() ? absl::StrCat("found ", seen["device"].value("uuid", "?"))
+                               : absl::StrCat("failed: ", found.message())));
+    }
+  }
   if (!found.ok()) {
     spdlog::info("no usable GPU ({}): serving as a CPU worker (lift, transfer, ir candidates)",
-                 std::string(found.status().message()));
+                 std::string(found.message()));
     arch_ = "cpu";
     return absl::OkStatus();
   }
-  const json& d = tuner.device();
-  arch_ = d.value("arch", "cpu") == "sm_90" ? "sm_90" : "sm_80";
+  const json& d = seen["device"];
+  arch_ = options_.arch != "auto" ? options_.arch
+          : d.value("arch", "cpu") == "sm_90" ? "sm_90" : "sm_80";
   gpu_name_ = d.value("name", "");
+  gpu_uuid_ = d.value("uuid", "");
+  gpu_ordinal_ = pick ? options_.gpu : d.value("ordinal", 0);
   memory_bytes_ = d.value("memory_bytes", int64_t{0});
+  if (!options_.share_gpu && !gpu_uuid_.empty()) {
+    auto lock = GpuLock::Acquire(options_.gpu_lock_dir, gpu_uuid_);
+    if (!lock.ok()) return lock.status();
+    gpu_lock_ = *std::move(lock);
+  }
+  spdlog::info("driving GPU {} ({}, {}){}", gpu_ordinal_, gpu_name_, gpu_uuid_,
+               options_.share_gpu ? ", shared with other workers (--share-gpu)" : "");
   return absl::OkStatus();
 }
 
@@ -184,6 +251,10 @@ absl::Status Daemon::Register() {
   v1::RegisterRequest req;
   req.set_arch(arch_);
   req.set_gpu_name(gpu_name_);
+  if (!gpu_uuid_.empty()) {
+    req.set_gpu_ordinal(gpu_ordinal_);
+    req.set_gpu_uuid(gpu_uuid_);
+  }
   req.set_memory_bytes(memory_bytes_);
   req.add_capabilities("nvrtc");
   if (arch_ != "cpu") req.add_capabilities("gpu-verify");

@@ -20,11 +20,13 @@
 #include <string>
 
 #include <grpcpp/grpcpp.h>
+#include <nlohmann/json.hpp>
 
 #include "absl/status/status.h"
 #include "cubridge/v1/worker.grpc.pb.h"
 #include "cuir/propose/llm_flags.h"
 #include "service/runtime/metrics.h"
+#include "worker/daemon/gpu_lock.h"
 
 namespace cubridge::workerd {
 
@@ -33,6 +35,15 @@ struct DaemonOptions {
   std::string token;
   std::string tls_ca_file;      // set: TLS to the coordinator
   std::string arch = "auto";    // auto (probe the GPU), cpu, sm_80, sm_90
+  // The GPU it drives, by ordinal among the GPUs it sees (CUDA_VISIBLE_DEVICES of its start):
+  // -1 = the first. Set, the worker narrows CUDA_VISIBLE_DEVICES to that GPU's UUID for every
+  // child it starts; an ordinal the machine lacks is INVALID_ARGUMENT at start.
+  int gpu = -1;
+  // Whether it may drive a GPU another worker of this machine drives (a lock file per GPU in
+  // gpu_lock_dir refuses it otherwise: two workers profiling on one GPU disturb each other's
+  // timings).
+  bool share_gpu = false;
+  std::string gpu_lock_dir = "/tmp";
   std::string work_dir;         // scratch; empty = a fresh folder under /tmp
   std::string metrics_listen;   // host:port for /metrics; empty = none
   double task_timeout_seconds = 1800;
@@ -59,6 +70,8 @@ class Daemon {
   const std::string& arch() const { return arch_; }
 
  private:
+  // Its arch and GPU: the --gpu ordinal checked against the GPUs the probe sees and narrowed to,
+  // the GPU's lock taken. INVALID_ARGUMENT / FAILED_PRECONDITION for a worker that must not start.
   absl::Status Discover();
   absl::Status Register();
   // Runs the task; returns the class of its failure (UNSPECIFIED when it did not fail).
@@ -93,8 +106,10 @@ class Daemon {
   // Since when the channel to the coordinator has been down, while it is.
   std::optional<std::chrono::steady_clock::time_point> unreachable_since_;
   std::string last_failure_;  // the last infrastructure failure, for the fencing reason
-  std::string arch_, gpu_name_, worker_id_;
+  std::string arch_, gpu_name_, gpu_uuid_, worker_id_;
+  int gpu_ordinal_ = 0;
   int64_t memory_bytes_ = 0;
+  std::optional<GpuLock> gpu_lock_;  // held while it drives its GPU (unless share_gpu)
   std::chrono::milliseconds lease_{10000};
   std::atomic<bool> draining_{false};
   bool own_work_dir_ = false;
@@ -105,6 +120,11 @@ class Daemon {
 // produced}). Exit 0 when the task succeeded, 1 when it failed, 3 when the result could not be
 // written (the reason goes to stderr).
 int RunTaskChild(const std::string& request_path, const std::string& result_path);
+
+// The GPUs this process sees, from a runner child's probe: {"device": the first, "devices": all,
+// by ordinal, each {"ordinal", "uuid", "name", "arch", "memory_bytes", ...}}; FAILED_PRECONDITION
+// (or the child's failure) where there is none. `work_root` holds the child's files.
+absl::StatusOr<nlohmann::json> ProbeGpus(const std::string& work_root);
 
 // The work dir is usable: it exists (or can be made), is a directory, takes a file write and has
 // `min_free_bytes` free. FAILED_PRECONDITION "work dir PATH: what is wrong (how to fix)".

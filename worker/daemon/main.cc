@@ -1,8 +1,10 @@
 // cubridge-worker: a worker daemon of the CuBridge service (one per GPU, or CPU-only).
-//   cubridge-worker --coordinator HOST:PORT [--arch auto|cpu|sm_80|sm_90]
+//   cubridge-worker --coordinator HOST:PORT [--arch auto|cpu|sm_80|sm_90] [--gpu N [--share-gpu]]
 //                   [--llm-endpoint URL --llm-model NAME [--llm-api-key-file F] ...] ...
+//   cubridge-worker --list-gpus                              (the GPUs it could drive; exits)
 //   cubridge-worker run-task --request FILE --result FILE   (the per-task child; internal)
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 
@@ -12,6 +14,7 @@
 #include "service/runtime/signals.h"
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "cuir/propose/llm_flags.h"
 #include "worker/daemon/daemon.h"
@@ -53,6 +56,27 @@ int main(int argc, char** argv) {
                  "CUBRIDGE_WORKER_TOKEN)");
   app.add_option("--tls-ca", o.tls_ca_file, "CA certificates (PEM): connect with TLS");
   app.add_option("--arch", o.arch, "auto (probe the GPU), cpu, sm_80 or sm_90")->capture_default_str();
+  app.add_option("--gpu", o.gpu,
+                 "The GPU this worker drives, by ordinal as --list-gpus shows them (env "
+                 "CUBRIDGE_GPU; default: the first): one worker per GPU")
+      ->envname("CUBRIDGE_GPU")
+      ->check(CLI::Validator(
+          [](std::string& value) -> std::string {
+            int ordinal = -1;
+            if (absl::SimpleAtoi(value, &ordinal) && ordinal >= 0) return "";
+            return "give a GPU's ordinal (0, 1, ...: cubridge-worker --list-gpus shows them), "
+                   "got '" + value + "'";
+          },
+          "ORDINAL"));
+  app.add_flag("--share-gpu", o.share_gpu,
+               "Drive a GPU that another worker of this machine drives (refused otherwise: their "
+               "profiles would disturb each other)");
+  app.add_option("--gpu-lock-dir", o.gpu_lock_dir,
+                 "Folder of the per-GPU lock files, shared by the workers of this machine")
+      ->capture_default_str();
+  bool list_gpus = false;
+  app.add_flag("--list-gpus", list_gpus,
+               "Print the GPUs this machine has (ordinal, UUID, name, arch) and exit");
   app.add_option("--work-dir", o.work_dir, "Scratch folder (default: a fresh one under /tmp)");
   app.add_option("--metrics-listen", o.metrics_listen, "Prometheus /metrics address (host:port)");
   app.add_option("--task-timeout", o.task_timeout_seconds, "Seconds one task may run")
@@ -83,6 +107,31 @@ int main(int argc, char** argv) {
   cubridge::propose::LlmFlags llm;
   cubridge::propose::AddLlmFlags(&app, llm);
   CLI11_PARSE(app, argc, argv);
+  if (list_gpus) {
+    // One line per GPU on stdout (none where there is no GPU: the reason goes to stderr).
+    std::string tmpl = (std::filesystem::temp_directory_path() / "cubridge-list-gpus-XXXXXX").string();
+    if (mkdtemp(tmpl.data()) == nullptr) {
+      std::cerr << "cubridge-worker: cannot create a scratch folder for the probe\n";
+      return 3;
+    }
+    auto gpus = cubridge::workerd::ProbeGpus(tmpl);
+    std::error_code ec;
+    std::filesystem::remove_all(tmpl, ec);
+    if (!gpus.ok()) {
+      std::cerr << "cubridge-worker: no usable GPU: " << gpus.status().message() << "\n";
+      return 0;
+    }
+    for (const auto& d : (*gpus)["devices"]) {
+      std::cout << d.value("ordinal", 0) << " " << d.value("uuid", "-") << " "
+                << d.value("arch", "?") << " " << d.value("name", "?") << "\n";
+    }
+    return 0;
+  }
+  if (o.gpu >= 0 && o.arch == "cpu") {
+    std::cerr << "cubridge-worker: --gpu " << o.gpu
+              << " with --arch cpu: a CPU worker drives no GPU (drop one of them)\n";
+    return 2;
+  }
   o.drain_timeout = std::chrono::milliseconds(static_cast<int64_t>(drain_s * 1000));
   o.min_free_bytes = min_free_mb << 20;
   o.unhealthy_backoff = std::chrono::milliseconds(static_cast<int64_t>(unhealthy_backoff_s * 1000));
@@ -140,7 +189,10 @@ int main(int argc, char** argv) {
   }
   if (!s.ok()) {
     std::cerr << "cubridge-worker: " << s.message() << "\n";
-    return s.code() == absl::StatusCode::kUnauthenticated ? 4 : 3;
+    // 2: the options cannot work on this machine (a --gpu it does not have).
+    return s.code() == absl::StatusCode::kUnauthenticated    ? 4
+           : s.code() == absl::StatusCode::kInvalidArgument ? 2
+                                                             : 3;
   }
   return 0;
 }
