@@ -11,10 +11,22 @@
 #   train    tests/python/gpu_train_check.py (gradients incl. d256, compile, deterministic, loss)
 #   bench    bench/torch_backward.py (the op's backward against Flex and SDPA, one process)
 #   bash scripts/device-backward.sh [STEPS...]     (default: all, in the order above)
+# The patches in tests/gpu/backward/pending/ are applied first (the device's copy of the tree is
+# thrown away after the call), so that the checks cover what they would land; NO_PENDING=1 skips
+# them.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source .debs/activate.sh >/dev/null
 out=${OUT:-/tmp}
+if [ "${NO_PENDING:-0}" != 1 ]; then
+  for patch in tests/gpu/backward/pending/*.patch; do
+    [ -e "$patch" ] || continue
+    if { command -v git >/dev/null && git apply "$patch"; } 2>"$out/pending.log" ||
+       { ! command -v git >/dev/null && patch -s -p1 <"$patch"; } 2>>"$out/pending.log"; then
+      echo "applied $patch"
+    else echo "pending $patch does not apply:"; cat "$out/pending.log"; exit 1; fi
+  done
+fi
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(expert build lowered adapt train bench)
 # The CPU verifier's LibTorch threads thrash when four shards share 16 cores (session 15).
