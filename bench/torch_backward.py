@@ -1,12 +1,16 @@
-"""The backward as a training step sees it (issue 29): cubridge.attention's backward (the op's
-autograd, the variant's lowered backward kernel) against flex_attention's (torch.compile, block
-mask built once) and SDPA's fastest backend, in one process on the lent GPU.
+"""The backward as a training step sees it (issues 29, 30): cubridge.attention's backward (the
+op's autograd, the variant's lowered backward kernel) against flex_attention's (torch.compile,
+block mask built once) and SDPA's fastest backend, in one process on the lent GPU.
 
     PYTHONPATH=build-dev/python python3 bench/torch_backward.py --out $OUT/torch_backward.json
+    ... --heads llama2-7b,qwen2.5-72b,llama3.1-405b --head-dim 64,128 --seqlen 8192,1024 \
+        --deterministic --variants full,causal
 
-bf16, d=128, Llama2-7B heads (32/32), B * S = 16k tokens. Backward time = (forward + backward)
-- forward, each the median of CUDA-event timings; TFLOP/s on kept elements, backward counting
-2.5x the forward's 4 * B * H * D * kept. The first call of each variant adapts it (not timed)."""
+bf16, B * S = 16k tokens; by default d=128, Llama2-7B heads (32/32), S = 8k, every variant below.
+Backward time = (forward + backward) - forward, each the median of CUDA-event timings; TFLOP/s on
+kept elements, backward counting 2.5x the forward's 4 * B * Hq * D * kept. With --deterministic
+CuBridge's backward is timed again under torch.use_deterministic_algorithms (issue 30: within
+15% of the fast mode). The first call of each variant adapts it (not timed)."""
 
 import argparse
 import json
@@ -36,7 +40,7 @@ def window(b, h, q_idx, kv_idx):
     return (q_idx - kv_idx).abs() <= 256
 
 
-SLOPES = torch.linspace(-0.5, -0.01, 32, device=DEV)
+SLOPES = torch.linspace(-0.5, -0.01, 256, device=DEV)  # enough for every head config below
 
 
 def alibi(score, b, h, q_idx, kv_idx):
@@ -96,58 +100,109 @@ def measure(forward, q, k, v, do, reps):
     return f, fb - f
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--seqlen", type=int, default=8192)
-    ap.add_argument("--reps", type=int, default=10)
-    ap.add_argument("--out", default="")
-    args = ap.parse_args()
-    s, h, d = args.seqlen, 32, 128
-    b = 16384 // s
+HEADS = {  # name: (query heads, kv heads) at d 128; other head dims keep Hq * D
+    "llama2-7b": (32, 32),
+    "qwen2.5-72b": (64, 8),
+    "llama3.1-405b": (128, 8),
+}
+
+
+def sdpa_best(mask_mod, q, k, v, do, reps, gqa):
+    best = None
+    for backend in (SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION):
+        try:
+            with sdpa_kernel(backend):
+                t = measure(lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(
+                    q, k, v, is_causal=mask_mod is causal, enable_gqa=gqa), q, k, v, do, reps)[1]
+            if best is None or t < best[1]:
+                best = (backend.name, t)
+        except RuntimeError:
+            continue
+    return best
+
+
+def run_shape(heads, d, s, variants, reps, deterministic, flex):
+    hq, hkv = heads
+    hq, hkv = max(1, hq * 128 // d), max(1, hkv * 128 // d)
+    b = max(1, 16384 // s)
+    gqa = hq != hkv
     g = torch.Generator(device=DEV).manual_seed(0)
-    q, k, v = (torch.randn(b, h, s, d, device=DEV, generator=g).bfloat16().requires_grad_()
-               for _ in range(3))
-    do = torch.randn(b, h, s, d, device=DEV, generator=g).bfloat16()
-    flex = torch.compile(flex_attention)
+    q = torch.randn(b, hq, s, d, device=DEV, generator=g).bfloat16().requires_grad_()
+    k, v = (torch.randn(b, hkv, s, d, device=DEV, generator=g).bfloat16().requires_grad_()
+            for _ in range(2))
+    do = torch.randn(b, hq, s, d, device=DEV, generator=g).bfloat16()
+    print(f"-- bf16 B={b} Hq={hq} Hkv={hkv} S={s} d={d}: backward TFLOP/s on kept elements (ms)")
     rows = []
-    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, bf16 B={b} H={h} S={s} "
-          f"d={d}; backward TFLOP/s on kept elements (ms)")
-    for name, (score_mod, mask_mod) in VARIANTS.items():
+    for name in variants:
+        score_mod, mask_mod = VARIANTS[name]
         n = kept(mask_mod, s)
-        flops_bwd = 2.5 * 4 * b * h * d * n
+        flops_bwd = 2.5 * 4 * b * hq * d * n
         fn = cubridge.compile(score_mod=score_mod, mask_mod=mask_mod)
-        row = {"variant": name, "density": n / (s * s)}
-        ours = measure(lambda q, k, v: fn(q, k, v), q, k, v, do, args.reps)
-        row["cubridge_ms"] = ours[1]
-        bm = create_block_mask(mask_mod, None, None, s, s, device=DEV) if mask_mod else None
-        theirs = measure(lambda q, k, v: flex(q, k, v, score_mod=score_mod, block_mask=bm),
-                         q, k, v, do, args.reps)
-        row["flex_ms"] = theirs[1]
-        if score_mod in (None, identity) and mask_mod in (None, causal):
-            best = None
-            for backend in (SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION):
+        row = {"variant": name, "shape": [b, hq, hkv, s, d], "density": n / (s * s)}
+        try:
+            row["cubridge_ms"] = measure(lambda q, k, v: fn(q, k, v, enable_gqa=gqa),
+                                         q, k, v, do, reps)[1]
+            if deterministic:
+                torch.use_deterministic_algorithms(True)
                 try:
-                    with sdpa_kernel(backend):
-                        t = measure(lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(
-                            q, k, v, is_causal=mask_mod is causal), q, k, v, do, args.reps)[1]
-                    if best is None or t < best[1]:
-                        best = (backend.name, t)
-                except RuntimeError:
-                    continue
+                    row["cubridge_det_ms"] = measure(lambda q, k, v: fn(q, k, v, enable_gqa=gqa),
+                                                     q, k, v, do, reps)[1]
+                finally:
+                    torch.use_deterministic_algorithms(False)
+        except Exception as e:  # noqa: BLE001 - recorded (e.g. a head dim without a backward)
+            row["cubridge_error"] = str(e).splitlines()[0][:200]
+        bm = create_block_mask(mask_mod, None, None, s, s, device=DEV) if mask_mod else None
+        row["flex_ms"] = measure(lambda q, k, v: flex(q, k, v, score_mod=score_mod, block_mask=bm,
+                                                      enable_gqa=gqa), q, k, v, do, reps)[1]
+        if score_mod in (None, identity) and mask_mod in (None, causal):
+            best = sdpa_best(mask_mod, q, k, v, do, reps, gqa)
             if best:
                 row["sdpa_backend"], row["sdpa_ms"] = best
-        for key in ("cubridge", "flex", "sdpa"):
+        for key in ("cubridge", "cubridge_det", "flex", "sdpa"):
             if f"{key}_ms" in row:
                 row[f"{key}_tflops"] = flops_bwd / (row[f"{key}_ms"] * 1e-3) / 1e12
         rows.append(row)
-        print(f"{name:20s} cubridge {row['cubridge_tflops']:6.1f} ({row['cubridge_ms']:.2f})  "
-              f"flex {row['flex_tflops']:6.1f} ({row['flex_ms']:.2f})"
-              + (f"  sdpa[{row['sdpa_backend']}] {row['sdpa_tflops']:6.1f} ({row['sdpa_ms']:.2f})"
-                 if "sdpa_ms" in row else ""), flush=True)
+        line = f"{name:20s} cubridge "
+        line += (f"{row['cubridge_tflops']:6.1f} ({row['cubridge_ms']:.2f})" if "cubridge_ms" in row
+                 else f"-- ({row['cubridge_error'][:60]})")
+        if "cubridge_det_ms" in row:
+            line += f"  deterministic {row['cubridge_det_tflops']:6.1f} ({row['cubridge_det_ms']:.2f})"
+        line += f"  flex {row['flex_tflops']:6.1f} ({row['flex_ms']:.2f})"
+        if "sdpa_ms" in row:
+            line += f"  sdpa[{row['sdpa_backend']}] {row['sdpa_tflops']:6.1f} ({row['sdpa_ms']:.2f})"
+        print(line, flush=True)
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seqlen", default="8192", help="comma-separated sequence lengths")
+    ap.add_argument("--head-dim", default="128", help="comma-separated head dims")
+    ap.add_argument("--heads", default="llama2-7b",
+                    help="comma-separated head configs: " + ", ".join(HEADS))
+    ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated variants")
+    ap.add_argument("--deterministic", action="store_true",
+                    help="also time CuBridge's deterministic mode")
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--out", default="")
+    args = ap.parse_args()
+    variants = args.variants.split(",")
+    for name in variants + args.heads.split(","):
+        if name not in VARIANTS and name not in HEADS:
+            sys.exit(f"torch_backward: unknown variant or head config {name!r}")
+    flex = torch.compile(flex_attention)
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
+    rows = []
+    for heads in args.heads.split(","):
+        for d in (int(x) for x in args.head_dim.split(",")):
+            for s in (int(x) for x in args.seqlen.split(",")):
+                for row in run_shape(HEADS[heads], d, s, variants, args.reps, args.deterministic,
+                                     flex):
+                    rows.append(dict(row, heads=heads))
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                       "shape": [b, h, s, d], "rows": rows}, f, indent=1)
+                       "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":
