@@ -160,15 +160,24 @@ void ExpectVerifiedOnTheGpu(const absl::StatusOr<pipeline::AdaptResult>& r) {
   const auto& cand = gpu["candidates"][0];
   EXPECT_TRUE(cand.value("passed", false)) << cand.dump(2);
   EXPECT_GE(cand["verification"]["shapes"].size(), 4u);
-  // The backward beside it (head dims 64 and 128), checked on the GPU too: fast and twice
-  // deterministic at the backward's shapes.
+  // The backward beside it (head dims 64 and 128), its tiles checked on the GPU too (fast and
+  // twice deterministic at the backward's shapes) and profiled; the fastest is the one kept.
   const auto& backward = r->report["backward"];
   if (backward.value("available", false)) {
     EXPECT_EQ(backward["verification_level"], "gpu") << backward.dump(2);
-    EXPECT_TRUE(backward["gpu"].value("passed", false)) << backward["gpu"].dump(2);
-    EXPECT_EQ(backward["gpu"]["verification"]["level"], "gpu");
-    EXPECT_EQ(backward["gpu"]["verification"]["shapes"].size(),
-              pipeline::BackwardVerifyShapes().size());
+    const auto& tuned = backward["gpu"];
+    ASSERT_TRUE(tuned.contains("candidates")) << tuned.dump(2);
+    EXPECT_EQ(tuned.value("best_tile", ""), backward.value("tile", "?")) << tuned.dump(2);
+    bool found = false;
+    for (const auto& c : tuned["candidates"]) {
+      if (c.value("name", "") != tuned.value("best", "")) continue;
+      found = true;
+      EXPECT_TRUE(c.value("passed", false)) << c.dump(2);
+      EXPECT_EQ(c["verification"]["level"], "gpu");
+      EXPECT_EQ(c["verification"]["shapes"].size(), pipeline::BackwardVerifyShapes().size());
+      EXPECT_GT(c["profile"].value("tflops_kept", 0.0), 0.0) << c.dump(2);
+    }
+    EXPECT_TRUE(found) << tuned.dump(2);
   } else {
     EXPECT_EQ(r->report["config"]["head_dim"], 256) << backward.dump(2);
   }
