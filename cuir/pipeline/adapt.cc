@@ -186,16 +186,20 @@ absl::StatusOr<AdaptResult> Adapt(const AdaptOptions& o) {
       "lower", [&](std::string* d) { return LowerStage(program, o.config, o.arch, d); });
   if (!lowered.ok()) return lowered.status();
 
+  // The GPU stages' input: the transferred program, the job, and progress lines as `stage`'s.
+  auto gpu_input = [&](const char* stage) {
+    GpuStageInput in{program, *base, o.spec_path, o.param_overrides, o.buffers,
+                     o.config, o.arch, seed, o.verify, nullptr};
+    in.progress = [&o, stage](const std::string& line) {
+      if (o.on_stage) o.on_stage({stage, true, 0, line});
+    };
+    return in;
+  };
   nlohmann::json gpu_report = {{"skipped", gpu_absent}};
   std::map<std::string, std::string> gpu_files;
   if (gpu_here) {
     auto gpu = stage.Run("gpu", [&](std::string* detail) -> absl::StatusOr<GpuStageOutput> {
-      GpuStageInput in{program, *base, o.spec_path, o.param_overrides, o.buffers,
-                       o.config, o.arch, seed, o.verify, nullptr};
-      in.progress = [&](const std::string& line) {
-        if (o.on_stage) o.on_stage({"gpu", true, 0, line});
-      };
-      auto r = o.gpu->Run(in);
+      auto r = o.gpu->Run(gpu_input("gpu"));
       if (!r.ok()) return r.status();
       *detail = r->summary;
       return r;
@@ -219,12 +223,8 @@ absl::StatusOr<AdaptResult> Adapt(const AdaptOptions& o) {
     // tile passing there means no backward kernel.
     if (backward.ok() && gpu_here) {
       auto tuned = stage.Run("backward-gpu", [&](std::string* d) -> absl::StatusOr<GpuStageOutput> {
-        GpuStageInput in{program, *base, o.spec_path, o.param_overrides, o.buffers,
-                         o.config, o.arch, seed, o.verify, nullptr};
-        in.progress = [&](const std::string& line) {
-          if (o.on_stage) o.on_stage({"backward-gpu", true, 0, line});
-        };
-        auto r = o.gpu->TuneBackward(in, backward->transfer.program, backward->grad_buffers,
+        auto r = o.gpu->TuneBackward(gpu_input("backward-gpu"), backward->transfer.program,
+                                     backward->grad_buffers,
                                      BackwardTiles(backward->expert, o.config));
         if (r.ok()) *d = r->summary;
         return r;

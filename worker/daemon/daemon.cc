@@ -180,19 +180,14 @@ absl::Status Daemon::Discover() {
                                                    " with --arch cpu: a CPU worker drives no GPU"));
   }
   // Each probe is a fresh child, so one after CUDA_VISIBLE_DEVICES changed sees the narrowed set.
-  auto probe = [&](const std::string& name) -> std::pair<absl::Status, json> {
-    auto gpus = ProbeGpus((fs::path(options_.work_dir) / name).string());
-    return {gpus.status(), gpus.ok() ? *gpus : json::object()};
-  };
-  std::pair<absl::Status, json> probed = probe("probe");
-  const absl::Status& found = probed.first;
-  const json& seen = probed.second;
+  absl::StatusOr<json> seen = ProbeGpus((fs::path(options_.work_dir) / "probe").string());
   if (pick) {
-    if (!found.ok()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "--gpu ", options_.gpu, ": no usable GPU on this machine (", found.message(), ")"));
+    if (!seen.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat("--gpu ", options_.gpu,
+                                                        ": no usable GPU on this machine (",
+                                                        seen.status().message(), ")"));
     }
-    const json& devices = seen["devices"];
+    const json devices = (*seen)["devices"];
     if (options_.gpu >= static_cast<int>(devices.size())) {
       std::vector<std::string> listed;
       for (const json& d : devices) {
@@ -216,21 +211,21 @@ absl::Status Daemon::Discover() {
     }
     // Every child (probe, runner, task) inherits it: the chosen GPU is their device 0.
     setenv("CUDA_VISIBLE_DEVICES", uuid.c_str(), 1);
-    probed = probe("probe-gpu");
-    if (!found.ok() || seen["device"].value("uuid", "") != uuid) {
+    seen = ProbeGpus((fs::path(options_.work_dir) / "probe-gpu").string());
+    if (!seen.ok() || (*seen)["device"].value("uuid", "") != uuid) {
       return absl::FailedPreconditionError(absl::StrCat(
           "--gpu ", options_.gpu, " (", uuid, "): narrowed to it with CUDA_VISIBLE_DEVICES, the "
-          "probe ", found.ok() ? absl::StrCat("found ", seen["device"].value("uuid", "?"))
-                               : absl::StrCat("failed: ", found.message())));
+          "probe ", seen.ok() ? absl::StrCat("found ", (*seen)["device"].value("uuid", "?"))
+                              : absl::StrCat("failed: ", seen.status().message())));
     }
   }
-  if (!found.ok()) {
+  if (!seen.ok()) {
     spdlog::info("no usable GPU ({}): serving as a CPU worker (lift, transfer, ir candidates)",
-                 std::string(found.message()));
+                 std::string(seen.status().message()));
     arch_ = "cpu";
     return absl::OkStatus();
   }
-  const json& d = seen["device"];
+  const json& d = (*seen)["device"];
   arch_ = options_.arch != "auto" ? options_.arch
           : d.value("arch", "cpu") == "sm_90" ? "sm_90" : "sm_80";
   gpu_name_ = d.value("name", "");

@@ -127,11 +127,6 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  if (o.gpu >= 0 && o.arch == "cpu") {
-    std::cerr << "cubridge-worker: --gpu " << o.gpu
-              << " with --arch cpu: a CPU worker drives no GPU (drop one of them)\n";
-    return 2;
-  }
   o.drain_timeout = std::chrono::milliseconds(static_cast<int64_t>(drain_s * 1000));
   o.min_free_bytes = min_free_mb << 20;
   o.unhealthy_backoff = std::chrono::milliseconds(static_cast<int64_t>(unhealthy_backoff_s * 1000));

@@ -50,6 +50,19 @@ std::string CandidateLine(const nlohmann::json& cand) {
                              : "");
 }
 
+// The stage's one line on its choice among `candidates` (best: its index).
+std::string ChoiceSummary(const std::string& device, const nlohmann::json& candidates, int best,
+                          const cuir::AttentionConfig& config) {
+  const nlohmann::json& chosen = candidates[best];
+  const std::string name = chosen.value("name", "?");
+  if (!chosen.contains("profile")) {
+    return absl::StrFormat("%s: %s verified (not profiled)", device, name);
+  }
+  return absl::StrFormat("%s: %s fastest of %d candidates, %.1f TFLOP/s on kept elements at %s",
+                         device, name, static_cast<int>(candidates.size()),
+                         pipeline::CandidateScore(chosen), config.ToString());
+}
+
 }  // namespace
 
 GpuAutotuner::GpuAutotuner(AutotuneOptions options) : options_(std::move(options)) {}
@@ -190,24 +203,11 @@ absl::StatusOr<pipeline::GpuStageOutput> GpuAutotuner::TuneBackward(
   nlohmann::json candidates = nlohmann::json::array();
   std::vector<lower::LoweredKernel> kernels;
   for (const TileConfig& t : tiles) {
-    const std::string name = "backward-" + t.Name();
-    auto tiled = experts::WithTile(program, t);
-    absl::StatusOr<lower::LoweredKernel> lowered =
-        tiled.ok() ? lower::Lower(*tiled, in.config, in.arch)
-                   : absl::StatusOr<lower::LoweredKernel>(tiled.status());
-    nlohmann::json cand;
-    if (!lowered.ok()) {
-      cand = {{"name", name}, {"passed", false},
-              {"error", absl::StrCat("lower: ", lowered.status().message())}};
-      kernels.emplace_back();
-    } else {
-      auto checked = CheckCandidate(in, *lowered, *tiled, name, cuir::PrintProgram(*tiled),
-                                    /*profile=*/true, &grad_buffers);
-      if (!checked.ok()) return checked.status();
-      cand = *checked;
-      kernels.push_back(*std::move(lowered));
-    }
-    cand["tile"] = {{"BLOCK_M", t.block_m}, {"BLOCK_N", t.block_n}, {"WARPS", t.warps}};
+    lower::LoweredKernel kernel;
+    auto checked = CheckProgramTile(in, program, t, "backward-" + t.Name(), &grad_buffers, &kernel);
+    if (!checked.ok()) return checked.status();
+    const nlohmann::json& cand = *checked;
+    kernels.push_back(std::move(kernel));
     if (in.progress) {
       in.progress(absl::StrFormat("backward candidate %s: %s", t.Name(), CandidateLine(cand)));
     }
@@ -228,32 +228,36 @@ absl::StatusOr<pipeline::GpuStageOutput> GpuAutotuner::TuneBackward(
                 {"candidates", candidates},
                 {"best", candidates[best]["name"]},
                 {"best_tile", tiles[best].Name()}};
-  const nlohmann::json& chosen = candidates[best];
-  out.summary =
-      chosen.contains("profile")
-          ? absl::StrFormat("%s: %s fastest of %d, %.1f TFLOP/s on kept elements at %s; %s",
-                            *probe, chosen["name"].get<std::string>(),
-                            static_cast<int>(candidates.size()), pipeline::CandidateScore(chosen),
-                            in.config.ToString(), chosen.value("summary", ""))
-          : absl::StrFormat("%s: %s verified (not profiled); %s", *probe,
-                            chosen["name"].get<std::string>(), chosen.value("summary", ""));
+  out.summary = absl::StrCat(ChoiceSummary(*probe, candidates, best, in.config), "; ",
+                             candidates[best].value("summary", ""));
   return out;
 }
 
 absl::StatusOr<nlohmann::json> GpuAutotuner::CheckTile(const pipeline::GpuStageInput& in,
                                                        const TileConfig& tile,
                                                        lower::LoweredKernel* kernel) {
+  return CheckProgramTile(in, in.program, tile, tile.Name(), nullptr, kernel);
+}
+
+absl::StatusOr<nlohmann::json> GpuAutotuner::CheckProgramTile(
+    const pipeline::GpuStageInput& in, const cuir::Program& program, const TileConfig& tile,
+    const std::string& name, const std::vector<std::string>* grad_buffers,
+    lower::LoweredKernel* kernel) {
   if (auto probe = Probe(in.arch); !probe.ok()) return probe.status();
-  auto program = experts::WithTile(in.program, tile);
+  auto tiled = experts::WithTile(program, tile);
   absl::StatusOr<lower::LoweredKernel> lowered =
-      program.ok() ? lower::Lower(*program, in.config, in.arch)
-                   : absl::StatusOr<lower::LoweredKernel>(program.status());
+      tiled.ok() ? lower::Lower(*tiled, in.config, in.arch)
+                 : absl::StatusOr<lower::LoweredKernel>(tiled.status());
   nlohmann::json cand;
   if (!lowered.ok()) {
-    cand = {{"name", tile.Name()}, {"passed", false},
+    cand = {{"name", name}, {"passed", false},
             {"error", absl::StrCat("lower: ", lowered.status().message())}};
   } else {
-    auto checked = CheckCandidate(in, *lowered, *program, tile.Name(), "", true);
+    // A backward is checked against the spec's gradients, its own program giving the
+    // interpreter's error scales; a forward against the oracle.
+    auto checked = CheckCandidate(in, *lowered, *tiled, name,
+                                  grad_buffers != nullptr ? cuir::PrintProgram(*tiled) : "",
+                                  /*profile=*/true, grad_buffers);
     if (!checked.ok()) return checked.status();
     cand = *checked;
     *kernel = *std::move(lowered);
@@ -324,14 +328,7 @@ absl::StatusOr<pipeline::GpuStageOutput> GpuAutotuner::Run(const pipeline::GpuSt
     out.files.merge(ModuleFiles(m->first, m->second));
   }
   compiled_.clear();
-  out.summary =
-      candidates[best].contains("profile")
-          ? absl::StrFormat("%s: %s fastest of %d candidates, %.1f TFLOP/s on kept elements at %s",
-                            *probe, candidates[best]["name"].get<std::string>(),
-                            static_cast<int>(candidates.size()), pipeline::CandidateScore(candidates[best]),
-                            in.config.ToString())
-          : absl::StrFormat("%s: %s verified (not profiled)", *probe,
-                            candidates[best]["name"].get<std::string>());
+  out.summary = ChoiceSummary(*probe, candidates, best, in.config);
   return out;
 }
 

@@ -53,6 +53,13 @@ class GpuAutotuner : public pipeline::GpuStage {
   // Its report; `kernel` receives the lowered kernel when it lowered.
   absl::StatusOr<nlohmann::json> CheckTile(const pipeline::GpuStageInput& in, const TileConfig& tile,
                                            lower::LoweredKernel* kernel);
+  // CheckTile of another program than in.program, under `name`; `grad_buffers` non-null: a
+  // backward program, checked against the spec's gradients (CheckCandidate's backward).
+  absl::StatusOr<nlohmann::json> CheckProgramTile(const pipeline::GpuStageInput& in,
+                                                  const cuir::Program& program,
+                                                  const TileConfig& tile, const std::string& name,
+                                                  const std::vector<std::string>* grad_buffers,
+                                                  lower::LoweredKernel* kernel);
 
   // Compiles one kernel and checks it in a runner child (after a successful Probe): the
   // candidate's report, {"passed": false, "error": ...} for a candidate that does not compile,

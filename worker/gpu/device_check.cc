@@ -434,7 +434,8 @@ absl::StatusOr<nlohmann::json> ProfileBackward(const RunRequest& r, const spec::
 absl::StatusOr<nlohmann::json> CheckBackwardOnGpu(const RunRequest& r, const DeviceInfo& device,
                                                   const spec::Spec& spec,
                                                   const CompiledModule& compiled,
-                                                  const EntryPoints& entries) {
+                                                  const EntryPoints& entries,
+                                                  const torch::Tensor& scratch) {
   if (r.reference_program.empty()) {
     return absl::InvalidArgumentError("a backward check needs its backward program");
   }
@@ -460,8 +461,6 @@ absl::StatusOr<nlohmann::json> CheckBackwardOnGpu(const RunRequest& r, const Dev
   };
   if (!report->passed) out["failure"] = report->FailureDetail();
   if (report->passed && r.profile.enabled) {
-    const torch::Tensor scratch =
-        torch::zeros({256}, torch::TensorOptions().dtype(torch::kUInt8).device(kCuda));
     auto profile = ProfileBackward(r, spec, *module, device, scratch);
     if (!profile.ok()) return profile.status();
     out["profile"] = *profile;
@@ -512,7 +511,7 @@ absl::StatusOr<nlohmann::json> CheckOnGpu(const RunRequest& r) {
     entries[role] = symbol;
     compiled.symbols[symbol] = symbol;
   }
-  if (r.backward) return CheckBackwardOnGpu(r, *device, *spec, compiled, entries);
+  if (r.backward) return CheckBackwardOnGpu(r, *device, *spec, compiled, entries, scratch);
   const int dtype = r.config.dtype == cuir::DType::kBF16 ? 0 : 1;
   auto module = KernelModule::Load(compiled, entries, dtype, static_cast<int>(r.config.head_dim));
   if (!module.ok()) return module.status();
