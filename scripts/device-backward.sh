@@ -10,7 +10,12 @@
 #   adapt    Examples/EveryExample: adapt's GPU stage, the backward's tiles tuned in the runner
 #   train    tests/python/gpu_train_check.py (gradients incl. d256, compile, deterministic, loss)
 #   bench    bench/torch_backward.py (the op's backward against Flex and SDPA, one process)
-#   bash scripts/device-backward.sh [STEPS...]     (default: all, in the order above)
+# and, named only, for the sm_90a kernel's levers:
+#   ab       the fa3_sm90 base tile again with each switch of $AB_DEFINES (NAME=VALUE ...,
+#            default CUBRIDGE_BWD_LAG_DQ=0) flipped, --bench: the lever's A/B in one process
+#   ncu      ncu of the fa3_sm90 base tile's attention kernel at the bench shape (speed of light,
+#            tensor pipes, warp stalls), as is and with $AB_DEFINES
+#   bash scripts/device-backward.sh [STEPS...]     (default: all six above, in that order)
 # The patches in tests/gpu/backward/pending/ are applied first (the device's copy of the tree is
 # thrown away after the call), so that the checks cover what they would land; NO_PENDING=1 skips
 # them.
@@ -45,13 +50,24 @@ nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader >"$
 built=1
 if has build || has lowered || has adapt || has train || has bench; then
   # Built in the background while the expert checks use the GPU.
-  (bash scripts/device-build.sh build-dev gpu_tests cubridge-cli cubridge-cli-local \
+  (timeout "${BUILD_TIMEOUT:-900}" bash scripts/device-build.sh build-dev gpu_tests cubridge-cli cubridge-cli-local \
      cubridge-gpu-runner cubridge_torch >"$out/build.log" 2>&1; echo "rc=$?" >>"$out/build.log") &
   build_pid=$!
 fi
 if has expert; then
   run expert_fa3 bash -c "cd tests/gpu/backward && python3 backward_expert_check.py --expert fa3_sm90 --bench --out $out/expert_fa3.json"
   run expert_fa2 bash -c "cd tests/gpu/backward && python3 backward_expert_check.py --expert fa2_sm80 --out $out/expert_fa2.json"
+fi
+ab_defines=${AB_DEFINES:-CUBRIDGE_BWD_LAG_DQ=0}
+ab_flags=""
+for d in $ab_defines; do ab_flags+=" --define $d"; done
+has ab && run ab bash -c "cd tests/gpu/backward && python3 backward_expert_check.py --expert fa3_sm90 --tiles 64x128 --bench $ab_flags --out $out/expert_fa3_ab.json"
+if has ncu; then
+  sections="--section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats"
+  for variant in base ab; do
+    flags=""; [ $variant = ab ] && flags=$ab_flags
+    run ncu_$variant bash -c "cd tests/gpu/backward && ncu -k regex:attn_bwd_kernel -c 1 $sections python3 backward_expert_check.py --expert fa3_sm90 --tiles 64x128 --profile $flags"
+  done
 fi
 if [ -n "${build_pid:-}" ]; then
   wait "$build_pid"

@@ -110,18 +110,17 @@ TEST(BackwardLowering, EverySpecLowers) {
 }
 
 // The newest expert whose backward serves the arch and head dim: the Hopper one on sm_90, the
-// sm_80 one on sm_80; head dim 256 (its tile not yet run on a GPU) named as served by none, with
-// what each serves.
+// sm_80 one on sm_80, at every head dim; one served by none is named with what each serves.
 TEST(BackwardExperts, EachArchAndHeadDimGetsTheNewestExpertServingIt) {
-  for (const int d : {64, 128}) {
+  for (const int d : {64, 128, 256}) {
     EXPECT_EQ(*BackwardExpertFor(lower::Arch::kSm90, d), "fa3_sm90") << d;
     EXPECT_EQ(*BackwardExpertFor(lower::Arch::kSm80, d), "fa2_sm80") << d;
   }
-  auto none = BackwardExpertFor(lower::Arch::kSm90, 256);
+  auto none = BackwardExpertFor(lower::Arch::kSm90, 96);
   EXPECT_EQ(none.status().code(), absl::StatusCode::kUnimplemented) << none.status();
   EXPECT_TRUE(absl::StrContains(
       none.status().message(),
-      "fa3_sm90's serves head dims 64, 128; fa2_sm80's serves head dims 64, 128"))
+      "fa3_sm90's serves head dims 64, 128, 256; fa2_sm80's serves head dims 64, 128, 256"))
       << none.status();
 }
 

@@ -159,7 +159,8 @@ def check_grads(report):
     # MHA d64. Each (variant, heads, head dim) is one kernel: the shapes reuse it.
     for (b, hq, hkv, sq, skv, d), names in [
             ((2, 8, 2, 300, 300, 128), "*"), ((1, 8, 2, 257, 390, 128), "*"),
-            ((1, 8, 2, 390, 257, 128), "*"), ((1, 4, 4, 200, 333, 64), ("causal", "alibi"))]:
+            ((1, 8, 2, 390, 257, 128), "*"), ((1, 4, 4, 200, 333, 64), ("causal", "alibi")),
+            ((1, 4, 2, 257, 300, 256), ("causal", "alibi", "t5"))]:
         slopes = torch.linspace(-0.5, -0.01, hq, device=DEV).requires_grad_()
         table = (0.1 * torch.randn(hq, 31, device=DEV, generator=G)).requires_grad_()
         doc = doc_ids(max(sq, skv))

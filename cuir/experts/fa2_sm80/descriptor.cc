@@ -39,9 +39,7 @@ std::vector<TileConfig> BackwardTiles(const cuir::AttentionConfig& config) {
 
 }  // namespace
 
-// Head dim 256's tile is written and compiled but not yet run on a GPU: it is served once it is
-// (tests/gpu/backward/pending/serve-head-dim-256.patch).
-extern const Expert kFa2Sm80 = {"fa2_sm80", lower::Arch::kSm80, Tiles, Breaks, {64, 128},
+extern const Expert kFa2Sm80 = {"fa2_sm80", lower::Arch::kSm80, Tiles, Breaks, {64, 128, 256},
                                 BackwardTiles};
 
 }  // namespace cubridge::experts

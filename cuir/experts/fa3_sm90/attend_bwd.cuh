@@ -19,12 +19,11 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile) {
   static_assert(Tiling::kServed, "the tile does not serve this head dim (bwd_smem_bytes is 0)");
   constexpr int NT = BLOCK_M / 8;  // 8-column query n-tiles of S^T
   constexpr int kPartCols = Tiling::kPartCols;  // this warpgroup's columns of dK and dV
-  // dQ = dS K split between the warpgroups: by head-dim halves (each reads the whole tile's
-  // dS^T), or at head dim 64 on a 128-key tile by keys (each its own 64 keys over the whole head
-  // dim, both adding into dQ's accumulator: twice the reductions, but no wait for the other
-  // warpgroup's dS^T).
-  constexpr bool kSplitKeys = D == 64 && kKeyGroups == 2;
-  constexpr int DQ_N = kSplitKeys ? D : D / 2;  // dQ's head-dim columns per warpgroup
+  // dQ one block late (BwdTiling::kLagDq), except where the variant's gradient hooks keep the
+  // raw scores: their 32 registers beside dQ's spill (bench/NOTES.md, session 18).
+  constexpr bool kSplitKeys = Tiling::kSplitKeys;
+  constexpr bool kLagDq = Tiling::kLagDq && !BwdBlock::kKeepsRawScores;
+  constexpr int DQ_N = Tiling::kDqCols;  // dQ's head-dim columns per warpgroup
   constexpr int DQ_K = kSplitKeys ? 64 : BLOCK_N;  // keys each warpgroup's dQ product sums
   static_assert(DQ_N % 64 == 0, "dQ in 64-column panels of K");
   const cubridge_attn_bwd_params& p = tile.bp;
@@ -99,6 +98,37 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile) {
     bwd_load_rows<BLOCK_M>(tile, delta_rows_g, q_lo, rows, s_lse + stage * BLOCK_M,
                            s_delta + stage * BLOCK_M, tid);
   };
+  // dQ[:, this warpgroup's columns, panel] = dS K from dS^T buffer `buffer`, issued and
+  // committed; then its scaled add into the accumulator shared by the KV tiles.
+  auto issue_dq = [&](float(&dq)[32], int buffer, int panel) {
+    reg_fence(dq);
+    wgmma_fence();
+    mma_mn<T, 64, DQ_K>(dq, ds_a_dq + ((buffer * Tiling::kDsBytes) >> 4),
+                        k_b_dq + ((panel * KvTile::kPanelBytes) >> 4));
+    wgmma_commit();
+  };
+  auto add_dq = [&](const float(&dq)[32], int q_lo, int q_hi, int panel) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int q = q_lo + warp * 16 + g + 8 * r;
+      if (q >= q_hi) continue;
+      const long long at_row = (row0 + q) * D + dq_col0 + 64 * panel + 2 * t;
+      float* const row = reinterpret_cast<float*>(dq_acc) + at_row;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float x0 = dq[acc_index(j, r, 0)] * scale, x1 = dq[acc_index(j, r, 1)] * scale;
+        if (det) {
+          acc_add(dq_acc, at_row + 8 * j, x0, true);
+          acc_add(dq_acc, at_row + 8 * j + 1, x1, true);
+        } else {
+          red_add_v2(row + 8 * j, x0, x1);
+        }
+      }
+    }
+  };
+  // Under kLagDq, the first query row of the block whose dQ is still to do (-1: none). Its dS^T
+  // is in the buffer of its Q/dO stage (the other one than this block's).
+  int prev_q_lo = -1;
   int stage = 0;
   bool first_block = true;
 
@@ -117,16 +147,31 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile) {
     const uint32_t sdO = sQ + QTile::kBytes;
     const float* const lse_rows = s_lse + stage * BLOCK_M;
     const float* const delta_rows = s_delta + stage * BLOCK_M;
+    const int ds_buffer = kLagDq ? stage : 0;  // this block's dS^T
     stage ^= 1;
 
-    // S^T = K Q^T and dP^T = V dO^T, back to back; wait for S^T.
+    // Under kLagDq the previous block's dQ first (its group empty at the first block), added
+    // while S^T = K Q^T runs (dP^T after it: the three accumulators at once would not fit);
+    // otherwise S^T and dP^T = V dO^T back to back. Wait for S^T.
     float s[BLOCK_M / 2], dp[BLOCK_M / 2];
+    [[maybe_unused]] float dq[32];
+    if constexpr (kLagDq) {
+      if (prev_q_lo >= 0) issue_dq(dq, ds_buffer ^ 1, 0);
+      else wgmma_commit();
+    }
     reg_fence(s);
-    reg_fence(dp);
+    if constexpr (!kLagDq) reg_fence(dp);
     wgmma_fence();
     mma_kmajor<T, BLOCK_M, D, KvTile::kPanelBytes, QTile::kPanelBytes>(
         s, k_a, make_desc(sQ, 16, 1024));
     wgmma_commit();
+    if constexpr (kLagDq) {
+      wgmma_wait<1>();
+      reg_fence(dq);
+      if (prev_q_lo >= 0) add_dq(dq, prev_q_lo, min(prev_q_lo + BLOCK_M, seqlen_q), 0);
+      reg_fence(dp);
+      wgmma_fence();
+    }
     mma_kmajor<T, BLOCK_M, D, KvTile::kPanelBytes, QTile::kPanelBytes>(
         dp, v_a, make_desc(sdO, 16, 1024));
     wgmma_commit();
@@ -196,44 +241,34 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           const int key = key0 + 8 * r;  // key & 7 == g
-          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sdS + key * 128 + ((j ^ g) << 4) + 4 * t),
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sdS + ds_buffer * Tiling::kDsBytes +
+                                                           key * 128 + ((j ^ g) << 4) + 4 * t),
                        "r"(dsa[j >> 1][(j & 1) * 2 + r])
                        : "memory");
         }
       fence_proxy_async();
     }
-    // The dS^T that this warpgroup's dQ reads is there: its own (four warps), or the tile's.
-    if constexpr (kSplitKeys) named_barrier_sync(1 + wg, 128);
-    else __syncthreads();
-    // dQ[:, this warpgroup's half] = dS K, one 64-column panel of K at a time (a second panel's
-    // 32 accumulator registers would not fit beside dK's and dV's at head dim 256), into the
-    // accumulator shared by the KV tiles.
-#pragma unroll
-    for (int panel = 0; panel < DQ_N / 64; ++panel) {
-      float dq[32];
-      reg_fence(dq);
-      wgmma_fence();
-      mma_mn<T, 64, DQ_K>(dq, ds_a_dq, k_b_dq + ((panel * KvTile::kPanelBytes) >> 4));
-      wgmma_commit();
+    if (kLagDq && m_next != KvUnion<1>::kEnd) {
+      // dQ waits for the next block: its first barrier publishes this dS^T. dV and dK retire
+      // here, so that no product is in flight across blocks.
       wgmma_wait<0>();
-      reg_fence(dq);
       reg_fence(dk);
       reg_fence(dv);
+      prev_q_lo = q_lo;
+    } else {
+      // The dS^T that this warpgroup's dQ reads is there: its own (four warps), or the tile's.
+      if constexpr (kSplitKeys) named_barrier_sync(1 + wg, 128);
+      else __syncthreads();
+      // dQ[:, this warpgroup's half] = dS K, one 64-column panel of K at a time (a second
+      // panel's 32 accumulator registers would not fit beside dK's and dV's at head dim 256).
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int q = q_lo + warp * 16 + g + 8 * r;
-        if (q >= q_hi) continue;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const long long at_q = (row0 + q) * D + dq_col0 + 64 * panel + 8 * j + 2 * t;
-          const float x0 = dq[acc_index(j, r, 0)] * scale, x1 = dq[acc_index(j, r, 1)] * scale;
-          if (det) {
-            acc_add(dq_acc, at_q, x0, true);
-            acc_add(dq_acc, at_q + 1, x1, true);
-          } else {
-            red_add_v2(reinterpret_cast<float*>(dq_acc) + at_q, x0, x1);
-          }
-        }
+      for (int panel = 0; panel < DQ_N / 64; ++panel) {
+        issue_dq(dq, ds_buffer, panel);
+        wgmma_wait<0>();
+        reg_fence(dq);
+        reg_fence(dk);
+        reg_fence(dv);
+        add_dq(dq, q_lo, q_hi, panel);
       }
     }
     // The next block's top barrier orders this block's reads of dS^T and of the stage before

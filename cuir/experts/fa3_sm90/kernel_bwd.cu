@@ -123,6 +123,9 @@ static_assert(STAGES == 2, "Q and dO are double-buffered");
 constexpr int kThreads = WARPS * 32;
 constexpr int kKeyGroups = BLOCK_N / 64;
 constexpr int kDParts = 2 / kKeyGroups;
+#ifndef CUBRIDGE_BWD_LAG_DQ
+#define CUBRIDGE_BWD_LAG_DQ 1
+#endif
 
 template <int D>
 struct BwdTiling {
@@ -135,9 +138,19 @@ struct BwdTiling {
   static constexpr int kV = KvTile::kBytes;
   static constexpr int kStage0 = 2 * KvTile::kBytes;
   static constexpr int kStageBytes = 2 * QTile::kBytes;  // Q, then dO
+  // dQ = dS K split between the warpgroups: by head-dim halves (each reads the whole tile's
+  // dS^T), or at head dim 64 on a 128-key tile by keys (each its own 64 keys over the whole head
+  // dim, both adding into dQ's accumulator: twice the reductions, but no wait for the other
+  // warpgroup's dS^T).
+  static constexpr bool kSplitKeys = D == 64 && kKeyGroups == 2;
+  static constexpr int kDqCols = kSplitKeys ? D : D / 2;  // dQ's head-dim columns per warpgroup
+  // Where a warpgroup's dQ is one 64-column panel, block i's dQ product is issued in block i+1,
+  // ahead of its S^T and dP^T, so that the tensor cores have it while the warps add block i's
+  // dQ and exponentiate (attend_bwd.cuh); dS^T is then double-buffered.
+  static constexpr bool kLagDq = CUBRIDGE_BWD_LAG_DQ && kDqCols == 64;
   static constexpr int kDs = kStage0 + STAGES * kStageBytes;
   static constexpr int kDsBytes = BLOCK_N * BLOCK_M * 2;
-  static constexpr int kRows = kDs + kDsBytes;
+  static constexpr int kRows = kDs + (kLagDq ? 2 : 1) * kDsBytes;
   // Dynamic shared memory is only 16-byte aligned: 1024 bytes of slack.
   static constexpr int kSmemBytes = kRows + 2 * STAGES * BLOCK_M * 4 + 1024;
   // Whether the tile serves head dim D: a warpgroup's part whole 64-column panels, at most 128

@@ -34,20 +34,21 @@ def skip(why):
     sys.exit(77)
 
 
-# Each expert's backward tiles (BLOCK_M, BLOCK_N) and the head dims the pipeline gives each
-# (cuir/experts/*/descriptor.cc, BackwardTiles): the base tile's kernel_bwd.cu as it is, the
-# others with their tile_params written in, as the lowering writes them.
+# Each expert's backward tiles (BLOCK_M, BLOCK_N) and the head dims checked on each
+# (cuir/experts/*/descriptor.cc, BackwardTiles: the second tile is head dim 256's and the GPU
+# stage's alternative at 128): the base tile's kernel_bwd.cu as it is, the others with their
+# tile_params written in, as the lowering writes them.
 BACKWARD_TILES = {
-    "fa2_sm80": [((64, 128), (64, 128)), ((32, 64), (256,))],
-    "fa3_sm90": [((64, 128), (64, 128)), ((64, 64), (256,))],
+    "fa2_sm80": [((64, 128), (64, 128)), ((32, 64), (128, 256))],
+    "fa3_sm90": [((64, 128), (64, 128)), ((64, 64), (128, 256))],
 }
 
 
-def build(out_dir, arch, expert, tile):
+def build(out_dir, arch, expert, tile, defines=()):
     nvcc = os.environ.get("NVCC") or shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
     if not os.path.exists(nvcc):
         skip("no nvcc")
-    name = f"{tile[0]}x{tile[1]}"
+    name = f"{tile[0]}x{tile[1]}" + "".join("_" + re.sub(r"\W", "_", d) for d in defines)
     lib = os.path.join(out_dir, f"libcubridge_bwd_check_{name}.so")
     target = (["-gencode", "arch=compute_90a,code=sm_90a"] if expert == "fa3_sm90"
               else [f"-arch={arch}"])
@@ -64,7 +65,8 @@ def build(out_dir, arch, expert, tile):
     kernel_path = os.path.join(out_dir, f"kernel_bwd_{name}.cu")
     with open(kernel_path, "w") as f:
         f.write(source)
-    cmd = [nvcc, "-std=c++17", "-O3", *target, "-shared", "-Xcompiler", "-fPIC", "-I", expert_dir,
+    cmd = [nvcc, "-std=c++17", "-O3", *target, *(f"-D{d}" for d in defines), "-shared",
+           "-Xcompiler", "-fPIC", "-I", expert_dir,
            f'-DCUBRIDGE_BWD_KERNEL="{kernel_path}"', os.path.join(HERE, "shim.cu"), "-o", lib]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
@@ -144,9 +146,9 @@ def check(torch, so, cases, seed):
     return ok, results
 
 
-def bench(torch, so, reps, d=128):
+def bench(torch, so, reps, d=128, profile=False):
     """The issue's shape: bf16, Llama2-7B heads (32) at d 128 (16 at d 256), B * S = 16k tokens,
-    S = 8k; full."""
+    S = 8k; full. profile: the kernel once and nothing else (under ncu)."""
     import torch.nn.functional as F
     b, h, s = 2, 32 * 128 // d, 8192
     dt = torch.bfloat16
@@ -170,6 +172,11 @@ def bench(torch, so, reps, d=128):
         return {"seconds": t, "tflops": flops / t / 1e12}
 
     out = {"shape": [b, h, s, d], "dtype": "bf16", "mask": "full", "head_dim": d}
+    if profile:
+        lse = torch.zeros(b, h, s, device="cuda", dtype=torch.float32)
+        err = run_kernel(torch, so, q, k, v, q, lse, grad_o, scale, 0)[0]
+        torch.cuda.synchronize()
+        return dict(out, launch=err)
     qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
     o_sdpa = F.scaled_dot_product_attention(qg, kg, vg, scale=scale)
     out["sdpa"] = timed(lambda: torch.autograd.grad(o_sdpa, (qg, kg, vg), grad_o,
@@ -208,6 +215,11 @@ def main():
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--seed", type=int, default=20261129)
     ap.add_argument("--expert", choices=sorted(BACKWARD_TILES), default="fa2_sm80")
+    ap.add_argument("--define", action="append", default=[], metavar="NAME=VALUE",
+                    help="a macro for nvcc (an A/B of a kernel's compile-time switch)")
+    ap.add_argument("--tiles", help="only these tiles, e.g. 64x128 (default: every tile)")
+    ap.add_argument("--profile", action="store_true",
+                    help="no checks: each tile's kernel once at the bench shape (for ncu)")
     a = ap.parse_args()
     try:
         import torch
@@ -231,13 +243,19 @@ def main():
     ]
     ok, results, benches = True, [], []
     for tile, head_dims in BACKWARD_TILES[a.expert]:
-        so = build(tmp, f"sm_{major}{minor}", a.expert, tile)
+        if a.tiles and f"{tile[0]}x{tile[1]}" not in a.tiles.split(","):
+            continue
+        so = build(tmp, f"sm_{major}{minor}", a.expert, tile, a.define)
+        if a.profile:
+            print(json.dumps(bench(torch, so, 1, max(head_dims), profile=True)))
+            continue
         tile_ok, tile_results = check(torch, so, [c for c in cases if c[3] in head_dims], a.seed)
         ok &= tile_ok
         results += [dict(r, tile=list(tile)) for r in tile_results]
         if a.bench:
             benches.append(dict(bench(torch, so, a.reps, max(head_dims)), tile=list(tile)))
-    report = {"device": torch.cuda.get_device_name(), "expert": a.expert, "passed": ok,
+    report = {"device": torch.cuda.get_device_name(), "expert": a.expert, "defines": a.define,
+              "passed": ok,
               "cases": results}
     if a.bench:
         # "bench": the d 128 row (the issue's), "benches": every tile's.
