@@ -14,7 +14,11 @@
 #   ab       the fa3_sm90 base tile again with each switch of $AB_DEFINES (NAME=VALUE ...,
 #            default CUBRIDGE_BWD_LAG_DQ=0) flipped, --bench: the lever's A/B in one process
 #   ncu      ncu of the fa3_sm90 base tile's attention kernel at the bench shape (speed of light,
-#            tensor pipes, warp stalls), as is and with $AB_DEFINES
+#            tensor pipes, warp stalls, per-instruction stall samples), as is and with
+#            $AB_DEFINES; the clocks left as they are (--clock-control none, METHOD.md)
+#   sass     that kernel's SASS (cuobjdump --dump-sass) and ptxas' resource usage, as is and
+#            with $AB_DEFINES, to read on the machine without a disassembler
+# The logs end up in $OUT/logs.tgz (a call brings back only a few files), the JSON results beside.
 #   bash scripts/device-backward.sh [STEPS...]     (default: all six above, in that order)
 # The patches in tests/gpu/backward/pending/ are applied first (the device's copy of the tree is
 # thrown away after the call), so that the checks cover what they would land; NO_PENDING=1 skips
@@ -66,7 +70,13 @@ if has ncu; then
   sections="--section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats"
   for variant in base ab; do
     flags=""; [ $variant = ab ] && flags=$ab_flags
-    run ncu_$variant bash -c "cd tests/gpu/backward && ncu -k regex:attn_bwd_kernel -c 1 $sections python3 backward_expert_check.py --expert fa3_sm90 --tiles 64x128 --profile $flags"
+    run ncu_$variant bash -c "cd tests/gpu/backward && ncu --clock-control none -k regex:attn_bwd_kernel -c 1 $sections --section SourceCounters --print-details all python3 backward_expert_check.py --expert fa3_sm90 --tiles 64x128 --profile $flags"
+  done
+fi
+if has sass; then
+  for variant in base ab; do
+    flags=""; [ $variant = ab ] && for d in $ab_defines; do flags+=" -D$d"; done
+    run sass_$variant bash -c "cd tests/gpu/backward && nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -cubin -Xptxas -v $flags -I ../../../cuir/experts/fa3_sm90 -DCUBRIDGE_BWD_KERNEL='\"../../../cuir/experts/fa3_sm90/kernel_bwd.cu\"' shim.cu -o $out/bwd_$variant.cubin && cuobjdump --dump-sass $out/bwd_$variant.cubin > $out/sass_$variant.txt && rm $out/bwd_$variant.cubin && echo sass: \$(wc -l < $out/sass_$variant.txt) lines"
   done
 fi
 if [ -n "${build_pid:-}" ]; then
@@ -90,4 +100,5 @@ if [ "$built" = 0 ]; then
   has train && run train bash -c "cd tests/python && timeout 300 python3 gpu_train_check.py --out $out/train.json"
   has bench && run bench timeout 300 python3 bench/torch_backward.py --out "$out/torch_backward.json"
 fi
-printf '%s\n' "${summary[@]}"
+printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
+(cd "$out" && ls *.log *.txt >/dev/null 2>&1 && tar czf logs.tgz *.log *.txt && rm -f *.log sass_*.txt gpu.txt)

@@ -199,8 +199,13 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile) {
       const float2 l = *reinterpret_cast<const float2*>(lse_rows + 8 * j + 2 * t);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        sf[0][j][2 * r] = exp2f(sf[0][j][2 * r] * kLog2e - l.x);
-        sf[0][j][2 * r + 1] = exp2f(sf[0][j][2 * r + 1] * kLog2e - l.y);
+        if constexpr (CUBRIDGE_BWD_FAST_EXP) {  // one FFMA and one MUFU.EX2 an element
+          sf[0][j][2 * r] = fast_exp2(sf[0][j][2 * r] * kLog2e - l.x);
+          sf[0][j][2 * r + 1] = fast_exp2(sf[0][j][2 * r + 1] * kLog2e - l.y);
+        } else {
+          sf[0][j][2 * r] = exp2f(sf[0][j][2 * r] * kLog2e - l.x);
+          sf[0][j][2 * r + 1] = exp2f(sf[0][j][2 * r + 1] * kLog2e - l.y);
+        }
       }
     }
     // dV += P^T dO

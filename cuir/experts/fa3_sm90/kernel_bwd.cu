@@ -126,6 +126,12 @@ constexpr int kDParts = 2 / kKeyGroups;
 #ifndef CUBRIDGE_BWD_LAG_DQ
 #define CUBRIDGE_BWD_LAG_DQ 1
 #endif
+// P = exp2 by ex2.approx.ftz of one FFMA (the forward's fast_exp2) instead of exp2f's
+// denormal-safe sequence: an A/B for the next device run (bench/NOTES.md, session 18); off until
+// measured.
+#ifndef CUBRIDGE_BWD_FAST_EXP
+#define CUBRIDGE_BWD_FAST_EXP 0
+#endif
 
 template <int D>
 struct BwdTiling {
