@@ -32,6 +32,18 @@ class Cli : public Cluster {
   static std::string Spec(const std::string& name) {
     return absl::StrCat(CUBRIDGE_SOURCE_ROOT, "/examples/specs/", name, ".py");
   }
+  // The job id a `submit` printed ("" when it printed none).
+  static std::string JobId(const RunResult& submitted) {
+    std::smatch m;
+    return std::regex_search(submitted.output, m, std::regex("(j-[0-9a-f]{16})")) ? m[1].str() : "";
+  }
+  // `get JOB -o DIR`, then DIR's report (discarded JSON when it is missing or unreadable).
+  nlohmann::json FetchReport(const std::string& job, const std::string& out) {
+    const RunResult got = Run(absl::StrCat("get ", job, " -o ", out));
+    EXPECT_EQ(got.exit_code, 0) << got.output;
+    std::ifstream in(out + "/report.json");
+    return nlohmann::json::parse(in, nullptr, false);
+  }
   static constexpr char kConfig[] =
       "--arch sm_80 --verification ir --heads-q 4 --heads-kv 2 --head-dim 64 --seqlen 300";
 };
@@ -48,9 +60,8 @@ TEST_F(Cli, SubmitWatchAndGetTheKernel) {
   // The backward: a CPU task of its own, its kernel cached with the forward's.
   EXPECT_THAT(submitted.output, ::testing::ContainsRegex("\\[backward\\] ok "));
   EXPECT_THAT(submitted.output, HasSubstr("succeeded"));
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(submitted.output, m, std::regex("(j-[0-9a-f]{16})")));
-  const std::string job = m[1];
+  const std::string job = JobId(submitted);
+  ASSERT_NE(job, "") << submitted.output;
 
   const RunResult status = Run("status " + job);
   EXPECT_EQ(status.exit_code, 0);
@@ -98,12 +109,9 @@ TEST_F(Cli, AJobCanDoWithoutTheBackwardOrRequireIt) {
                                          " --backward off --watch"));
   ASSERT_EQ(off.exit_code, 0) << off.output << Logs();
   EXPECT_THAT(off.output, ::testing::Not(HasSubstr("[backward]")));
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(off.output, m, std::regex("(j-[0-9a-f]{16})")));
+  ASSERT_NE(JobId(off), "") << off.output;
   const std::string out = dir_ + "/off";
-  ASSERT_EQ(Run(absl::StrCat("get ", std::string(m[1]), " -o ", out)).exit_code, 0);
-  std::ifstream report_in(out + "/report.json");
-  const auto report = nlohmann::json::parse(report_in, nullptr, false);
+  const auto report = FetchReport(JobId(off), out);
   ASSERT_TRUE(report.is_object());
   EXPECT_FALSE(report.contains("backward"));
   EXPECT_FALSE(std::ifstream(out + "/kernel_bwd.cu").good());
@@ -113,11 +121,9 @@ TEST_F(Cli, AJobCanDoWithoutTheBackwardOrRequireIt) {
       " --arch sm_80 --verification ir --heads-q 2 --heads-kv 2 --head-dim 256 --seqlen 64",
       " --backward require --watch"));
   ASSERT_EQ(required.exit_code, 0) << required.output << Logs();
-  ASSERT_TRUE(std::regex_search(required.output, m, std::regex("(j-[0-9a-f]{16})")));
+  ASSERT_NE(JobId(required), "") << required.output;
   const std::string wide = dir_ + "/wide";
-  ASSERT_EQ(Run(absl::StrCat("get ", std::string(m[1]), " -o ", wide)).exit_code, 0);
-  std::ifstream wide_in(wide + "/report.json");
-  const auto wide_report = nlohmann::json::parse(wide_in, nullptr, false);
+  const auto wide_report = FetchReport(JobId(required), wide);
   ASSERT_TRUE(wide_report.is_object());
   EXPECT_TRUE(wide_report["backward"].value("available", false)) << wide_report["backward"].dump();
   EXPECT_EQ(wide_report["backward"].value("tile", ""), "32x64w8");
