@@ -11,8 +11,8 @@
 #   train    tests/python/gpu_train_check.py (gradients incl. d256, compile, deterministic, loss)
 #   bench    bench/torch_backward.py (the op's backward against Flex and SDPA, one process)
 # and, named only, for the sm_90a kernel's levers:
-#   ab       the fa3_sm90 base tile again with each switch of $AB_DEFINES (NAME=VALUE ...,
-#            default CUBRIDGE_BWD_LAG_DQ=0) flipped, --bench: the lever's A/B in one process
+#   ab       the fa3_sm90 base tile again, built with the macros of $AB_DEFINES (NAME=VALUE ...,
+#            default CUBRIDGE_BWD_LAG_DQ=0), --bench: the lever's A/B in one process
 #   ncu      ncu of the fa3_sm90 base tile's attention kernel at the bench shape (speed of light,
 #            tensor pipes, warp stalls, per-instruction stall samples), as is and with
 #            $AB_DEFINES; the clocks left as they are (--clock-control none, METHOD.md)
