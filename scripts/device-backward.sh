@@ -18,6 +18,8 @@
 #            $AB_DEFINES; the clocks left as they are (--clock-control none, METHOD.md)
 #   sass     that kernel's SASS (cuobjdump --dump-sass) and ptxas' resource usage, as is and
 #            with $AB_DEFINES, to read on the machine without a disassembler
+#   sanitize the fa3_sm90 base tile's ragged cases under compute-sanitizer's memcheck and
+#            synccheck (a new barrier or mbarrier protocol's first check)
 # The logs end up in $OUT/logs.tgz (a call brings back only a few files), the JSON results beside.
 #   bash scripts/device-backward.sh [STEPS...]     (default: all six above, in that order)
 # The patches in tests/gpu/backward/pending/ are applied first (the device's copy of the tree is
@@ -71,6 +73,11 @@ if has ncu; then
   for variant in base ab; do
     flags=""; [ $variant = ab ] && flags=$ab_flags
     run ncu_$variant bash -c "cd tests/gpu/backward && ncu --clock-control none -k regex:attn_bwd_kernel -c 1 $sections --section SourceCounters --print-details all python3 backward_expert_check.py --expert fa3_sm90 --tiles 64x128 --profile $flags"
+  done
+fi
+if has sanitize; then
+  for tool in memcheck synccheck; do
+    run sanitize_$tool bash -c "cd tests/gpu/backward && compute-sanitizer --tool $tool --error-exitcode 9 python3 backward_expert_check.py --expert fa3_sm90 --tiles 64x128"
   done
 fi
 if has sass; then
