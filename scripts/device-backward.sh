@@ -3,13 +3,14 @@
 # step's log under $OUT, a table of the steps last. Steps, cheapest first, each timed; a step that
 # fails is reported and the rest still run:
 #   expert   tests/gpu/backward/backward_expert_check.py for fa3_sm90 (Hopper) and fa2_sm80, every
-#            backward tile (head dims 64 and 128 on the base tile, 256 on its own), with --bench
+#            backward tile (head dims 64 and 128 on the base tile, 128 and 256 on the second), --bench
 #   build    gpu_tests, the CLI, the runner and the PyTorch op (scripts/device-build.sh)
 #   lowered  Variants/BackwardOnGpu: every example and generality spec's lowered backward, both
 #            experts, head dims 64/128/256, both tiles at 128; sharded 4 ways
 #   adapt    Examples/EveryExample: adapt's GPU stage, the backward's tiles tuned in the runner
 #   train    tests/python/gpu_train_check.py (gradients incl. d256, compile, deterministic, loss)
 #   bench    bench/torch_backward.py (the op's backward against Flex and SDPA, one process)
+#   bash scripts/device-backward.sh [STEPS...]     (default: these six, in this order)
 # and, named only, for the sm_90a kernel's levers:
 #   ab       the fa3_sm90 base tile again, built with the macros of $AB_DEFINES (NAME=VALUE ...,
 #            default CUBRIDGE_BWD_LAG_DQ=0), --bench: the lever's A/B in one process
@@ -21,7 +22,6 @@
 #   sanitize the fa3_sm90 base tile's ragged cases under compute-sanitizer's memcheck and
 #            synccheck (a new barrier or mbarrier protocol's first check)
 # The logs end up in $OUT/logs.tgz (a call brings back only a few files), the JSON results beside.
-#   bash scripts/device-backward.sh [STEPS...]     (default: all six above, in that order)
 # The patches in tests/gpu/backward/pending/ are applied first (the device's copy of the tree is
 # thrown away after the call), so that the checks cover what they would land; NO_PENDING=1 skips
 # them.
@@ -82,7 +82,7 @@ if has sanitize; then
 fi
 if has sass; then
   for variant in base ab; do
-    flags=""; [ $variant = ab ] && for d in $ab_defines; do flags+=" -D$d"; done
+    flags=""; [ $variant = ab ] && flags=${ab_flags//--define /-D}
     run sass_$variant bash -c "cd tests/gpu/backward && nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -cubin -Xptxas -v $flags -I ../../../cuir/experts/fa3_sm90 -DCUBRIDGE_BWD_KERNEL='\"../../../cuir/experts/fa3_sm90/kernel_bwd.cu\"' shim.cu -o $out/bwd_$variant.cubin && cuobjdump --dump-sass $out/bwd_$variant.cubin > $out/sass_$variant.txt && rm $out/bwd_$variant.cubin && echo sass: \$(wc -l < $out/sass_$variant.txt) lines"
   done
 fi

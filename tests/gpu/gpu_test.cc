@@ -162,9 +162,9 @@ void ExpectVerifiedOnTheGpu(const absl::StatusOr<pipeline::AdaptResult>& r, bool
   const auto& cand = gpu.at("candidates").at(0);
   EXPECT_TRUE(cand.value("passed", false)) << cand.dump(2);
   EXPECT_GE(cand.at("verification").at("shapes").size(), 4u);
-  // The backward beside it (every head dim the experts serve), its tiles checked on the GPU too (fast and
-  // twice deterministic at the backward's shapes) and, when the tuner profiles, profiled; the
-  // fastest is the one kept.
+  // The backward beside it (every head dim the experts serve), its tiles checked on the GPU too
+  // (fast and twice deterministic at the backward's shapes) and, when the tuner profiles,
+  // profiled; the fastest is the one kept.
   const auto& backward = r->report.at("backward");
   if (backward.value("available", false)) {
     EXPECT_EQ(backward.at("verification_level"), "gpu") << backward.dump(2);
