@@ -6,11 +6,16 @@
 #
 #   scripts/fuzz.sh build               configure build-fuzz/ (clang, CUBRIDGE_FUZZ=ON) and build
 #                                       the targets
-#   scripts/fuzz.sh smoke [SECONDS]     build, then run each target SECONDS (default 30) on a copy
-#                                       of its seed corpus; non-zero on any crash
+#   scripts/fuzz.sh smoke [SECONDS]     build (its output in build-fuzz/build.log, shown if it
+#                                       fails), then run each target SECONDS (default 30) on a copy
+#                                       of its seed corpus; non-zero on any finding (a crash, a
+#                                       sanitizer report, a leak, a timeout, running out of
+#                                       memory), each finding's report first
 #   scripts/fuzz.sh run TARGET SECONDS  one long run: new inputs go to build-fuzz/corpus/TARGET,
 #                                       crashes to build-fuzz/crashes/TARGET; ends with the
 #                                       executions and exec/s libFuzzer reports
+#   scripts/fuzz.sh findings DIR        the findings among the artifacts in DIR, one path a line
+#                                       (crash-, leak-, timeout-, oom-; not slow-unit- reports)
 #
 # TARGET: spec_guard, spec_frontend, cuir_roundtrip, submit_checks or torch_save (a `fuzz_` prefix
 # is accepted). Exits 77, which ctest reports as skipped, when clang or libFuzzer is missing.
@@ -20,7 +25,7 @@ out=${CUBRIDGE_FUZZ_BUILD:-$root/build-fuzz}
 targets=(spec_guard spec_frontend cuir_roundtrip submit_checks torch_save)
 
 usage() {
-  sed -n '7,16p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '7,21p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -37,12 +42,16 @@ have_toolchain() {
   return $rc
 }
 
-build() {
+need_toolchain() {
   if ! have_toolchain; then
     echo "fuzz: clang++ with libFuzzer not found (apt-get install clang libclang-rt-14-dev);" \
          "skipped" >&2
     exit 77
   fi
+}
+
+build() {
+  need_toolchain
   if [ ! -f "$out/build.ninja" ]; then
     # -O1 with line tables only, as fuzzing builds usually are: fast enough to run, quick to
     # build (full debug info for LibTorch's headers is most of a -g build's time).
@@ -70,7 +79,10 @@ target_name() {
 run_fuzzer() {
   local t=$1 seconds=$2 corpus=$3 artifacts=$4
   shift 4
-  local flags=(-max_total_time="$seconds" -timeout=20 -print_final_stats=1
+  # -timeout is the hang criterion (a timeout- artifact and a non-zero exit); libFuzzer also
+  # writes a slow-unit- artifact for each new slowest unit over -report_slow_units seconds,
+  # which is no finding (an unloaded machine may run it in a tenth of the time).
+  local flags=(-max_total_time="$seconds" -timeout=20 -report_slow_units=10 -print_final_stats=1
                -artifact_prefix="$artifacts/")
   local asan=abort_on_error=1:symbolize=1
   case $t in
@@ -95,29 +107,52 @@ summary() {
   local runs rate
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n1)
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -n1)
-  echo "fuzz_$t: ${runs:-?} executions, ${rate:-?} exec/s, ${seconds}s, $crashes crash file(s)"
+  echo "fuzz_$t: ${runs:-?} executions, ${rate:-?} exec/s, ${seconds}s, $crashes finding(s)"
+}
+
+# The findings among a run's artifacts: libFuzzer names them crash-, leak-, timeout- or oom-
+# (slow-unit- files are reports, not findings).
+findings() {
+  find "$1" -type f \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' -o -name 'oom-*' \)
 }
 
 smoke_dir=
 smoke() {
   local seconds=${1:-30} failed=0 tmp
-  build
+  need_toolchain
+  mkdir -p "$out"
+  # Quiet unless it fails, so that the targets' lines open the output (CI shows its head).
+  if ! build >"$out/build.log" 2>&1; then
+    tail -n 60 "$out/build.log"
+    echo "fuzz: the build failed (whole log: $out/build.log)" >&2
+    return 1
+  fi
   tmp=$(mktemp -d)
   smoke_dir=$tmp
   trap 'rm -rf "$smoke_dir"' EXIT
   for t in "${targets[@]}"; do
     mkdir -p "$tmp/$t/corpus" "$tmp/$t/crashes"
     cp -r "$root/fuzz/corpus/$t/." "$tmp/$t/corpus/"
-    local rc=0 start=$SECONDS found
+    local rc=0 start=$SECONDS found slow
     run_fuzzer "$t" "$seconds" "$tmp/$t/corpus" "$tmp/$t/crashes" "$root/fuzz/regressions/$t" \
       > "$tmp/$t/log" 2>&1 || rc=$?
-    found=$(find "$tmp/$t/crashes" -type f | wc -l)
+    found=$(findings "$tmp/$t/crashes" | wc -l)
     summary "$t" "$tmp/$t/log" $((SECONDS - start)) "$found"
+    slow=$(find "$tmp/$t/crashes" -type f -name 'slow-unit-*' | wc -l)
+    if [ "$slow" -ne 0 ]; then
+      mkdir -p "$out/slow/$t"
+      find "$tmp/$t/crashes" -type f -name 'slow-unit-*' -exec cp {} "$out/slow/$t/" \;
+      echo "fuzz_$t: $slow slow unit(s) of 10 s or more, under the 20 s timeout:" \
+           "$(grep -m1 '^Slowest unit' "$tmp/$t/log" || true); kept in $out/slow/$t"
+    fi
     if [ $rc -ne 0 ] || [ "$found" -ne 0 ]; then
       failed=1
+      # The report's own lines first (what, where), then the log's end.
+      grep -E '^==[0-9]+==(ERROR|WARNING)|^SUMMARY:|runtime error:|^ALARM|out-of-memory|Test unit written' \
+        "$tmp/$t/log" | head -n 20 || true
       tail -n 40 "$tmp/$t/log"
       mkdir -p "$out/crashes/$t"
-      find "$tmp/$t/crashes" -type f -exec cp {} "$out/crashes/$t/" \;
+      findings "$tmp/$t/crashes" | xargs -r cp -t "$out/crashes/$t/"
       echo "fuzz_$t failed (exit $rc); inputs kept in $out/crashes/$t" >&2
     fi
   done
@@ -134,7 +169,7 @@ run() {
   run_fuzzer "$t" "$seconds" "$out/corpus/$t" "$out/crashes/$t" "$root/fuzz/corpus/$t" \
     "$root/fuzz/regressions/$t" > "$out/fuzz_$t.log" 2>&1 || rc=$?
   tail -n 25 "$out/fuzz_$t.log"
-  summary "$t" "$out/fuzz_$t.log" $((SECONDS - start)) "$(find "$out/crashes/$t" -type f | wc -l)"
+  summary "$t" "$out/fuzz_$t.log" $((SECONDS - start)) "$(findings "$out/crashes/$t" | wc -l)"
   echo "log: $out/fuzz_$t.log"
   return $rc
 }
@@ -143,5 +178,6 @@ case ${1:-} in
   build) build ;;
   smoke) shift; smoke "$@" ;;
   run) shift; run "$@" ;;
+  findings) [ $# -eq 2 ] && [ -d "$2" ] || usage; findings "$2" | sort ;;
   *) usage ;;
 esac
