@@ -12,13 +12,14 @@
 #   bench    bench/torch_backward.py (the op's backward against Flex and SDPA, one process)
 #   bash scripts/device-backward.sh [STEPS...]     (default: these six, in this order)
 # and, named only, for the sm_90a kernel's levers:
-#   ab       the fa3_sm90 base tile again, built with the macros of $AB_DEFINES (NAME=VALUE ...,
-#            default CUBRIDGE_BWD_LAG_DQ=0), --bench: the lever's A/B in one process
+#   ab       the fa3_sm90 base tile again, built with the macros of each variant of $AB_DEFINES
+#            (variants separated by ';', each NAME=VALUE ...; default CUBRIDGE_BWD_LAG_DQ=0),
+#            --bench: the levers' A/B in one call (ab1, ab2, ... in the order given)
 #   ncu      ncu of the fa3_sm90 base tile's attention kernel at the bench shape (speed of light,
-#            tensor pipes, warp stalls, per-instruction stall samples), as is and with
-#            $AB_DEFINES; the clocks left as they are (--clock-control none, METHOD.md)
+#            tensor pipes, warp stalls, per-instruction stall samples), as is and with each
+#            variant; the clocks left as they are (--clock-control none, METHOD.md)
 #   sass     that kernel's SASS (cuobjdump --dump-sass) and ptxas' resource usage, as is and
-#            with $AB_DEFINES, to read on the machine without a disassembler
+#            with each variant, to read on the machine without a disassembler
 #   sanitize the fa3_sm90 base tile's ragged cases under compute-sanitizer's memcheck and
 #            synccheck (a new barrier or mbarrier protocol's first check)
 # The logs end up in $OUT/logs.tgz (a call brings back only a few files), the JSON results beside.
@@ -64,15 +65,26 @@ if has expert; then
   run expert_fa3 bash -c "cd tests/gpu/backward && python3 backward_expert_check.py --expert fa3_sm90 --bench --out $out/expert_fa3.json"
   run expert_fa2 bash -c "cd tests/gpu/backward && python3 backward_expert_check.py --expert fa2_sm80 --out $out/expert_fa2.json"
 fi
-ab_defines=${AB_DEFINES:-CUBRIDGE_BWD_LAG_DQ=0}
-ab_flags=""
-for d in $ab_defines; do ab_flags+=" --define $d"; done
-has ab && run ab bash -c "cd tests/gpu/backward && python3 backward_expert_check.py --expert fa3_sm90 --tiles 64x128 --bench $ab_flags --out $out/expert_fa3_ab.json"
+# The A/B variants: AB_DEFINES split at ';', each one's --define flags.
+IFS=';' read -r -a ab_variants <<<"${AB_DEFINES:-CUBRIDGE_BWD_LAG_DQ=0}"
+ab_flags=()
+for variant in "${ab_variants[@]}"; do
+  flags=""
+  for d in $variant; do flags+=" --define $d"; done
+  [ -n "$flags" ] && ab_flags+=("$flags")
+done
+if has ab; then
+  for i in "${!ab_flags[@]}"; do
+    run ab$((i + 1)) bash -c "cd tests/gpu/backward && python3 backward_expert_check.py --expert fa3_sm90 --tiles 64x128 --bench ${ab_flags[$i]} --out $out/expert_fa3_ab$((i + 1)).json"
+  done
+fi
+# Each variant as NAME:FLAGS, base (none) first, then abN.
+variants=("base:")
+for i in "${!ab_flags[@]}"; do variants+=("ab$((i + 1)):${ab_flags[$i]}"); done
 if has ncu; then
   sections="--section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats"
-  for variant in base ab; do
-    flags=""; [ $variant = ab ] && flags=$ab_flags
-    run ncu_$variant bash -c "cd tests/gpu/backward && ncu --clock-control none -k regex:attn_bwd_kernel -c 1 $sections --section SourceCounters --print-details all python3 backward_expert_check.py --expert fa3_sm90 --tiles 64x128 --profile $flags"
+  for v in "${variants[@]}"; do
+    run "ncu_${v%%:*}" bash -c "cd tests/gpu/backward && ncu --clock-control none -k regex:attn_bwd_kernel -c 1 $sections --section SourceCounters --print-details all python3 backward_expert_check.py --expert fa3_sm90 --tiles 64x128 --profile ${v#*:}"
   done
 fi
 if has sanitize; then
@@ -81,9 +93,10 @@ if has sanitize; then
   done
 fi
 if has sass; then
-  for variant in base ab; do
-    flags=""; [ $variant = ab ] && flags=${ab_flags//--define /-D}
-    run sass_$variant bash -c "cd tests/gpu/backward && nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -cubin -Xptxas -v $flags -I ../../../cuir/experts/fa3_sm90 -DCUBRIDGE_BWD_KERNEL='\"../../../cuir/experts/fa3_sm90/kernel_bwd.cu\"' shim.cu -o $out/bwd_$variant.cubin && cuobjdump --dump-sass $out/bwd_$variant.cubin > $out/sass_$variant.txt && rm $out/bwd_$variant.cubin && echo sass: \$(wc -l < $out/sass_$variant.txt) lines"
+  for v in "${variants[@]}"; do
+    name=${v%%:*} flags=${v#*:}
+    flags=${flags//--define /-D}
+    run "sass_$name" bash -c "cd tests/gpu/backward && nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -cubin -Xptxas -v $flags -I ../../../cuir/experts/fa3_sm90 -DCUBRIDGE_BWD_KERNEL='\"../../../cuir/experts/fa3_sm90/kernel_bwd.cu\"' shim.cu -o $out/bwd_$name.cubin && cuobjdump --dump-sass $out/bwd_$name.cubin > $out/sass_$name.txt && rm $out/bwd_$name.cubin && echo sass: \$(wc -l < $out/sass_$name.txt) lines"
   done
 fi
 if [ -n "${build_pid:-}" ]; then
