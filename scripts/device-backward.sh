@@ -65,22 +65,20 @@ if has expert; then
   run expert_fa3 bash -c "cd tests/gpu/backward && python3 backward_expert_check.py --expert fa3_sm90 --bench --out $out/expert_fa3.json"
   run expert_fa2 bash -c "cd tests/gpu/backward && python3 backward_expert_check.py --expert fa2_sm80 --out $out/expert_fa2.json"
 fi
-# The A/B variants: AB_DEFINES split at ';', each one's --define flags.
-IFS=';' read -r -a ab_variants <<<"${AB_DEFINES:-CUBRIDGE_BWD_LAG_DQ=0}"
-ab_flags=()
-for variant in "${ab_variants[@]}"; do
+# The kernel's variants as NAME:FLAGS (--define flags): base (none), then abN for each of
+# AB_DEFINES split at ';'.
+IFS=';' read -r -a ab_defines <<<"${AB_DEFINES:-CUBRIDGE_BWD_LAG_DQ=0}"
+variants=("base:")
+for defines in "${ab_defines[@]}"; do
   flags=""
-  for d in $variant; do flags+=" --define $d"; done
-  [ -n "$flags" ] && ab_flags+=("$flags")
+  for d in $defines; do flags+=" --define $d"; done
+  [ -n "$flags" ] && variants+=("ab${#variants[@]}:$flags")
 done
 if has ab; then
-  for i in "${!ab_flags[@]}"; do
-    run ab$((i + 1)) bash -c "cd tests/gpu/backward && python3 backward_expert_check.py --expert fa3_sm90 --tiles 64x128 --bench ${ab_flags[$i]} --out $out/expert_fa3_ab$((i + 1)).json"
+  for v in "${variants[@]:1}"; do
+    run "${v%%:*}" bash -c "cd tests/gpu/backward && python3 backward_expert_check.py --expert fa3_sm90 --tiles 64x128 --bench ${v#*:} --out $out/expert_fa3_${v%%:*}.json"
   done
 fi
-# Each variant as NAME:FLAGS, base (none) first, then abN.
-variants=("base:")
-for i in "${!ab_flags[@]}"; do variants+=("ab$((i + 1)):${ab_flags[$i]}"); done
 if has ncu; then
   sections="--section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats"
   for v in "${variants[@]}"; do

@@ -23,6 +23,8 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${CUBRIDGE_FUZZ_BUILD:-$root/build-fuzz}
 targets=(spec_guard spec_frontend cuir_roundtrip submit_checks torch_save)
+# A unit over timeout_s is a hang (a finding); libFuzzer reports one over slow_s (no finding).
+timeout_s=20 slow_s=10
 
 usage() {
   sed -n '7,21p' "$0" | sed 's/^# \{0,1\}//' >&2
@@ -82,8 +84,8 @@ run_fuzzer() {
   # -timeout is the hang criterion (a timeout- artifact and a non-zero exit); libFuzzer also
   # writes a slow-unit- artifact for each new slowest unit over -report_slow_units seconds,
   # which is no finding (an unloaded machine may run it in a tenth of the time).
-  local flags=(-max_total_time="$seconds" -timeout=20 -report_slow_units=10 -print_final_stats=1
-               -artifact_prefix="$artifacts/")
+  local flags=(-max_total_time="$seconds" -timeout="$timeout_s" -report_slow_units="$slow_s"
+               -print_final_stats=1 -artifact_prefix="$artifacts/")
   local asan=abort_on_error=1:symbolize=1
   case $t in
     spec_guard) flags+=(-max_len=8192 -dict="$root/fuzz/dicts/spec.dict") ;;
@@ -133,17 +135,18 @@ smoke() {
   for t in "${targets[@]}"; do
     mkdir -p "$tmp/$t/corpus" "$tmp/$t/crashes"
     cp -r "$root/fuzz/corpus/$t/." "$tmp/$t/corpus/"
-    local rc=0 start=$SECONDS found slow
+    local rc=0 start=$SECONDS found slow_units
     run_fuzzer "$t" "$seconds" "$tmp/$t/corpus" "$tmp/$t/crashes" "$root/fuzz/regressions/$t" \
       > "$tmp/$t/log" 2>&1 || rc=$?
     found=$(findings "$tmp/$t/crashes" | wc -l)
     summary "$t" "$tmp/$t/log" $((SECONDS - start)) "$found"
-    slow=$(find "$tmp/$t/crashes" -type f -name 'slow-unit-*' | wc -l)
-    if [ "$slow" -ne 0 ]; then
+    slow_units=$(find "$tmp/$t/crashes" -type f -name 'slow-unit-*')
+    if [ -n "$slow_units" ]; then
       mkdir -p "$out/slow/$t"
-      find "$tmp/$t/crashes" -type f -name 'slow-unit-*' -exec cp {} "$out/slow/$t/" \;
-      echo "fuzz_$t: $slow slow unit(s) of 10 s or more, under the 20 s timeout:" \
-           "$(grep -m1 '^Slowest unit' "$tmp/$t/log" || true); kept in $out/slow/$t"
+      xargs -r cp -t "$out/slow/$t/" <<<"$slow_units"
+      echo "fuzz_$t: $(wc -l <<<"$slow_units") slow unit(s) of ${slow_s} s or more, under the" \
+           "${timeout_s} s timeout: $(grep -m1 '^Slowest unit' "$tmp/$t/log" || true);" \
+           "kept in $out/slow/$t"
     fi
     if [ $rc -ne 0 ] || [ "$found" -ne 0 ]; then
       failed=1
