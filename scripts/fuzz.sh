@@ -44,12 +44,16 @@ have_toolchain() {
   return $rc
 }
 
+# Probed once a run (the smoke checks before its quiet build, which checks again).
+toolchain_ok=
 need_toolchain() {
+  [ -z "$toolchain_ok" ] || return 0
   if ! have_toolchain; then
     echo "fuzz: clang++ with libFuzzer not found (apt-get install clang libclang-rt-14-dev);" \
          "skipped" >&2
     exit 77
   fi
+  toolchain_ok=1
 }
 
 build() {
