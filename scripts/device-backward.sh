@@ -13,7 +13,7 @@
 #   bash scripts/device-backward.sh [STEPS...]     (default: these six, in this order)
 # and, named only, for the sm_90a kernel's levers:
 #   ab       the fa3_sm90 base tile again, built with the macros of each variant of $AB_DEFINES
-#            (variants separated by ';', each NAME=VALUE ...; default CUBRIDGE_BWD_LAG_DQ=0),
+#            (variants separated by ';', each NAME=VALUE ...; default CUBRIDGE_BWD_PRODUCER=0),
 #            --bench: the levers' A/B in one call (ab1, ab2, ... in the order given)
 #   ncu      ncu of the fa3_sm90 base tile's attention kernel at the bench shape (speed of light,
 #            tensor pipes, warp stalls, per-instruction stall samples), as is and with each
@@ -67,7 +67,7 @@ if has expert; then
 fi
 # The kernel's variants as NAME:FLAGS (--define flags): base (none), then abN for each of
 # AB_DEFINES split at ';'.
-IFS=';' read -r -a ab_defines <<<"${AB_DEFINES:-CUBRIDGE_BWD_LAG_DQ=0}"
+IFS=';' read -r -a ab_defines <<<"${AB_DEFINES:-CUBRIDGE_BWD_PRODUCER=0}"
 variants=("base:")
 for defines in "${ab_defines[@]}"; do
   flags=""

@@ -2,7 +2,8 @@
 // in the workspace, the accumulators' adds in the fast and the deterministic mode, the learnable
 // buffers' gradient indexing and coalesced adds, and the pre- and postprocessing kernels. Included
 // inside the expert's namespace after its `workspace` region (bwd_workspace reads
-// variant_workspace) and before its variant contexts, whose BwdCall uses them.
+// variant_workspace, and kDqTileRows, dQ's accumulator layout) and before its variant contexts,
+// whose BwdCall uses them.
 #pragma once
 
 constexpr int kRowThreads = 256;  // threads of the pre- and postprocessing kernels
@@ -11,6 +12,31 @@ __host__ __device__ __forceinline__ long long cuir_buffer_numel(const cubridge_a
   long long n = 1;
   for (int d = 0; d < b.rank; ++d) n *= b.sizes[d];
   return n;
+}
+
+// dQ's accumulator is row-major ([b][h][q][d]) where the expert's kDqTileRows is 0, and in
+// fragment order where it is 64 (the sm_90 expert): per (b, h) the query rows padded to whole
+// 64-row blocks, a block's head dim in 64-column panels of 4096 elements, and within a panel
+// warp w's rows 16w .. 16w + 15, then per 8-column group j each lane's four elements (rows
+// 16w + lane / 4 and 8 below, columns 8j + 2 (lane % 4) and the next): wgmma's m64nN
+// accumulator as a warp holds it, so that a warp adds a group by one 512-byte contiguous vector
+// reduction instead of 8 rows' 32-byte pieces (bench/NOTES.md, session 20).
+static_assert(kDqTileRows == 0 || kDqTileRows == 64,
+              "dQ's accumulator: row-major or in fragment order");
+constexpr int kDqPanelElems = 64 * 64;
+__host__ __device__ __forceinline__ long long bwd_dq_rows(const cubridge_attn_fwd_params& f) {
+  const long long q_rows = kDqTileRows == 0 ? f.seqlen_q : cuir_cdiv(f.seqlen_q, 64) * 64;
+  return static_cast<long long>(f.batch) * f.heads_q * q_rows;
+}
+// The fragment-order element of warp `warp`, lane `lane` and 8-column group `j` of query block
+// `m_block`'s 64-column panel `panel` of head row `bh` (b * heads_q + h); + 2 r + e for row
+// 8 r below, column e beside.
+__host__ __device__ __forceinline__ long long bwd_dq_tiled_at(const cubridge_attn_fwd_params& f,
+                                                              long long bh, int m_block,
+                                                              int panel, int warp, int lane,
+                                                              int j) {
+  const long long block = bh * cuir_cdiv(f.seqlen_q, 64) + m_block;
+  return (block * (f.head_dim / 64) + panel) * kDqPanelElems + warp * 1024 + j * 128 + lane * 4;
 }
 
 // Where the call's scratch lies in the workspace: D (rows), dQ's accumulator and, under GQA,
@@ -29,7 +55,7 @@ __host__ __device__ __forceinline__ BwdWorkspace bwd_workspace(const cubridge_at
   BwdWorkspace w;
   w.delta = 0;
   w.dq = round(rows * sizeof(float));
-  w.dk = w.dq + round(rows * f.head_dim * elem);
+  w.dk = w.dq + round(size_t(bwd_dq_rows(f)) * f.head_dim * elem);
   const bool gqa = f.heads_q != f.heads_kv;
   w.dv = w.dk + (gqa ? round(kv_rows * f.head_dim * elem) : 0);
   size_t at = w.dv + (gqa ? round(kv_rows * f.head_dim * elem) : 0);
@@ -200,8 +226,34 @@ __global__ void __launch_bounds__(kRowThreads)
       static_cast<T*>(out)[b * bs + h * hs + s * rs + d] = bwd_from_float<T>(acc_read(acc, i, det));
     }
   };
-  convert(ws + w.dq, p.dq, f.heads_q, f.seqlen_q, p.dq_batch_stride, p.dq_head_stride,
-          p.dq_row_stride);
+  if constexpr (kDqTileRows == 0) {
+    convert(ws + w.dq, p.dq, f.heads_q, f.seqlen_q, p.dq_batch_stride, p.dq_head_stride,
+            p.dq_row_stride);
+  } else {
+    // Fragment order (bwd_dq_tiled_at): a thread per four elements, lanes' groups contiguous.
+    const int panels = f.head_dim / 64, q_blocks = cuir_cdiv(f.seqlen_q, 64);
+    const long long n4 = bwd_dq_rows(f) * f.head_dim / 4;
+    for (long long i = start; i < n4; i += stride) {
+      const int lane = static_cast<int>(i & 31), j = static_cast<int>(i >> 5 & 7);
+      const int warp = static_cast<int>(i >> 8 & 3);
+      const long long panel_at = i >> 10;
+      const int panel = static_cast<int>(panel_at % panels);
+      const long long block = panel_at / panels;
+      const int m_block = static_cast<int>(block % q_blocks);
+      const long long bh = block / q_blocks;
+      const int h = static_cast<int>(bh % f.heads_q), b = static_cast<int>(bh / f.heads_q);
+      const int row = m_block * 64 + warp * 16 + (lane >> 2);
+      const int col = panel * 64 + 8 * j + 2 * (lane & 3);
+      T* const out = static_cast<T*>(p.dq) + b * p.dq_batch_stride + h * p.dq_head_stride + col;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        if (row + 8 * r >= f.seqlen_q) continue;
+        T* const at = out + static_cast<int64_t>(row + 8 * r) * p.dq_row_stride;
+        at[0] = bwd_from_float<T>(acc_read(ws + w.dq, 4 * i + 2 * r, det));
+        at[1] = bwd_from_float<T>(acc_read(ws + w.dq, 4 * i + 2 * r + 1, det));
+      }
+    }
+  }
   if (f.heads_q != f.heads_kv) {
     convert(ws + w.dk, p.dk, f.heads_kv, f.seqlen_kv, p.dk_batch_stride, p.dk_head_stride,
             p.dk_row_stride);

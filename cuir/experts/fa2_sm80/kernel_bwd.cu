@@ -171,6 +171,9 @@ __host__ __device__ __forceinline__ bool variant_buffers_ok(const cubridge_attn_
 }
 // @cuir-end buffer_check
 
+// dQ's accumulator row-major (common/backward_kernel.cuh): mma.sync's fragments have no
+// wider reduction than a pair.
+constexpr int kDqTileRows = 0;
 // The backward's shared pieces: workspace, accumulators, buffer gradients, pre/postprocess.
 #include "../common/backward_kernel.cuh"
 

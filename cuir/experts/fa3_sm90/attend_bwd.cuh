@@ -5,13 +5,116 @@
 // retiring under dS^T = P^T (dP^T - D) and the variant's gradient hooks; dK += dS^T Q issued,
 // retiring under dS^T's store to shared memory; then, once the tile's dS^T is there, dQ = dS K
 // for this warpgroup's half of the head dim (at head dim 64: over its own keys), 64 columns at a
-// time, added into dQ's accumulator.
+// time, added into dQ's accumulator (in the accumulator's fragment order). With a producer
+// warpgroup (kProducer) the consumers only compute: the producer fills the Q/dO ring and the
+// warpgroups wait on its mbarriers.
 // Then dK and dV. Part of kernel_bwd.cu (its tile parameters and variant contexts), included
 // after them.
 #pragma once
 
+// The producer's mbarriers (kProducer): K and V landed (count: the 128 producer threads), a
+// Q/dO stage landed with its rows' LSE and D (the same), a stage's last reads done (count: the 8
+// consumer warps, one elected lane each). Stage s's k-th use is block 2k + s of the walk, whose
+// full phase has parity k & 1 and whose refill waits on empty's phase of use k - 1.
+struct BwdBars {
+  uint64_t kv_full, full[STAGES], empty[STAGES];
+};
+
+__device__ __forceinline__ void init_bwd_bars(BwdBars* b) {
+  using namespace cubridge::fa3;
+  mbar_init(&b->kv_full, 128);
+  for (int s = 0; s < STAGES; ++s) {
+    mbar_init(&b->full[s], 128);
+    mbar_init(&b->empty[s], kConsumerThreads / 32);
+  }
+  mbar_init_fence();
+}
+
+// The tile's shared memory (BwdTiling's layout), from the 16-byte-aligned dynamic allocation.
+template <int D>
+struct BwdSmem {
+  unsigned char* base;  // 1024-byte aligned
+  uint32_t s_base;
+  float* lse;    // per stage, the block's LSE (log2 units) per query row
+  float* delta;  // per stage, D per query row
+  BwdBars* bars;
+  __device__ __forceinline__ uint32_t stage(int s) const {
+    return s_base + BwdTiling<D>::kStage0 + s * BwdTiling<D>::kStageBytes;  // Q, then dO
+  }
+};
+template <int D>
+__device__ __forceinline__ BwdSmem<D> bwd_smem() {
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const uint32_t raw_addr = cubridge::fa3::smem_u32(smem_raw);
+  unsigned char* const smem = smem_raw + (((raw_addr + 1023u) & ~1023u) - raw_addr);
+  float* const lse = reinterpret_cast<float*>(smem + BwdTiling<D>::kRows);
+  return {smem, cubridge::fa3::smem_u32(smem), lse, lse + STAGES * BLOCK_M,
+          reinterpret_cast<BwdBars*>(smem + BwdTiling<D>::kBars)};
+}
+
+// load Q = q[b, h, q_lo:q_hi], load DO = do[b, h, q_lo:q_hi] into a stage by NTHREADS threads
+// (committed), and the rows' LSE and D by threads 0 .. BLOCK_M - 1. A row past q_hi, or one that
+// kept nothing (LSE = -inf), gets LSE = +inf: its P is exp(-inf) = 0.
+template <int NTHREADS, typename T, int D>
+__device__ __forceinline__ void load_q_block(const BwdTile& tile, const BwdSmem<D>& sm, int m_block,
+                                             int stage, int tid) {
+  using QTile = typename BwdTiling<D>::QTile;
+  const cubridge_attn_bwd_params& p = tile.bp;
+  const cubridge_attn_fwd_params& f = p.fwd;
+  const int q_lo = m_block * BLOCK_M, rows = min(BLOCK_M, tile.seqlen_q - q_lo);
+  const T* q = static_cast<const T*>(f.q) + tile.b * f.q_batch_stride + tile.h * f.q_head_stride +
+               static_cast<int64_t>(q_lo) * f.q_row_stride;
+  const T* d_o = static_cast<const T*>(p.d_o) + tile.b * p.do_batch_stride +
+                 tile.h * p.do_head_stride + static_cast<int64_t>(q_lo) * p.do_row_stride;
+  const uint32_t q_tile = sm.stage(stage);
+  QTile::template load_async<NTHREADS>(q_tile, q, f.q_row_stride, rows, tid);
+  QTile::template load_async<NTHREADS>(q_tile + QTile::kBytes, d_o, p.do_row_stride, rows, tid);
+  cp_async_commit();
+  const int64_t row0 = (static_cast<int64_t>(tile.b) * f.heads_q + tile.h) * tile.seqlen_q;
+  bwd_load_rows<BLOCK_M>(tile, reinterpret_cast<const float*>(tile.scratch + tile.ws.delta) + row0,
+                         q_lo, rows, sm.lse + stage * BLOCK_M, sm.delta + stage * BLOCK_M, tid);
+}
+
+// The producer warpgroup's part (kProducer): K and V, then each visited query block's Q, dO and
+// rows into the stage the consumers released, each completing its mbarrier once this thread's
+// copies landed (made visible to wgmma's async proxy first).
 template <typename T, int D>
-__device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile) {
+__device__ __forceinline__ void produce_bwd_tile(const BwdTile& tile, int tid) {
+  using namespace cubridge::fa3;
+  using KvTile = typename BwdTiling<D>::KvTile;
+  const BwdSmem<D> sm = bwd_smem<D>();
+  const cubridge_attn_fwd_params& f = tile.p;
+  const int kv_rows = tile.kv_hi - tile.kv_lo;
+  KvTile::template load_async<128>(
+      sm.s_base + BwdTiling<D>::kK,
+      static_cast<const T*>(f.k) + tile.b * f.k_batch_stride + tile.kv_h * f.k_head_stride +
+          static_cast<int64_t>(tile.kv_lo) * f.k_row_stride,
+      f.k_row_stride, kv_rows, tid);
+  KvTile::template load_async<128>(
+      sm.s_base + BwdTiling<D>::kV,
+      static_cast<const T*>(f.v) + tile.b * f.v_batch_stride + tile.kv_h * f.v_head_stride +
+          static_cast<int64_t>(tile.kv_lo) * f.v_row_stride,
+      f.v_row_stride, kv_rows, tid);
+  cp_async_commit();
+  cp_async_wait<0>();
+  fence_proxy_async();
+  mbar_arrive(&sm.bars->kv_full);
+  int i = 0;
+  tile.for_each_q_block([&](int m_block, int, bool) {
+    const int stage = i & 1, use = i >> 1;
+    if (use > 0) mbar_wait(&sm.bars->empty[stage], (use - 1) & 1);
+    load_q_block<128, T, D>(tile, sm, m_block, stage, tid);
+    cp_async_wait<0>();
+    fence_proxy_async();
+    mbar_arrive(&sm.bars->full[stage]);
+    ++i;
+  });
+}
+
+// The consumer warpgroups' part (or, without a producer, the whole CTA's); tid counts the
+// consumers' threads from 0.
+template <typename T, int D>
+__device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid) {
   using namespace cubridge::fa3;
   using Tiling = BwdTiling<D>;
   using KvTile = typename Tiling::KvTile;
@@ -29,17 +132,20 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile) {
   const cubridge_attn_bwd_params& p = tile.bp;
   const cubridge_attn_fwd_params& f = p.fwd;
   const int kv_lo = tile.kv_lo, kv_hi = tile.kv_hi, seqlen_q = tile.seqlen_q;
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
-  const uint32_t raw_addr = smem_u32(smem_raw);
-  unsigned char* const smem = smem_raw + (((raw_addr + 1023u) & ~1023u) - raw_addr);
-  const uint32_t s_base = smem_u32(smem);
+  const BwdSmem<D> sm = bwd_smem<D>();
+  const uint32_t s_base = sm.s_base;
   const uint32_t sK = s_base + Tiling::kK, sV = s_base + Tiling::kV;
   const uint32_t sdS = s_base + Tiling::kDs;
-  // Per stage, the block's LSE (log2 units) and D per query row.
-  float* const s_lse = reinterpret_cast<float*>(smem + Tiling::kRows);
-  float* const s_delta = s_lse + STAGES * BLOCK_M;
+  float* const s_lse = sm.lse;
+  float* const s_delta = sm.delta;
+  // The consumers' barriers: the dS^T of both warpgroups (id 1), of one (2 + wg); without a
+  // producer the first is the CTA's.
+  const auto consumers_sync = [] {
+    if constexpr (kProducer) named_barrier_sync(1, kConsumerThreads);
+    else __syncthreads();
+  };
 
-  const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7, warp = (tid >> 5) & 3;
+  const int lane = tid & 31, wg = tid >> 7, warp = (tid >> 5) & 3;
   const int g = lane >> 2, t = lane & 3;
   // The warpgroup's 64 keys (key group) and its part of dK's and dV's columns; where both
   // warpgroups hold the same keys, part 0 alone stores dS^T and adds into the buffers' gradients.
@@ -49,20 +155,19 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile) {
   const BwdWorkspace& ws = tile.ws;
   const bool det = p.deterministic != 0;
   char* const dq_acc = tile.scratch + ws.dq;
-  const int64_t row0 = (static_cast<int64_t>(tile.b) * f.heads_q + tile.h) * seqlen_q;
-  const float* const delta_rows_g = reinterpret_cast<const float*>(tile.scratch + ws.delta) + row0;
 
-  // load K = k[b, kv_h, kv_lo:kv_hi], load V = v[b, kv_h, kv_lo:kv_hi]
-  const T* k_ptr = static_cast<const T*>(f.k) + tile.b * f.k_batch_stride +
-                   tile.kv_h * f.k_head_stride + static_cast<int64_t>(kv_lo) * f.k_row_stride;
-  const T* v_ptr = static_cast<const T*>(f.v) + tile.b * f.v_batch_stride +
-                   tile.kv_h * f.v_head_stride + static_cast<int64_t>(kv_lo) * f.v_row_stride;
-  KvTile::template load_async<kThreads>(sK, k_ptr, f.k_row_stride, kv_hi - kv_lo, tid);
-  KvTile::template load_async<kThreads>(sV, v_ptr, f.v_row_stride, kv_hi - kv_lo, tid);
-  cp_async_commit();
-  const T* q_base = static_cast<const T*>(f.q) + tile.b * f.q_batch_stride + tile.h * f.q_head_stride;
-  const T* do_base =
-      static_cast<const T*>(p.d_o) + tile.b * p.do_batch_stride + tile.h * p.do_head_stride;
+  // load K = k[b, kv_h, kv_lo:kv_hi], load V = v[b, kv_h, kv_lo:kv_hi] (by the producer, if any)
+  if constexpr (kProducer) {
+    mbar_wait(&sm.bars->kv_full, 0);
+  } else {
+    const T* k_ptr = static_cast<const T*>(f.k) + tile.b * f.k_batch_stride +
+                     tile.kv_h * f.k_head_stride + static_cast<int64_t>(kv_lo) * f.k_row_stride;
+    const T* v_ptr = static_cast<const T*>(f.v) + tile.b * f.v_batch_stride +
+                     tile.kv_h * f.v_head_stride + static_cast<int64_t>(kv_lo) * f.v_row_stride;
+    KvTile::template load_async<kConsumerThreads>(sK, k_ptr, f.k_row_stride, kv_hi - kv_lo, tid);
+    KvTile::template load_async<kConsumerThreads>(sV, v_ptr, f.v_row_stride, kv_hi - kv_lo, tid);
+    cp_async_commit();
+  }
 
   // The operands' descriptors: this warpgroup's 64 rows of K and V as A (K-major), dS^T as A
   // and this warpgroup's head-dim panels of K as B of dQ (both MN-major), its part's panels of
@@ -72,9 +177,14 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile) {
   const uint64_t ds_a = make_desc(sdS, Tiling::kDsBytes, 1024);
   const uint64_t k_b_dq =
       kSplitKeys ? make_desc(sK + wg * 64 * 128, KvTile::kPanelBytes, 1024)
-                 : make_desc(sK + wg * (DQ_N / 64) * KvTile::kPanelBytes, KvTile::kPanelBytes, 1024);
+                 : make_desc(sK + wg * (DQ_N / 64) * KvTile::kPanelBytes, KvTile::kPanelBytes,
+                             1024);
   const uint64_t ds_a_dq = kSplitKeys ? ds_a + ((wg * 64 * 128) >> 4) : ds_a;
   const int dq_col0 = kSplitKeys ? 0 : wg * DQ_N;
+  // This lane's first element of dQ's accumulator in query block 0's first panel of its columns.
+  static_assert(kDqTileRows == BLOCK_M, "dQ's accumulator in fragment order, a block a tile");
+  const long long dq_tiled0 = bwd_dq_tiled_at(
+      f, static_cast<long long>(tile.b) * f.heads_q + tile.h, 0, dq_col0 / 64, warp, lane, 0);
   const uint32_t part_panels = part * (kPartCols / 64) * QTile::kPanelBytes;
 
   // grad.init
@@ -83,21 +193,6 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile) {
   for (int i = 0; i < kPartCols / 2; ++i) dk[i] = dv[i] = 0.f;
   const float scale = tile.softmax_scale;
 
-  // load Q = q[b, h, q_lo:q_hi], load DO = do[b, h, q_lo:q_hi] into a stage, and the rows' LSE
-  // and D. A row past q_hi, or one that kept nothing (LSE = -inf), gets LSE = +inf: its P is
-  // exp(-inf) = 0.
-  auto load_q_block = [&](int m_block, int stage) {
-    const int q_lo = m_block * BLOCK_M, rows = min(BLOCK_M, seqlen_q - q_lo);
-    const uint32_t q_tile = s_base + Tiling::kStage0 + stage * Tiling::kStageBytes;
-    QTile::template load_async<kThreads>(q_tile, q_base + static_cast<int64_t>(q_lo) * f.q_row_stride,
-                                         f.q_row_stride, rows, tid);
-    QTile::template load_async<kThreads>(q_tile + QTile::kBytes,
-                                         do_base + static_cast<int64_t>(q_lo) * p.do_row_stride,
-                                         p.do_row_stride, rows, tid);
-    cp_async_commit();
-    bwd_load_rows<BLOCK_M>(tile, delta_rows_g, q_lo, rows, s_lse + stage * BLOCK_M,
-                           s_delta + stage * BLOCK_M, tid);
-  };
   // dQ[:, this warpgroup's columns, panel] = dS K from dS^T buffer `buffer`, issued and
   // committed; then its scaled add into the accumulator shared by the KV tiles.
   auto issue_dq = [&](float(&dq)[32], int buffer, int panel) {
@@ -107,48 +202,60 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile) {
                         k_b_dq + ((panel * KvTile::kPanelBytes) >> 4));
     wgmma_commit();
   };
-  auto add_dq = [&](const float(&dq)[32], int q_lo, int q_hi, int panel) {
+  // In dQ's accumulator's fragment order (common/backward_kernel.cuh, kDqTileRows), group j's
+  // four elements are this lane's in one 512-byte span of the warp's: one vector reduction each.
+  // A padded block's rows past the end add dS = 0 there and are never read.
+  auto add_dq = [&](const float(&dq)[32], int q_lo, int panel) {
+    const long long at =
+        dq_tiled0 + (q_lo / BLOCK_M) * (D / 64 * kDqPanelElems) + panel * kDqPanelElems;
+    if (det) {
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int q = q_lo + warp * 16 + g + 8 * r;
-      if (q >= q_hi) continue;
-      const long long at_row = (row0 + q) * D + dq_col0 + 64 * panel + 2 * t;
-      float* const row = reinterpret_cast<float*>(dq_acc) + at_row;
+      for (int i = 0; i < 32; ++i) {
+        acc_add(dq_acc, at + 128 * (i >> 2) + (i & 3), dq[i] * scale, true);
+      }
+    } else {
+      float* const span = reinterpret_cast<float*>(dq_acc) + at;
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        const float x0 = dq[acc_index(j, r, 0)] * scale, x1 = dq[acc_index(j, r, 1)] * scale;
-        if (det) {
-          acc_add(dq_acc, at_row + 8 * j, x0, true);
-          acc_add(dq_acc, at_row + 8 * j + 1, x1, true);
-        } else {
-          red_add_v2(row + 8 * j, x0, x1);
-        }
+        red_add_v4(span + 128 * j, dq[4 * j] * scale, dq[4 * j + 1] * scale, dq[4 * j + 2] * scale,
+                   dq[4 * j + 3] * scale);
       }
     }
   };
   // Under kLagDq, the first query row of the block whose dQ is still to do (-1: none). Its dS^T
   // is in the buffer of its Q/dO stage (the other one than this block's).
   int prev_q_lo = -1;
-  int stage = 0;
-  bool first_block = true;
+  int stage = 0, block_index = 0;
+  [[maybe_unused]] bool first_block = true;
 
   tile.for_each_q_block([&](int m_block, int m_next, bool block_full) {
     const int q_lo = m_block * BLOCK_M, q_hi = min(q_lo + BLOCK_M, seqlen_q);
     const BwdBlock block{tile, m_block, q_lo, q_hi, block_full};
-    if (first_block) {  // the prologue: no earlier block prefetched this one
-      load_q_block(m_block, stage);
-      first_block = false;
+    if constexpr (kProducer) {
+      // This stage's copies landed (the producer fenced them for wgmma); under kLagDq the
+      // previous block's dS^T of both warpgroups is there too.
+      mbar_wait(&sm.bars->full[stage], (block_index >> 1) & 1);
+      if constexpr (kLagDq) consumers_sync();
+    } else {
+      if (first_block) {  // the prologue: no earlier block prefetched this one
+        load_q_block<kConsumerThreads, T, D>(tile, sm, m_block, stage, tid);
+        first_block = false;
+      }
+      cp_async_wait<0>();
+      fence_proxy_async();  // the copies, visible to wgmma's reads
+      __syncthreads();      // this stage landed (and K, V); every warp is done with the other stage
+      if (m_next != KvUnion<1>::kEnd) {
+        load_q_block<kConsumerThreads, T, D>(tile, sm, m_next, stage ^ 1, tid);
+      }
     }
-    cp_async_wait<0>();
-    fence_proxy_async();  // the copies, visible to wgmma's reads
-    __syncthreads();      // this stage landed (and K, V); every warp is done with the other stage
-    if (m_next != KvUnion<1>::kEnd) load_q_block(m_next, stage ^ 1);
-    const uint32_t sQ = s_base + Tiling::kStage0 + stage * Tiling::kStageBytes;
+    const int block_stage = stage;
+    const uint32_t sQ = sm.stage(stage);
     const uint32_t sdO = sQ + QTile::kBytes;
     const float* const lse_rows = s_lse + stage * BLOCK_M;
     const float* const delta_rows = s_delta + stage * BLOCK_M;
-    const int ds_buffer = kLagDq ? stage : 0;  // this block's dS^T
+    const int ds_buffer = Tiling::kDsBuffers == 2 ? stage : 0;  // this block's dS^T
     stage ^= 1;
+    ++block_index;
 
     // Under kLagDq the previous block's dQ first (its group empty at the first block), added
     // while S^T = K Q^T runs (dP^T after it: the three accumulators at once would not fit);
@@ -168,7 +275,7 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile) {
     if constexpr (kLagDq) {
       wgmma_wait<1>();
       reg_fence(dq);
-      if (prev_q_lo >= 0) add_dq(dq, prev_q_lo, min(prev_q_lo + BLOCK_M, seqlen_q), 0);
+      if (prev_q_lo >= 0) add_dq(dq, prev_q_lo, 0);
       reg_fence(dp);
       wgmma_fence();
     }
@@ -262,8 +369,8 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile) {
       prev_q_lo = q_lo;
     } else {
       // The dS^T that this warpgroup's dQ reads is there: its own (four warps), or the tile's.
-      if constexpr (kSplitKeys) named_barrier_sync(1 + wg, 128);
-      else __syncthreads();
+      if constexpr (kSplitKeys) named_barrier_sync(2 + wg, 128);
+      else consumers_sync();
       // dQ[:, this warpgroup's half] = dS K, one 64-column panel of K at a time (a second
       // panel's 32 accumulator registers would not fit beside dK's and dV's at head dim 256).
 #pragma unroll
@@ -273,11 +380,17 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile) {
         reg_fence(dq);
         reg_fence(dk);
         reg_fence(dv);
-        add_dq(dq, q_lo, q_hi, panel);
+        add_dq(dq, q_lo, panel);
       }
     }
-    // The next block's top barrier orders this block's reads of dS^T and of the stage before
-    // their next writes.
+    if constexpr (kProducer) {
+      // The stage's Q, dO and rows read for the last time (dV and dK retired): the producer
+      // may refill it. A dS^T buffer's next write comes after the next block's barrier.
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&sm.bars->empty[block_stage]);
+    }
+    // Without a producer, the next block's top barrier orders this block's reads of dS^T and of
+    // the stage before their next writes.
   });
   cp_async_wait<0>();
 

@@ -11,10 +11,11 @@
 // (attend_bwd.cuh): all five products on wgmma (mainloop_bwd.cuh: S^T and dP^T from shared
 // memory, dV and dK with P^T and dS^T from registers, dQ = dS K from dS^T staged in shared
 // memory), the variant's hooks between them (common/backward_hooks.cuh), and dQ added into its
-// fp32 accumulator with vector reductions. Q and dO (with the rows' LSE and D) come through a
-// two-stage cp.async ring filled by all 256 threads, the next block's copies under this block's
-// products. (A TMA producer warpgroup, as FlashAttention-3 has, would free the consumers of the
-// copies: issue 30.)
+// fp32 accumulator (kept in wgmma's fragment order) with 16-byte vector reductions. On the
+// 128-key tile a third, producer warpgroup copies K, V and each block's Q and dO (with the rows'
+// LSE and D) by cp.async into a two-stage ring and signals mbarriers, so that the two consumer
+// warpgroups only compute (setmaxnreg 24 / 240); on the 64-key tile all 256 threads fill the
+// ring, the next block's copies under this block's products. (TMA for the copies: issue 30.)
 //
 // The variant sits at named hooks of three contexts, as in the sm_80 backward (BwdCall, BwdTile,
 // BwdBlock); regions are named after base_bwd.cuir's constructs (docs/lowering.md). This base
@@ -63,6 +64,7 @@ int cubridge_attn_bwd(const cubridge_attn_bwd_params* p, struct CUstream_st* str
 #include "../common/backward_hooks.cuh"
 #include "mainloop_bwd.cuh"
 #include "softmax.cuh"
+#include "tma.cuh"
 
 namespace cubridge_fa3_bwd {
 
@@ -120,9 +122,29 @@ static_assert(BLOCK_M == 64, "a query block of 64: one 128-byte panel of dS^T pe
 static_assert((BLOCK_N == 128 || BLOCK_N == 64) && WARPS == 8,
               "two warpgroups: of 64 keys each (BLOCK_N 128), or of 64 keys together (64)");
 static_assert(STAGES == 2, "Q and dO are double-buffered");
-constexpr int kThreads = WARPS * 32;
+// A producer warpgroup beside the consumers (the base tile only; issue 30): it copies K, V and
+// the Q/dO ring with cp.async and signals mbarriers, the consumers wait on those instead of a
+// CTA barrier and issue no copies; setmaxnreg gives the consumers the producer's registers.
+#ifndef CUBRIDGE_BWD_PRODUCER
+#define CUBRIDGE_BWD_PRODUCER 1
+#endif
+constexpr bool kProducer = CUBRIDGE_BWD_PRODUCER && BLOCK_N == 128;
+constexpr int kConsumerThreads = WARPS * 32;
+constexpr int kThreads = kConsumerThreads + (kProducer ? 128 : 0);
+// Registers per thread after setmaxnreg: the launch gives 65536 / 384 (168) each; the producer
+// keeps 24 (addresses of its copies), the consumers take 240 (the bound at which the kernel
+// compiled without spills, bench/NOTES.md session 18).
+constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+static_assert(!kProducer ||
+                  128 * (kProducerRegs + 2 * kConsumerRegs) <= 65536 / kThreads / 8 * 8 * kThreads,
+              "registers the CTA is launched with");
 constexpr int kKeyGroups = BLOCK_N / 64;
 constexpr int kDParts = 2 / kKeyGroups;
+// Each KV tile's walk over the query blocks rotated to start at its own share (BwdTile's
+// q_loop): an A/B for the next device run.
+#ifndef CUBRIDGE_BWD_ROTATE
+#define CUBRIDGE_BWD_ROTATE 0
+#endif
 #ifndef CUBRIDGE_BWD_LAG_DQ
 #define CUBRIDGE_BWD_LAG_DQ 1
 #endif
@@ -132,7 +154,6 @@ constexpr int kDParts = 2 / kKeyGroups;
 #ifndef CUBRIDGE_BWD_FAST_EXP
 #define CUBRIDGE_BWD_FAST_EXP 0
 #endif
-
 template <int D>
 struct BwdTiling {
   using KvTile = cubridge::fa3::PanelTile<BLOCK_N, D>;
@@ -147,18 +168,23 @@ struct BwdTiling {
   // dQ = dS K split between the warpgroups: by head-dim halves (each reads the whole tile's
   // dS^T), or at head dim 64 on a 128-key tile by keys (each its own 64 keys over the whole head
   // dim, both adding into dQ's accumulator: twice the reductions, but no wait for the other
-  // warpgroup's dS^T).
+  // warpgroup's dS^T; at head dim 128 that was 21% slower, bench/NOTES.md session 20).
   static constexpr bool kSplitKeys = D == 64 && kKeyGroups == 2;
   static constexpr int kDqCols = kSplitKeys ? D : D / 2;  // dQ's head-dim columns per warpgroup
   // Where a warpgroup's dQ is one 64-column panel, block i's dQ product is issued in block i+1,
   // ahead of its S^T and dP^T, so that the tensor cores have it while the warps add block i's
   // dQ and exponentiate (attend_bwd.cuh); dS^T is then double-buffered.
-  static constexpr bool kLagDq = CUBRIDGE_BWD_LAG_DQ && kDqCols == 64;
+  // (Not beside a producer: at the consumers' 240 registers the late dQ spills 256 bytes.)
+  static constexpr bool kLagDq = CUBRIDGE_BWD_LAG_DQ && kDqCols == 64 && !kProducer;
   static constexpr int kDs = kStage0 + STAGES * kStageBytes;
   static constexpr int kDsBytes = BLOCK_N * BLOCK_M * 2;
-  static constexpr int kRows = kDs + (kLagDq ? 2 : 1) * kDsBytes;
+  // Two dS^T buffers by the Q/dO stage's index where dQ is late or a producer runs (no CTA
+  // barrier orders a buffer's reuse then).
+  static constexpr int kDsBuffers = kLagDq || kProducer ? 2 : 1;
+  static constexpr int kRows = kDs + kDsBuffers * kDsBytes;
   // Dynamic shared memory is only 16-byte aligned: 1024 bytes of slack.
-  static constexpr int kSmemBytes = kRows + 2 * STAGES * BLOCK_M * 4 + 1024;
+  static constexpr int kBars = kRows + 2 * STAGES * BLOCK_M * 4;  // the producer's mbarriers
+  static constexpr int kSmemBytes = kBars + (kProducer ? 8 * (1 + 2 * STAGES) : 0) + 1024;
   // Whether the tile serves head dim D: a warpgroup's part whole 64-column panels, at most 128
   // columns of each accumulator (64 + 64 registers), within sm_90's 227 KiB of shared memory.
   static constexpr bool kServed =
@@ -189,6 +215,10 @@ __host__ __device__ __forceinline__ bool variant_buffers_ok(const cubridge_attn_
 }
 // @cuir-end buffer_check
 
+// dQ's accumulator in wgmma's fragment order (common/backward_kernel.cuh): a warp adds 512
+// contiguous bytes a reduction, 20% faster than row-major's 8 rows of 32 (bench/NOTES.md,
+// session 20).
+constexpr int kDqTileRows = 64;
 // The backward's shared pieces: workspace, accumulators, buffer gradients, pre/postprocess.
 #include "../common/backward_kernel.cuh"
 
@@ -226,8 +256,23 @@ struct BwdTile : BwdCall {
     const KvUnion<1> q_blocks = {{0}, {cuir_cdiv(seqlen_q, BLOCK_M)}};
     // @cuir-end q_range
     // @cuir-region q_loop
+#if CUBRIDGE_BWD_ROTATE
+    // From this tile's share of the query blocks (as far along them as n_block is along the
+    // keys) to the last, then from the first: the KV tiles of a head then add into different
+    // blocks of dQ at a time, not all into the same one. A walk that starts later (causal)
+    // starts at its first block.
+    const int m_from = q_blocks.next(n_block * cuir_cdiv(seqlen_q, BLOCK_M) /
+                                     cuir_cdiv(seqlen_kv, BLOCK_N));
+    const int m_start = m_from != q_blocks.kEnd ? m_from : q_blocks.first();
+    for (int m_block = m_start, m_next; m_block != q_blocks.kEnd; m_block = m_next) {
+      // Past the last block, the first; the walk has wrapped once m_block < m_start.
+      m_next = q_blocks.next(m_block + 1);
+      if (m_next == q_blocks.kEnd && m_block >= m_start) m_next = q_blocks.first();
+      if (m_next >= m_start && (m_block < m_start || m_next == m_start)) m_next = q_blocks.kEnd;
+#else
     for (int m_block = q_blocks.first(), m_next; m_block != q_blocks.kEnd; m_block = m_next) {
       m_next = q_blocks.next(m_block + 1);
+#endif
       const bool block_full = false;
     // @cuir-end q_loop
       body(m_block, m_next, block_full);
@@ -300,7 +345,21 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int n_block = blockIdx.x, kv_lo = n_block * BLOCK_N;
   const BwdTile tile{call, n_block, static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.z),
                      kv_lo, min(kv_lo + BLOCK_N, f.seqlen_kv)};
-  attend_bwd_tile<T, D>(tile);
+  if constexpr (kProducer) {
+    // Warpgroup 0 produces, 1 and 2 consume; each role one branch (setmaxnreg, HOPPER.md).
+    BwdBars* const bars = bwd_smem<D>().bars;
+    if (threadIdx.x == 0) init_bwd_bars(bars);
+    __syncthreads();
+    if (threadIdx.x < 128) {
+      cubridge::fa3::setmaxnreg_dec<kProducerRegs>();
+      produce_bwd_tile<T, D>(tile, threadIdx.x);
+    } else {
+      cubridge::fa3::setmaxnreg_inc<kConsumerRegs>();
+      attend_bwd_tile<T, D>(tile, threadIdx.x - 128);
+    }
+  } else {
+    attend_bwd_tile<T, D>(tile, threadIdx.x);
+  }
 }
 
 }  // namespace cubridge_fa3_bwd

@@ -83,9 +83,12 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-// Two adjacent fp32 values added into global memory by one vector reduction (sm_90).
-__device__ __forceinline__ void red_add_v2(float* at, float a, float b) {
-  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(at), "f"(a), "f"(b) : "memory");
+// Four adjacent fp32 values added into global memory by one vector reduction (sm_90; 16-byte
+// aligned).
+__device__ __forceinline__ void red_add_v4(float* at, float a, float b, float c, float d) {
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(at), "f"(a), "f"(b),
+               "f"(c), "f"(d)
+               : "memory");
 }
 
 // Makes this thread's generic-proxy writes to shared memory (cp.async, st.shared) visible to
