@@ -5,7 +5,7 @@
 #   expert   tests/gpu/backward/backward_expert_check.py for fa3_sm90 (Hopper) and fa2_sm80, every
 #            backward tile (head dims 64 and 128 on the base tile, 128 and 256 on the second), --bench
 #   build    gpu_tests, the CLI, the runner and the PyTorch op (scripts/device-build.sh)
-#   lowered  Variants/BackwardOnGpu: every example and generality spec's lowered backward, both
+#   lowered  Variants/BackwardOnGpu: the 16 variants of every kind's lowered backward, both
 #            experts, head dims 64/128/256, both tiles at 128; sharded 4 ways
 #   adapt    Examples/EveryExample: adapt's GPU stage, the backward's tiles tuned in the runner
 #   train    tests/python/gpu_train_check.py (gradients incl. d256, compile, deterministic, loss)
@@ -20,6 +20,10 @@
 #            variant; the clocks left as they are (--clock-control none, METHOD.md)
 #   sass     that kernel's SASS (cuobjdump --dump-sass) and ptxas' resource usage, as is and
 #            with each variant, to read on the machine without a disassembler
+#   suite    Suite/BackwardOnGpu: every example and generality spec as `lowered` does them, in
+#            $SUITE_SHARDS shards (default 12), of which those in $SUITE_RUN (default all, e.g.
+#            "0 1 2 3 4 5") run, four at a time, each within $SUITE_TIMEOUT s (default 500): a
+#            call runs what fits in it, the next call the rest
 #   sanitize the fa3_sm90 base tile's ragged cases under compute-sanitizer's memcheck and
 #            synccheck (a new barrier or mbarrier protocol's first check)
 # The logs end up in $OUT/logs.tgz (a call brings back only a few files), the JSON results beside.
@@ -53,9 +57,25 @@ run() {  # run NAME COMMAND...: the command's output in $out/NAME.log, its time 
   return $rc
 }
 has() { [[ " ${steps[*]} " == *" $1 "* ]]; }
+# sharded NAME FILTER SHARDS TIMEOUT INDEX...: gpu_tests' FILTER cut in SHARDS shards, the
+# given ones four at a time (the CPU verifier's threads share the cores), each within TIMEOUT s.
+sharded() {
+  local name=$1 filter=$2 shards=$3 limit=$4 t0=$SECONDS k i
+  shift 4
+  local runs=("$@")
+  for ((k = 0; k < ${#runs[@]}; k += 4)); do
+    for i in "${runs[@]:k:4}"; do
+      GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout "$limit" ./build-dev/tests/gpu_tests \
+        --gtest_filter="$filter" >"$out/${name}_$i.log" 2>&1 &
+    done
+    wait
+  done
+  cat "$out/${name}"_*.log >"$out/$name.log"
+  summary+=("$(printf '%-8s %s %4ss' "$name" "shards ${runs[*]} of $shards: $(grep -c '^\[       OK' "$out/$name.log") ok, $(grep -c '^\[  FAILED  \]' "$out/$name.log") failed lines" $((SECONDS - t0)))")
+}
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1
 built=1
-if has build || has lowered || has adapt || has train || has bench; then
+if has build || has lowered || has suite || has adapt || has train || has bench; then
   # Built in the background while the expert checks use the GPU.
   (timeout "${BUILD_TIMEOUT:-900}" bash scripts/device-build.sh build-dev gpu_tests cubridge-cli cubridge-cli-local \
      cubridge-gpu-runner cubridge_torch >"$out/build.log" 2>&1; echo "rc=$?" >>"$out/build.log") &
@@ -103,16 +123,11 @@ if [ -n "${build_pid:-}" ]; then
   summary+=("$(printf '%-8s rc=%-3s        %s' build "$built" "$(tail -2 "$out/build.log" | head -1 | cut -c1-90)")")
 fi
 if [ "$built" = 0 ]; then
-  if has lowered; then
-    t0=$SECONDS
-    for i in 0 1 2 3; do
-      GTEST_TOTAL_SHARDS=4 GTEST_SHARD_INDEX=$i timeout 420 ./build-dev/tests/gpu_tests \
-        --gtest_filter='Variants/BackwardOnGpu.*' >"$out/lowered_$i.log" 2>&1 &
-    done
-    wait
-    cat "$out"/lowered_?.log >"$out/lowered.log"
-    summary+=("$(printf '%-8s %s %4ss' lowered "$(grep -c '^\[       OK' "$out/lowered.log") ok, $(grep -c '^\[  FAILED  \]' "$out/lowered.log") failed lines" $((SECONDS - t0)))")
-  fi
+  has lowered && sharded lowered 'Variants/BackwardOnGpu.*' 4 420 0 1 2 3
+  suite_shards=${SUITE_SHARDS:-12}
+  # shellcheck disable=SC2046  # the shard indices, one word each
+  has suite && sharded suite 'Suite/BackwardOnGpu.*' "$suite_shards" "${SUITE_TIMEOUT:-500}" \
+    ${SUITE_RUN:-$(seq 0 $((suite_shards - 1)))}
   has adapt && run adapt timeout 500 ./build-dev/tests/gpu_tests --gtest_filter='Examples/EveryExample.*'
   export PYTHONPATH=$PWD/build-dev/python CUBRIDGE_ADAPT_ARGS="--gpu off"
   has train && run train bash -c "cd tests/python && timeout 300 python3 gpu_train_check.py --out $out/train.json"
