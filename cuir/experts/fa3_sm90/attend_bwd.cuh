@@ -181,10 +181,13 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid) {
                              1024);
   const uint64_t ds_a_dq = kSplitKeys ? ds_a + ((wg * 64 * 128) >> 4) : ds_a;
   const int dq_col0 = kSplitKeys ? 0 : wg * DQ_N;
-  // This lane's first element of dQ's accumulator in query block 0's first panel of its columns.
+  // dQ's accumulator at query block 0's first panel of this warpgroup's columns, and this
+  // lane's first element there.
   static_assert(kDqTileRows == BLOCK_M, "dQ's accumulator in fragment order, a block a tile");
-  const long long dq_tiled0 = bwd_dq_tiled_at(
-      f, static_cast<long long>(tile.b) * f.heads_q + tile.h, 0, dq_col0 / 64, warp, lane, 0);
+  const long long dq_panel0 = bwd_dq_tiled_at(
+      f, static_cast<long long>(tile.b) * f.heads_q + tile.h, 0, dq_col0 / 64, 0, 0, 0);
+  const long long dq_tiled0 = dq_panel0 + warp * 1024 + lane * 4;
+  [[maybe_unused]] int dq_adds = 0;  // under kDqBulk, this warpgroup's panels added so far
   const uint32_t part_panels = part * (kPartCols / 64) * QTile::kPanelBytes;
 
   // grad.init
@@ -206,8 +209,32 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid) {
   // four elements are this lane's in one 512-byte span of the warp's: one vector reduction each.
   // A padded block's rows past the end add dS = 0 there and are never read.
   auto add_dq = [&](const float(&dq)[32], int q_lo, int panel) {
-    const long long at =
-        dq_tiled0 + (q_lo / BLOCK_M) * (D / 64 * kDqPanelElems) + panel * kDqPanelElems;
+    const long long block_at = (q_lo / BLOCK_M) * (D / 64 * kDqPanelElems) + panel * kDqPanelElems;
+    const long long at = dq_tiled0 + block_at;
+    if constexpr (Tiling::kDqBulk) {
+      if (!det) {
+        // The panel into buffer dq_adds & 1 (its last add, two panels ago, was read before the
+        // barrier of the one after it), then one thread adds it once the warpgroup stored it and
+        // its previous add has read the other buffer.
+        const uint32_t buffer = s_base + Tiling::kDqStage +
+                                ((dq_adds++ & 1) * 2 + wg) * Tiling::kDqPanelBytes;
+        const uint32_t mine = buffer + (warp * 1024 + lane * 4) * 4;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          st_shared_v4(mine + j * 512, dq[4 * j] * scale, dq[4 * j + 1] * scale,
+                       dq[4 * j + 2] * scale, dq[4 * j + 3] * scale);
+        }
+        fence_proxy_async();
+        const bool issuer = (tid & 127) == 0;
+        if (issuer) bulk_wait_read<0>();
+        named_barrier_sync(4 + wg, 128);
+        if (issuer) {
+          bulk_reduce_add_f32(reinterpret_cast<float*>(dq_acc) + dq_panel0 + block_at, buffer,
+                              Tiling::kDqPanelBytes);
+        }
+        return;
+      }
+    }
     if (det) {
 #pragma unroll
       for (int i = 0; i < 32; ++i) {
@@ -306,13 +333,8 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid) {
       const float2 l = *reinterpret_cast<const float2*>(lse_rows + 8 * j + 2 * t);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        if constexpr (CUBRIDGE_BWD_FAST_EXP) {  // one FFMA and one MUFU.EX2 an element
-          sf[0][j][2 * r] = fast_exp2(sf[0][j][2 * r] * kLog2e - l.x);
-          sf[0][j][2 * r + 1] = fast_exp2(sf[0][j][2 * r + 1] * kLog2e - l.y);
-        } else {
-          sf[0][j][2 * r] = exp2f(sf[0][j][2 * r] * kLog2e - l.x);
-          sf[0][j][2 * r + 1] = exp2f(sf[0][j][2 * r + 1] * kLog2e - l.y);
-        }
+        sf[0][j][2 * r] = exp2f(sf[0][j][2 * r] * kLog2e - l.x);
+        sf[0][j][2 * r + 1] = exp2f(sf[0][j][2 * r + 1] * kLog2e - l.y);
       }
     }
     // dV += P^T dO
@@ -393,6 +415,8 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid) {
     // the stage before their next writes.
   });
   cp_async_wait<0>();
+  // The bulk adds done before the CTA's shared memory goes.
+  if (Tiling::kDqBulk && (tid & 127) == 0) bulk_wait<0>();
 
   // grad.epilogue: dK = scale * dk, dV; under GQA the group's query heads add up in fp32.
   const bool gqa = f.heads_q != f.heads_kv;

@@ -140,6 +140,11 @@ static_assert(!kProducer ||
               "registers the CTA is launched with");
 constexpr int kKeyGroups = BLOCK_N / 64;
 constexpr int kDParts = 2 / kKeyGroups;
+// dQ staged in shared memory and added by the bulk-copy engine (BwdTiling::kDqBulk): an A/B
+// for the next device run.
+#ifndef CUBRIDGE_BWD_DQ_BULK
+#define CUBRIDGE_BWD_DQ_BULK 0
+#endif
 // Each KV tile's walk over the query blocks rotated to start at its own share (BwdTile's
 // q_loop): an A/B for the next device run.
 #ifndef CUBRIDGE_BWD_ROTATE
@@ -147,12 +152,6 @@ constexpr int kDParts = 2 / kKeyGroups;
 #endif
 #ifndef CUBRIDGE_BWD_LAG_DQ
 #define CUBRIDGE_BWD_LAG_DQ 1
-#endif
-// P = exp2 by ex2.approx.ftz of one FFMA (the forward's fast_exp2) instead of exp2f's
-// denormal-safe sequence: an A/B for the next device run (bench/NOTES.md, session 18); off until
-// measured.
-#ifndef CUBRIDGE_BWD_FAST_EXP
-#define CUBRIDGE_BWD_FAST_EXP 0
 #endif
 template <int D>
 struct BwdTiling {
@@ -181,7 +180,15 @@ struct BwdTiling {
   // Two dS^T buffers by the Q/dO stage's index where dQ is late or a producer runs (no CTA
   // barrier orders a buffer's reuse then).
   static constexpr int kDsBuffers = kLagDq || kProducer ? 2 : 1;
-  static constexpr int kRows = kDs + kDsBuffers * kDsBytes;
+  // Where a warpgroup's dQ is one 64-column panel, under CUBRIDGE_BWD_DQ_BULK the panel is
+  // stored into shared memory in the accumulator's fragment order (16 KB, conflict-free) and one
+  // thread adds it to the accumulator by one bulk reduce-add, instead of every thread's 8 vector
+  // reductions through the LSU: two buffers a warpgroup, so that a panel's add has a block to
+  // read its buffer before the buffer's next store (attend_bwd.cuh).
+  static constexpr bool kDqBulk = CUBRIDGE_BWD_DQ_BULK && kDqCols == 64;
+  static constexpr int kDqPanelBytes = 64 * 64 * 4;
+  static constexpr int kDqStage = kDs + kDsBuffers * kDsBytes;
+  static constexpr int kRows = kDqStage + (kDqBulk ? 2 * 2 * kDqPanelBytes : 0);
   // Dynamic shared memory is only 16-byte aligned: 1024 bytes of slack.
   static constexpr int kBars = kRows + 2 * STAGES * BLOCK_M * 4;  // the producer's mbarriers
   static constexpr int kSmemBytes = kBars + (kProducer ? 8 * (1 + 2 * STAGES) : 0) + 1024;

@@ -91,6 +91,33 @@ __device__ __forceinline__ void red_add_v4(float* at, float a, float b, float c,
                : "memory");
 }
 
+// Four fp32 values into shared memory by one 16-byte store (16-byte aligned).
+__device__ __forceinline__ void st_shared_v4(uint32_t at, float a, float b, float c, float d) {
+  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(at), "f"(a), "f"(b), "f"(c),
+               "f"(d)
+               : "memory");
+}
+
+// `bytes` of fp32 in shared memory added element-wise into global memory by the bulk-copy engine
+// (each element's add atomic, as a reduction's), committed as one bulk group of this thread.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* global, uint32_t shared, int bytes) {
+  asm volatile(
+      "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+      "cp.async.bulk.commit_group;\n" ::"l"(global),
+      "r"(shared), "r"(bytes)
+      : "memory");
+}
+// Waits until this thread's bulk groups but the N newest have read their shared memory
+// (bulk_wait_read) or completed (bulk_wait).
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+template <int N>
+__device__ __forceinline__ void bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
 // Makes this thread's generic-proxy writes to shared memory (cp.async, st.shared) visible to
 // the async proxy that wgmma reads through; a barrier after it publishes them to the CTA.
 __device__ __forceinline__ void fence_proxy_async() {
