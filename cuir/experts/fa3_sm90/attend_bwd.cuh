@@ -138,8 +138,8 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid) {
   const uint32_t sdS = s_base + Tiling::kDs;
   float* const s_lse = sm.lse;
   float* const s_delta = sm.delta;
-  // The consumers' barriers: the dS^T of both warpgroups (id 1), of one (2 + wg); without a
-  // producer the first is the CTA's.
+  // The consumers' barriers: the dS^T of both warpgroups (id 1), of one (2 + wg), a warpgroup's
+  // staged dQ panel under kDqBulk (4 + wg); without a producer the first is the CTA's.
   const auto consumers_sync = [] {
     if constexpr (kProducer) named_barrier_sync(1, kConsumerThreads);
     else __syncthreads();
@@ -184,9 +184,10 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid) {
   // dQ's accumulator at query block 0's first panel of this warpgroup's columns, and this
   // lane's first element there.
   static_assert(kDqTileRows == BLOCK_M, "dQ's accumulator in fragment order, a block a tile");
-  const long long dq_panel0 = bwd_dq_tiled_at(
-      f, static_cast<long long>(tile.b) * f.heads_q + tile.h, 0, dq_col0 / 64, 0, 0, 0);
-  const long long dq_tiled0 = dq_panel0 + warp * 1024 + lane * 4;
+  const long long dq_head = static_cast<long long>(tile.b) * f.heads_q + tile.h;
+  const long long dq_panel0 = bwd_dq_tiled_at(f, dq_head, 0, dq_col0 / 64, 0, 0, 0);
+  const long long dq_tiled0 = bwd_dq_tiled_at(f, dq_head, 0, dq_col0 / 64, warp, lane, 0);
+  const bool wg_leader = (tid & 127) == 0;  // under kDqBulk, the thread that issues the adds
   [[maybe_unused]] int dq_adds = 0;  // under kDqBulk, this warpgroup's panels added so far
   const uint32_t part_panels = part * (kPartCols / 64) * QTile::kPanelBytes;
 
@@ -210,7 +211,6 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid) {
   // A padded block's rows past the end add dS = 0 there and are never read.
   auto add_dq = [&](const float(&dq)[32], int q_lo, int panel) {
     const long long block_at = (q_lo / BLOCK_M) * (D / 64 * kDqPanelElems) + panel * kDqPanelElems;
-    const long long at = dq_tiled0 + block_at;
     if constexpr (Tiling::kDqBulk) {
       if (!det) {
         // The panel into buffer dq_adds & 1 (its last add, two panels ago, was read before the
@@ -218,23 +218,23 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid) {
         // its previous add has read the other buffer.
         const uint32_t buffer = s_base + Tiling::kDqStage +
                                 ((dq_adds++ & 1) * 2 + wg) * Tiling::kDqPanelBytes;
-        const uint32_t mine = buffer + (warp * 1024 + lane * 4) * 4;
+        const uint32_t mine = buffer + static_cast<uint32_t>(dq_tiled0 - dq_panel0) * 4;
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
           st_shared_v4(mine + j * 512, dq[4 * j] * scale, dq[4 * j + 1] * scale,
                        dq[4 * j + 2] * scale, dq[4 * j + 3] * scale);
         }
         fence_proxy_async();
-        const bool issuer = (tid & 127) == 0;
-        if (issuer) bulk_wait_read<0>();
+        if (wg_leader) bulk_wait_read<0>();
         named_barrier_sync(4 + wg, 128);
-        if (issuer) {
+        if (wg_leader) {
           bulk_reduce_add_f32(reinterpret_cast<float*>(dq_acc) + dq_panel0 + block_at, buffer,
                               Tiling::kDqPanelBytes);
         }
         return;
       }
     }
+    const long long at = dq_tiled0 + block_at;
     if (det) {
 #pragma unroll
       for (int i = 0; i < 32; ++i) {
@@ -416,7 +416,7 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid) {
   });
   cp_async_wait<0>();
   // The bulk adds done before the CTA's shared memory goes.
-  if (Tiling::kDqBulk && (tid & 127) == 0) bulk_wait<0>();
+  if (Tiling::kDqBulk && wg_leader) bulk_wait<0>();
 
   // grad.epilogue: dK = scale * dk, dV; under GQA the group's query heads add up in fp32.
   const bool gqa = f.heads_q != f.heads_kv;
