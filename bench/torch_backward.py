@@ -10,7 +10,10 @@ bf16, B * S = 16k tokens; by default d=128, Llama2-7B heads (32/32), S = 8k, eve
 Backward time = (forward + backward) - forward, each the median of CUDA-event timings; TFLOP/s on
 kept elements, backward counting 2.5x the forward's 4 * B * Hq * D * kept. With --deterministic
 CuBridge's backward is timed again under torch.use_deterministic_algorithms (issue 30: within
-15% of the fast mode). The first call of each variant adapts it (not timed)."""
+15% of the fast mode). With --kernels one more forward + backward of CuBridge's runs under
+torch.profiler and the row gets the backward's kernels by name with their GPU times (the
+preprocess, the block tables, the attention, the postprocess), so that a short walk's fixed
+costs show beside its main kernel. The first call of each variant adapts it (not timed)."""
 
 import argparse
 import json
@@ -86,6 +89,24 @@ def timed(fn, reps):
     return sorted(times)[len(times) // 2]
 
 
+def backward_kernels(forward, q, k, v, do):
+    """GPU time (ms) per kernel name of one forward + backward, the forward's kernels too (the
+    names say which is which), summed over launches of the same name."""
+    from torch.profiler import ProfilerActivity, profile
+    for t in (q, k, v):
+        t.grad = None
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        forward(q, k, v).backward(do)
+        torch.cuda.synchronize()
+    times = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            name = e.name[:80]
+            times[name] = times.get(name, 0.0) + e.device_time_total / 1e3
+    return dict(sorted(times.items(), key=lambda kv: -kv[1]))
+
+
 def measure(forward, q, k, v, do, reps):
     def fwd():
         with torch.no_grad():
@@ -121,7 +142,7 @@ def sdpa_best(mask_mod, q, k, v, do, reps, gqa):
     return best
 
 
-def run_shape(heads, d, s, variants, reps, deterministic, flex):
+def run_shape(heads, d, s, variants, reps, deterministic, flex, kernels=False):
     hq, hkv = heads
     hq, hkv = max(1, hq * 128 // d), max(1, hkv * 128 // d)
     b = max(1, 16384 // s)
@@ -142,6 +163,9 @@ def run_shape(heads, d, s, variants, reps, deterministic, flex):
         try:
             row["cubridge_ms"] = measure(lambda q, k, v: fn(q, k, v, enable_gqa=gqa),
                                          q, k, v, do, reps)[1]
+            if kernels:
+                row["cubridge_kernels_ms"] = backward_kernels(
+                    lambda q, k, v: fn(q, k, v, enable_gqa=gqa), q, k, v, do)
             if deterministic:
                 torch.use_deterministic_algorithms(True)
                 try:
@@ -171,6 +195,8 @@ def run_shape(heads, d, s, variants, reps, deterministic, flex):
         if "sdpa_ms" in row:
             line += f"  sdpa[{row['sdpa_backend']}] {row['sdpa_tflops']:6.1f} ({row['sdpa_ms']:.2f})"
         print(line, flush=True)
+        for kname, ms in row.get("cubridge_kernels_ms", {}).items():
+            print(f"    {ms:8.3f} ms  {kname}", flush=True)
     return rows
 
 
@@ -183,6 +209,8 @@ def main():
     ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated variants")
     ap.add_argument("--deterministic", action="store_true",
                     help="also time CuBridge's deterministic mode")
+    ap.add_argument("--kernels", action="store_true",
+                    help="also CuBridge's kernels' GPU times (torch.profiler), per row")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--out", default="")
     args = ap.parse_args()
@@ -197,7 +225,7 @@ def main():
         for d in (int(x) for x in args.head_dim.split(",")):
             for s in (int(x) for x in args.seqlen.split(",")):
                 for row in run_shape(HEADS[heads], d, s, variants, args.reps, args.deterministic,
-                                     flex):
+                                     flex, args.kernels):
                     rows.append(dict(row, heads=heads))
     if args.out:
         with open(args.out, "w") as f:

@@ -9,7 +9,8 @@
 #            experts, head dims 64/128/256, both tiles at 128; sharded 4 ways
 #   adapt    Examples/EveryExample: adapt's GPU stage, the backward's tiles tuned in the runner
 #   train    tests/python/gpu_train_check.py (gradients incl. d256, compile, deterministic, loss)
-#   bench    bench/torch_backward.py (the op's backward against Flex and SDPA, one process)
+#   bench    bench/torch_backward.py (the op's backward against Flex and SDPA, one process;
+#            $BENCH_ARGS its options, e.g. "--seqlen 8192,1024 --deterministic")
 #   bash scripts/device-backward.sh [STEPS...]     (default: these six, in this order)
 # and, named only, for the sm_90a kernel's levers:
 #   ab       the fa3_sm90 base tile again, built with the macros of each variant of $AB_DEFINES
@@ -21,11 +22,16 @@
 #   sass     that kernel's SASS (cuobjdump --dump-sass) and ptxas' resource usage, as is and
 #            with each variant, to read on the machine without a disassembler
 #   suite    Suite/BackwardOnGpu: every example and generality spec as `lowered` does them, in
-#            $SUITE_SHARDS shards (default 12), of which those in $SUITE_RUN (default all, e.g.
-#            "0 1 2 3 4 5") run, four at a time, each within $SUITE_TIMEOUT s (default 500): a
-#            call runs what fits in it, the next call the rest
+#            $SUITE_SHARDS shards (default 16), of which those in $SUITE_RUN (default all, e.g.
+#            "0 1 2 3 4 5") run, $SHARD_JOBS at a time, each within $SUITE_TIMEOUT s (default
+#            500): a call runs what fits in it, the next call the rest
 #   sanitize the fa3_sm90 base tile's ragged cases under compute-sanitizer's memcheck and
 #            synccheck (a new barrier or mbarrier protocol's first check)
+# Sharded steps run $SHARD_JOBS shards at a time (default 4), each shard's LibTorch on 16 /
+# $SHARD_JOBS threads; most of a shard's time is NVRTC's single-threaded compile of each case's
+# kernel, so SHARD_JOBS=16 finishes the suite fastest. $DEADLINE (seconds from the script's start)
+# caps every shard's timeout and starts no batch past it, so that a call's steps end, and its
+# logs come back, inside the device call's limit.
 # The logs end up in $OUT/logs.tgz (a call brings back only a few files), the JSON results beside.
 # The patches in tests/gpu/backward/pending/ are applied first (the device's copy of the tree is
 # thrown away after the call), so that the checks cover what they would land; NO_PENDING=1 skips
@@ -45,8 +51,11 @@ if [ "${NO_PENDING:-0}" != 1 ]; then
 fi
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(expert build lowered adapt train bench)
-# The CPU verifier's LibTorch threads thrash when four shards share 16 cores (session 15).
-export OMP_NUM_THREADS=4 PYTHONUNBUFFERED=1
+# The CPU verifier's LibTorch threads thrash when shards together ask for more than the 16 cores
+# (session 15: four shards at 16 threads each ran 20x slower).
+shard_jobs=${SHARD_JOBS:-4}
+export OMP_NUM_THREADS=$(( shard_jobs >= 16 ? 1 : 16 / shard_jobs )) PYTHONUNBUFFERED=1
+deadline=${DEADLINE:-100000}
 summary=()
 run() {  # run NAME COMMAND...: the command's output in $out/NAME.log, its time and status kept
   local name=$1 t0=$SECONDS rc
@@ -58,20 +67,28 @@ run() {  # run NAME COMMAND...: the command's output in $out/NAME.log, its time 
 }
 has() { [[ " ${steps[*]} " == *" $1 "* ]]; }
 # sharded NAME FILTER SHARDS TIMEOUT INDEX...: gpu_tests' FILTER cut in SHARDS shards, the
-# given ones four at a time (the CPU verifier's threads share the cores), each within TIMEOUT s.
+# given ones $shard_jobs at a time, each within TIMEOUT s and the deadline; the shards that did
+# not start or were cut are named in the summary, for the next call's $SUITE_RUN.
 sharded() {
-  local name=$1 filter=$2 shards=$3 limit=$4 t0=$SECONDS k i
+  local name=$1 filter=$2 shards=$3 limit=$4 t0=$SECONDS k i left not_run=() cut=()
   shift 4
   local runs=("$@")
-  for ((k = 0; k < ${#runs[@]}; k += 4)); do
-    for i in "${runs[@]:k:4}"; do
-      GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout "$limit" ./build-dev/tests/gpu_tests \
-        --gtest_filter="$filter" >"$out/${name}_$i.log" 2>&1 &
+  for ((k = 0; k < ${#runs[@]}; k += shard_jobs)); do
+    left=$((deadline - SECONDS - 20))
+    if [ "$left" -lt 60 ]; then not_run+=("${runs[@]:k}"); break; fi
+    [ "$left" -lt "$limit" ] || left=$limit
+    for i in "${runs[@]:k:shard_jobs}"; do
+      (GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout "$left" ./build-dev/tests/gpu_tests \
+         --gtest_filter="$filter" >"$out/${name}_$i.log" 2>&1
+       echo "rc=$?" >>"$out/${name}_$i.log") &
     done
     wait
   done
-  cat "$out/${name}"_*.log >"$out/$name.log"
-  summary+=("$(printf '%-8s %s %4ss' "$name" "shards ${runs[*]} of $shards: $(grep -c '^\[       OK' "$out/$name.log") ok, $(grep -c '^\[  FAILED  \]' "$out/$name.log") failed lines" $((SECONDS - t0)))")
+  for i in "${runs[@]}"; do
+    grep -q "^rc=124" "$out/${name}_$i.log" 2>/dev/null && cut+=("$i")
+  done
+  cat "$out/${name}"_*.log >"$out/$name.log" 2>/dev/null
+  summary+=("$(printf '%-8s %s %4ss' "$name" "shards ${runs[*]} of $shards: $(grep -c '^\[       OK' "$out/$name.log") ok, $(grep -c '^\[  FAILED  \]' "$out/$name.log") failed lines; cut: ${cut[*]:-none}; not run: ${not_run[*]:-none}" $((SECONDS - t0)))")
 }
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1
 built=1
@@ -124,14 +141,15 @@ if [ -n "${build_pid:-}" ]; then
 fi
 if [ "$built" = 0 ]; then
   has lowered && sharded lowered 'Variants/BackwardOnGpu.*' 4 420 0 1 2 3
-  suite_shards=${SUITE_SHARDS:-12}
+  suite_shards=${SUITE_SHARDS:-16}
   # shellcheck disable=SC2046  # the shard indices, one word each
   has suite && sharded suite 'Suite/BackwardOnGpu.*' "$suite_shards" "${SUITE_TIMEOUT:-500}" \
     ${SUITE_RUN:-$(seq 0 $((suite_shards - 1)))}
   has adapt && run adapt timeout 500 ./build-dev/tests/gpu_tests --gtest_filter='Examples/EveryExample.*'
   export PYTHONPATH=$PWD/build-dev/python CUBRIDGE_ADAPT_ARGS="--gpu off"
   has train && run train bash -c "cd tests/python && timeout 300 python3 gpu_train_check.py --out $out/train.json"
-  has bench && run bench timeout 300 python3 bench/torch_backward.py --out "$out/torch_backward.json"
+  # shellcheck disable=SC2086  # $BENCH_ARGS: torch_backward.py's options, one word each
+  has bench && run bench timeout "${BENCH_TIMEOUT:-300}" python3 bench/torch_backward.py ${BENCH_ARGS:-} --out "$out/torch_backward.json"
 fi
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
 (cd "$out" && ls *.log *.txt >/dev/null 2>&1 && tar czf logs.tgz *.log *.txt && rm -f *.log sass_*.txt gpu.txt)

@@ -256,10 +256,17 @@ struct Loaded {
   std::mutex mu;
   std::map<std::string, gpu::LaunchPlan> plans;
   int cc = 0;  // the device's compute capability (90 for sm_90)
-  // The backward's module, loaded on the first backward call, and its plans.
-  std::unique_ptr<gpu::BackwardModule> backward;
+  // The backward's modules, each loaded on the first backward call that needs it, and their
+  // plans: [0] computes the learnable captured tensors' gradients, [1] none (BwdModuleKind).
+  std::unique_ptr<gpu::BackwardModule> backward[2];
   std::map<std::string, gpu::BwdLaunchPlan> backward_plans;
 };
+
+// Which backward module a call runs. A call where no captured tensor learns runs the kernel
+// built without the gradient hooks (CUBRIDGE_BWD_BUFFER_GRADS=0, common/backward_hooks.cuh):
+// a float table the kernel could learn otherwise keeps the raw scores and the hooks' registers
+// for nothing (an ALiBi slope table ran 22% under causal that way: bench/NOTES.md, session 20).
+enum BwdModuleKind { kWithBufferGrads = 0, kWithoutBufferGrads = 1 };
 
 void Ok(const absl::Status& s, const std::string& what) {
   TORCH_CHECK(s.ok(), kOp, ": ", what, ": ", s.message());
@@ -269,21 +276,23 @@ int ArchNumber(const std::string& arch) { return std::atoi(arch.c_str() + 3); } 
 
 // The compiled module kept beside the kernel (gpu::ModuleFileName: adapt's GPU stage writes it
 // too), so a new process skips NVRTC; a folder that is not writable only costs the compile.
-// The backward's module is kept under the same name with this prefix.
-constexpr char kBackwardModulePrefix[] = "backward_";
+// The backward's modules are kept under the same name with these prefixes (BwdModuleKind).
+constexpr const char* kBackwardModulePrefix[] = {"backward_", "backward_nograds_"};
 
 absl::StatusOr<gpu::CompiledModule> CompiledFor(const KernelInfo& kn, int device_cc,
-                                                bool backward = false) {
+                                                bool backward = false,
+                                                BwdModuleKind kind = kWithBufferGrads) {
   // A kernel for an older arch than the GPU's runs through PTX and the driver's JIT.
   const bool ptx = device_cc / 10 != ArchNumber(kn.arch) / 10;
-  const std::string name =
-      absl::StrCat(backward ? kBackwardModulePrefix : "", gpu::ModuleFileName(device_cc, ptx));
+  const std::string name = absl::StrCat(backward ? kBackwardModulePrefix[kind] : "",
+                                        gpu::ModuleFileName(device_cc, ptx));
   if (auto kept = gpu::ReadModuleFiles(kn.dir, name, ptx); kept.ok()) return kept;
   auto arch = lower::ParseArch(kn.arch);
   if (!arch.ok()) return arch.status();
   gpu::CompileOptions copt;
   copt.arch = *arch;
   copt.ptx = ptx;
+  if (backward && kind == kWithoutBufferGrads) copt.defines.push_back("CUBRIDGE_BWD_BUFFER_GRADS=0");
   const auto& entries = backward ? kn.backward.entries : kn.entries;
   for (const auto& [role, expr] : gpu::EntryExpressions(entries, kn.dtype, kn.head_dim)) {
     copt.name_expressions.push_back(expr);
@@ -479,30 +488,36 @@ BackwardOutputs AttentionBackwardCuda(const at::Tensor& grad_o, const at::Tensor
   p.deterministic = at::globalContext().deterministicAlgorithms() ? 1 : 0;
 
   const auto [cu, loaded, stream] = Place(kn, q);
+  const BwdModuleKind kind =
+      std::find(learning.begin(), learning.end(), true) == learning.end() &&
+              std::find(bw.learns.begin(), bw.learns.end(), true) != bw.learns.end()
+          ? kWithoutBufferGrads
+          : kWithBufferGrads;
   gpu::BwdLaunchPlan plan{};
+  std::unique_ptr<gpu::BackwardModule>& backward = loaded.backward[kind];
   {
     std::lock_guard lock(loaded.mu);
-    if (loaded.backward == nullptr) {
-      auto compiled = CompiledFor(kn, loaded.cc, /*backward=*/true);
+    if (backward == nullptr) {
+      auto compiled = CompiledFor(kn, loaded.cc, /*backward=*/true, kind);
       Ok(compiled.status(), "compile " + kn.dir + "/kernel_bwd.cu");
       auto module = gpu::BackwardModule::Load(*compiled, bw.entries, kn.dtype, kn.head_dim);
       Ok(module.status(), "load the backward of " + kn.dir);
-      loaded.backward = std::make_unique<gpu::BackwardModule>(*std::move(module));
+      backward = std::make_unique<gpu::BackwardModule>(*std::move(module));
     }
-    std::string key = absl::StrCat("bwd;", GeometryKey(p.fwd));
+    std::string key = absl::StrCat("bwd", static_cast<int>(kind), ";", GeometryKey(p.fwd));
     for (const int64_t st : {p.do_batch_stride, p.do_head_stride, p.do_row_stride}) {
       absl::StrAppend(&key, ",", st);
     }
     absl::StrAppend(&key, reinterpret_cast<uintptr_t>(p.d_o) % 16 == 0 ? "a" : "u",
                     p.deterministic ? ";det" : "");
     plan = PlanOnce(loaded.backward_plans, key, cu, stream, q, [&](CUdeviceptr scratch) {
-      return loaded.backward->Plan(p, scratch);
+      return backward->Plan(p, scratch);
     });
   }
   at::Tensor scratch = Workspace(plan.workspace_bytes, q);
   p.workspace = scratch.data_ptr();
   p.workspace_size = static_cast<size_t>(scratch.numel());
-  Ok(loaded.backward->Enqueue(p, plan, stream), "launch the backward");
+  Ok(backward->Enqueue(p, plan, stream), "launch the backward");
   for (size_t i = 0, g = 0; i < buffers.size(); ++i) {
     if (learning[i]) {
       at::Tensor& grad = grads[g++];

@@ -146,10 +146,16 @@ absl::Status RegionWriter::LoopBody() {
   if (plan_.score_grad != nullptr) {
     CUBRIDGE_ASSIGN_OR_RETURN(out_["score_grad"], ScoreGrad(*plan_.score_grad));
   }
-  if (plan_.score_grad != nullptr || !plan_.buffer_grads.empty()) {
+  // Buffer gradients alone keep them only in a module that computes them
+  // (CUBRIDGE_BWD_BUFFER_GRADS, common/backward_hooks.cuh).
+  if (plan_.score_grad != nullptr) {
     out_["keeps_raw_scores"] =
         "// the gradient statements read the raw scores\nstatic constexpr bool kKeepsRawScores = "
         "true;\n";
+  } else if (!plan_.buffer_grads.empty()) {
+    out_["keeps_raw_scores"] =
+        "// the buffer gradients read the raw scores, where the module computes them\n"
+        "static constexpr bool kKeepsRawScores = CUBRIDGE_BWD_BUFFER_GRADS != 0;\n";
   }
   return absl::OkStatus();
 }

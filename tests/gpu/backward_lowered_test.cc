@@ -41,13 +41,16 @@ class BackwardOnGpu : public ::testing::TestWithParam<std::string> {
     arch_ = device->cc_major >= 9 ? lower::Arch::kSm90 : lower::Arch::kSm80;
   }
 
-  // The kernel lowered from `program`, compiled by NVRTC for this GPU and loaded.
-  void Build(const cuir::Program& program, const cuir::AttentionConfig& c) {
+  // The kernel lowered from `program`, compiled by NVRTC for this GPU (with `defines`) and
+  // loaded.
+  void Build(const cuir::Program& program, const cuir::AttentionConfig& c,
+             std::vector<std::string> defines = {}) {
     auto k = lower::Lower(program, c, arch_);
     ASSERT_TRUE(k.ok()) << k.status();
     dtype_ = c.dtype == cuir::DType::kBF16 ? 0 : 1;
     CompileOptions copt;
     copt.arch = arch_;
+    copt.defines = std::move(defines);
     for (const auto& [role, expr] :
          EntryExpressions(k->device_entries, dtype_, static_cast<int>(c.head_dim))) {
       copt.name_expressions.push_back(expr);
@@ -87,6 +90,7 @@ TEST_P(BackwardOnGpu, LoweredVariantMatchesTheOracle) {
     int d;
     size_t tile = 0;
   };
+  bool frozen_checked = false;
   for (const Case& k : {Case{"fa2_sm80", lower::Arch::kSm80, 4, 2, cuir::DType::kBF16, 64},
                         Case{"fa2_sm80", lower::Arch::kSm80, 2, 2, cuir::DType::kFP16, 128},
                         Case{"fa2_sm80", lower::Arch::kSm80, 4, 2, cuir::DType::kBF16, 256},
@@ -125,6 +129,24 @@ TEST_P(BackwardOnGpu, LoweredVariantMatchesTheOracle) {
     ASSERT_TRUE(report.ok()) << report.status();
     EXPECT_TRUE(report->passed) << g.name << " d" << d << ":\n" << report->FailureDetail();
     EXPECT_EQ(report->shapes.size(), 3u);
+    module_.reset();
+    // The module a call builds where no captured tensor learns (CUBRIDGE_BWD_BUFFER_GRADS=0: no
+    // gradient hooks, no raw scores): dQ, dK and dV still the oracle's. Once, on the GPU's own
+    // expert at head dim 128.
+    if (k.arch != arch_ || k.d != 128 || k.tile != 0 || v.grad_buffers.empty() ||
+        frozen_checked) {
+      continue;
+    }
+    frozen_checked = true;
+    SCOPED_TRACE("built with CUBRIDGE_BWD_BUFFER_GRADS=0");
+    Build(t->program, c, {"CUBRIDGE_BWD_BUFFER_GRADS=0"});
+    if (HasFatalFailure()) return;
+    auto frozen = pipeline::VerifyBackwardKernel(
+        t->program, s, c, g.buffers, {}, 20261206, options,
+        FastAndDeterministicRuns(*module_, buffer_order_, {}));
+    ASSERT_TRUE(frozen.ok()) << frozen.status();
+    EXPECT_TRUE(frozen->passed) << g.name << " d" << d << ", no buffer gradients:\n"
+                                << frozen->FailureDetail();
     module_.reset();
   }
 }

@@ -4,8 +4,8 @@ root, after building cubridge_torch and cubridge-cli.
     PYTHONPATH=build-dev/python python3 tests/python/gpu_train_check.py --out $OUT/train.json
 
   grads     loss.backward() through cubridge.attention for variants of each class (masks with
-            ranges, a document mask, softcap, learnable ALiBi slopes, a learnable T5 bias table;
-            GQA), at ragged shapes (seqlen_q != seqlen_kv, tails), fresh random inputs: dQ, dK,
+            ranges, a document mask, softcap, learnable ALiBi slopes and the same slopes as a
+            constant (the op's module without gradient hooks), a learnable T5 bias table; GQA), at ragged shapes (seqlen_q != seqlen_kv, tails), fresh random inputs: dQ, dK,
             dV and the captured tensors' gradients against the float64 autograd of the same
             functions applied densely (the CPU verifier's rule: |err| <= 2e-2 max|want| +
             2e-2 |want| for bf16; a captured tensor's gradient, a sum over scores, by relative L2)
@@ -172,6 +172,9 @@ def check_grads(report):
             ("documents", None, documents(doc), [], None),
             ("softcap", softcap(20.0), None, [], None),
             ("alibi", alibi(slopes), causal, [("slopes", slopes)], alibi_abs),
+            # The same kernel where the slopes learn nothing: the op's module without the
+            # gradient hooks (CUBRIDGE_BWD_BUFFER_GRADS=0).
+            ("alibi_const", alibi(slopes.detach()), causal, [], None),
             ("t5", t5(table), None, [("table", table)], t5),
         ]
         for name, score_mod, mask_mod, learn, abs_mod in every:

@@ -12,6 +12,15 @@
 // past q_hi / kv_hi gets the last in-bounds index (no element reads it).
 #pragma once
 
+// A module built with CUBRIDGE_BWD_BUFFER_GRADS=0 computes no captured tensor's gradient: a float
+// tensor the kernel can learn (ALiBi's slopes, a bias table) that learns nothing at a call then
+// costs neither the buffer_grad hook nor the raw scores it reads (the lowering's keeps_raw_scores
+// region reads this macro), so its kernel is the one of the same variant without the tensor's
+// gradient. The PyTorch op builds that module for calls where no captured tensor learns.
+#ifndef CUBRIDGE_BWD_BUFFER_GRADS
+#define CUBRIDGE_BWD_BUFFER_GRADS 1
+#endif
+
 struct BwdFrag {
   int kv0;  // first key row of this thread
   int q0;   // first query column of this thread
@@ -148,7 +157,9 @@ __device__ __forceinline__ void bwd_grad_hooks(const Block& block, float (&ds)[1
   const CuirScoreVisitors<decltype(for_each_buffer_grad), decltype(for_each_buffer_grad_at),
                           decltype(rows), decltype(cols)>
       buffer_visitors{for_each_buffer_grad, for_each_buffer_grad_at, rows, cols};
-  if (add_buffer_grads) block.template buffer_grad<NT, 1>(buffer_visitors);
+  if constexpr (CUBRIDGE_BWD_BUFFER_GRADS != 0) {
+    if (add_buffer_grads) block.template buffer_grad<NT, 1>(buffer_visitors);
+  }
   auto for_each_score_grad = [&](auto&& fn) {
     for_each_fragment_t<NT>(ds, [&](int j, int c, float& x) {
       const int q_idx = f.at.q(j, c), kv_idx = f.at.kv(c);

@@ -81,10 +81,12 @@ __device__ __forceinline__ void acc_add(char* acc, long long i, float x, bool de
     atomicAdd(reinterpret_cast<float*>(acc) + i, x);
   }
 }
+__device__ __forceinline__ float acc_fixed_value(unsigned long long fixed) {
+  return static_cast<float>(static_cast<double>(static_cast<long long>(fixed)) / kFixedOne);
+}
 __device__ __forceinline__ float acc_read(const char* acc, long long i, bool deterministic) {
   if (!deterministic) return reinterpret_cast<const float*>(acc)[i];
-  const long long fixed = static_cast<long long>(reinterpret_cast<const unsigned long long*>(acc)[i]);
-  return static_cast<float>(static_cast<double>(fixed) / kFixedOne);
+  return acc_fixed_value(reinterpret_cast<const unsigned long long*>(acc)[i]);
 }
 
 // A learnable buffer's gradient (contiguous in the buffer's shape) at the element its read
@@ -164,9 +166,37 @@ __device__ __forceinline__ __half bwd_from_float<__half>(float x) {
 }
 __device__ __forceinline__ float bwd_to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ float bwd_to_float(__half x) { return __half2float(x); }
+// Two or four consecutive elements by one access (4- / 8-byte aligned).
+__device__ __forceinline__ float2 bwd_to_float2(uint32_t x, __nv_bfloat16) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&x));
+}
+__device__ __forceinline__ float2 bwd_to_float2(uint32_t x, __half) {
+  return __half22float2(*reinterpret_cast<const __half2*>(&x));
+}
+template <typename T>
+__device__ __forceinline__ float4 bwd_load4(const T* at) {
+  const uint2 u = *reinterpret_cast<const uint2*>(at);
+  const float2 a = bwd_to_float2(u.x, T{}), b = bwd_to_float2(u.y, T{});
+  return make_float4(a.x, a.y, b.x, b.y);
+}
+template <typename T>
+__device__ __forceinline__ void bwd_store2(T* at, float x, float y) {
+  T two[2] = {bwd_from_float<T>(x), bwd_from_float<T>(y)};
+  *reinterpret_cast<uint32_t*>(at) = *reinterpret_cast<const uint32_t*>(two);
+}
+// Accumulator elements 4i .. 4i + 3 (16-byte aligned: the workspace's pieces are 256-aligned).
+__device__ __forceinline__ float4 acc_read4(const char* acc, long long i, bool deterministic) {
+  if (!deterministic) return reinterpret_cast<const float4*>(acc)[i];
+  const ulonglong2* at = reinterpret_cast<const ulonglong2*>(acc) + 2 * i;
+  const ulonglong2 a = at[0], b = at[1];
+  return make_float4(acc_fixed_value(a.x), acc_fixed_value(a.y), acc_fixed_value(b.x),
+                     acc_fixed_value(b.y));
+}
 
-// delta: D[b, h, i] = sum_d dO[b, h, i, d] * O[b, h, i, d] in fp32, one warp per row; and the
-// accumulators cleared.
+// delta: D[b, h, i] = sum_d dO[b, h, i, d] * O[b, h, i, d] in fp32, one warp per row, four
+// elements a lane a load where the rows allow (8-byte aligned; else one); and the accumulators
+// cleared. Memory-bound: it reads O and dO once and clears dQ's fp32 accumulator, a fixed cost
+// that a short walk (a sliding window) pays in full.
 template <typename T>
 __global__ void __launch_bounds__(kRowThreads)
     attn_bwd_preprocess(const __grid_constant__ cubridge_attn_bwd_params p) {
@@ -187,7 +217,15 @@ __global__ void __launch_bounds__(kRowThreads)
     const T* d_o = static_cast<const T*>(p.d_o) + b * p.do_batch_stride + h * p.do_head_stride +
                    i * p.do_row_stride;
     float sum = 0.f;
-    for (int d = lane; d < f.head_dim; d += 32) sum += bwd_to_float(o[d]) * bwd_to_float(d_o[d]);
+    if (((reinterpret_cast<uintptr_t>(o) | reinterpret_cast<uintptr_t>(d_o)) & 7) == 0 &&
+        f.head_dim % 4 == 0) {
+      for (int d = 4 * lane; d < f.head_dim; d += 128) {
+        const float4 x = bwd_load4(o + d), y = bwd_load4(d_o + d);
+        sum += x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w;
+      }
+    } else {
+      for (int d = lane; d < f.head_dim; d += 32) sum += bwd_to_float(o[d]) * bwd_to_float(d_o[d]);
+    }
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
     if (lane == 0) delta[row] = sum;
@@ -204,53 +242,71 @@ __global__ void __launch_bounds__(kRowThreads)
 }
 
 // dQ from its accumulator (already scaled) and, under GQA, dK and dV from theirs; in
-// deterministic mode the buffer gradients, written whole.
+// deterministic mode the buffer gradients, written whole. Memory-bound like the preprocess: the
+// index arithmetic (64-bit divisions) is done once a row or a 64 x 64 panel, not per element,
+// and the fragment-order dQ is read 16 bytes and written 4 a thread at a time.
 template <typename T>
 __global__ void __launch_bounds__(kRowThreads)
     attn_bwd_postprocess(const __grid_constant__ cubridge_attn_bwd_params p) {
+  static_assert(kRowThreads == 256, "a dQ panel's 8 column groups, a warp each");
   const cubridge_attn_fwd_params& f = p.fwd;
   const BwdWorkspace w = bwd_workspace(p);
   const char* ws = static_cast<const char*>(p.workspace);
   const long long stride = static_cast<long long>(gridDim.x) * kRowThreads;
   const long long start = blockIdx.x * kRowThreads + threadIdx.x;
+  const int lane = threadIdx.x & 31;
   const bool det = p.deterministic != 0;
+  // Row-major accumulators ([b][h][s][d]): a warp per row.
   auto convert = [&](const char* acc, void* out, int heads, int seqlen, int64_t bs, int64_t hs,
                      int64_t rs) {
-    const long long n = static_cast<long long>(f.batch) * heads * seqlen * f.head_dim;
-    for (long long i = start; i < n; i += stride) {
-      const int d = static_cast<int>(i % f.head_dim);
-      const long long row = i / f.head_dim;
+    const long long rows = static_cast<long long>(f.batch) * heads * seqlen;
+    for (long long row = start >> 5; row < rows; row += stride >> 5) {
       const int s = static_cast<int>(row % seqlen);
       const int h = static_cast<int>(row / seqlen % heads);
       const int b = static_cast<int>(row / seqlen / heads);
-      static_cast<T*>(out)[b * bs + h * hs + s * rs + d] = bwd_from_float<T>(acc_read(acc, i, det));
+      T* const o = static_cast<T*>(out) + b * bs + h * hs + s * rs;
+      for (int d = lane; d < f.head_dim; d += 32) {
+        o[d] = bwd_from_float<T>(acc_read(acc, row * f.head_dim + d, det));
+      }
     }
   };
   if constexpr (kDqTileRows == 0) {
     convert(ws + w.dq, p.dq, f.heads_q, f.seqlen_q, p.dq_batch_stride, p.dq_head_stride,
             p.dq_row_stride);
   } else {
-    // Fragment order (bwd_dq_tiled_at): a thread per four elements, lanes' groups contiguous.
+    // Fragment order (bwd_dq_tiled_at): a CTA per 64 x 64 panel, warp j its column group j, each
+    // lane four elements of each of the panel's four warps' 16 rows; a row's two columns by one
+    // 4-byte store where dQ's pointer and strides keep them aligned.
     const int panels = f.head_dim / 64, q_blocks = cuir_cdiv(f.seqlen_q, 64);
-    const long long n4 = bwd_dq_rows(f) * f.head_dim / 4;
-    for (long long i = start; i < n4; i += stride) {
-      const int lane = static_cast<int>(i & 31), j = static_cast<int>(i >> 5 & 7);
-      const int warp = static_cast<int>(i >> 8 & 3);
-      const long long panel_at = i >> 10;
-      const int panel = static_cast<int>(panel_at % panels);
-      const long long block = panel_at / panels;
+    const long long n_panels = bwd_dq_rows(f) / 64 * panels;
+    const bool pairs = ((reinterpret_cast<uintptr_t>(p.dq) & 3) |
+                        ((p.dq_batch_stride | p.dq_head_stride | p.dq_row_stride) & 1)) == 0;
+    const int j = threadIdx.x >> 5;
+    for (long long at = blockIdx.x; at < n_panels; at += gridDim.x) {
+      const int panel = static_cast<int>(at % panels);
+      const long long block = at / panels;
       const int m_block = static_cast<int>(block % q_blocks);
       const long long bh = block / q_blocks;
       const int h = static_cast<int>(bh % f.heads_q), b = static_cast<int>(bh / f.heads_q);
-      const int row = m_block * 64 + warp * 16 + (lane >> 2);
       const int col = panel * 64 + 8 * j + 2 * (lane & 3);
       T* const out = static_cast<T*>(p.dq) + b * p.dq_batch_stride + h * p.dq_head_stride + col;
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        if (row + 8 * r >= f.seqlen_q) continue;
-        T* const at = out + static_cast<int64_t>(row + 8 * r) * p.dq_row_stride;
-        at[0] = bwd_from_float<T>(acc_read(ws + w.dq, 4 * i + 2 * r, det));
-        at[1] = bwd_from_float<T>(acc_read(ws + w.dq, 4 * i + 2 * r + 1, det));
+      for (int warp = 0; warp < 4; ++warp) {
+        const float4 x =
+            acc_read4(ws + w.dq, (at * kDqPanelElems + warp * 1024 + j * 128) / 4 + lane, det);
+        const int row = m_block * 64 + warp * 16 + (lane >> 2);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          if (row + 8 * r >= f.seqlen_q) continue;
+          T* const to = out + static_cast<int64_t>(row + 8 * r) * p.dq_row_stride;
+          const float lo = r == 0 ? x.x : x.z, hi = r == 0 ? x.y : x.w;
+          if (pairs) {
+            bwd_store2(to, lo, hi);
+          } else {
+            to[0] = bwd_from_float<T>(lo);
+            to[1] = bwd_from_float<T>(hi);
+          }
+        }
       }
     }
   }

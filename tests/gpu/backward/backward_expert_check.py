@@ -204,6 +204,18 @@ def bench(torch, so, reps, d=128, profile=False):
 
     out["cubridge"] = timed(run)
     out["cubridge"]["launch"] = state["r"][0]
+    # Each of the backward's kernels (pre- and postprocess beside the attention), by one run
+    # under torch.profiler: what a fixed cost weighs against the main kernel.
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        run()
+        torch.cuda.synchronize()
+    kernels = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            kernels[e.name[:80]] = kernels.get(e.name[:80], 0.0) + e.device_time_total / 1e3
+    out["cubridge"]["kernels_ms"] = kernels
     print(json.dumps(out))
     return out
 
