@@ -96,14 +96,23 @@ TEST(BackwardLowering, EverySpecLowers) {
     }
     EXPECT_EQ(k->expert, expert);
     EXPECT_TRUE(absl::StrContains(k->cuda_source, "attn_bwd_kernel"));
-    const bool grads = cuir::FindKvLoop(*program) != nullptr &&
-                       std::any_of(cuir::FindKvLoop(*program)->body.begin(),
-                                   cuir::FindKvLoop(*program)->body.end(),
-                                   [](const cuir::Stmt& s) {
-                                     return s.kind == cuir::StmtKind::kScoreGrad ||
-                                            s.kind == cuir::StmtKind::kBufferGrad;
-                                   });
-    EXPECT_EQ(std::count(gen.begin(), gen.end(), "keeps_raw_scores"), grads ? 1 : 0);
+    auto has = [&](cuir::StmtKind kind) {
+      const cuir::Stmt* loop = cuir::FindKvLoop(*program);
+      return loop != nullptr && std::any_of(loop->body.begin(), loop->body.end(),
+                                            [&](const cuir::Stmt& s) { return s.kind == kind; });
+    };
+    const bool score_grad = has(cuir::StmtKind::kScoreGrad);
+    const bool buffer_grad = has(cuir::StmtKind::kBufferGrad);
+    EXPECT_EQ(std::count(gen.begin(), gen.end(), "keeps_raw_scores"),
+              score_grad || buffer_grad ? 1 : 0);
+    // Buffer gradients alone keep the raw scores only in a module built to compute them (the
+    // op's module for calls where nothing learns has CUBRIDGE_BWD_BUFFER_GRADS=0).
+    if (score_grad) {
+      EXPECT_TRUE(absl::StrContains(k->cuda_source, "kKeepsRawScores = true;"));
+    } else if (buffer_grad) {
+      EXPECT_TRUE(absl::StrContains(k->cuda_source,
+                                    "kKeepsRawScores = CUBRIDGE_BWD_BUFFER_GRADS != 0;"));
+    }
   }
   EXPECT_GE(tables, 10);  // the masks the analysis declines: transposed tables
   }
