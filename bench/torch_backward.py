@@ -13,13 +13,26 @@ CuBridge's backward is timed again under torch.use_deterministic_algorithms (iss
 15% of the fast mode). With --kernels one more forward + backward of CuBridge's runs under
 torch.profiler and the row gets the backward's kernels by name with their GPU times (the
 preprocess, the block tables, the attention, the postprocess), so that a short walk's fixed
-costs show beside its main kernel. The first call of each variant adapts it (not timed)."""
+costs show beside its main kernel. The first call of each variant adapts it (not timed).
+
+Issue 30's matrix over every example and generality spec (their functions bound to their params
+and captured tensors as tests/python/gpu_check.py binds them; the generality tensors' shapes from
+the suite's reports, `CUBRIDGE_SUITE=generality bash bench/make_kernels.sh DIR` here):
+
+    ... --specs 'generality (alibi|softcap)' --suite-kernels DIR --seqlen 8192,1024
+
+`--specs REGEX` picks the cases by name ("example NAME", "generality NAME"); all variants adapt
+side by side first (gpu_check's prefetch). Flex is not run on the specs of --no-flex (default:
+the four whose negative indexing of captured tensors Flex does not implement: one faults and
+takes the CUDA context with it; docs/benchmarks-history.md, session 5)."""
 
 import argparse
 import json
 import os
+import re
 import sys
 import tempfile
+import time
 
 import torch
 
@@ -28,7 +41,9 @@ if not torch.cuda.is_available():
     sys.exit(77)
 os.environ.setdefault("CUBRIDGE_TORCH_CACHE", tempfile.mkdtemp(prefix="cubridge-bench-bwd-"))
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cubridge  # noqa: E402
+import suite as suites  # noqa: E402  (bench/suite.py)
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention  # noqa: E402
 
@@ -142,11 +157,48 @@ def sdpa_best(mask_mod, q, k, v, do, reps, gqa):
     return best
 
 
-def run_shape(heads, d, s, variants, reps, deterministic, flex, kernels=False):
+NO_FLEX = "distance_kernel_mixture|streaming_sinks_window|circular_fmod_table|additive_bias_bf16"
+
+
+def kept_by_head(mask_mod, b, hq, s):
+    """Kept elements over every (batch, head) where the mask reads them, else kept(mask_mod, s)
+    for each."""
+    if mask_mod is None or not suites.reads_batch_or_head(mask_mod, 4):
+        return b * hq * kept(mask_mod, s)
+    i = torch.arange(s, device=DEV)
+    total = 0
+    for bi in range(b):
+        for hi in range(hq):
+            bt, ht = torch.tensor(bi, device=DEV), torch.tensor(hi, device=DEV)
+            total += int(sum(mask_mod(bt, ht, i[r:r + 1024, None], i[None, :]).sum().item()
+                             for r in range(0, s, 1024)))
+    return total
+
+
+def spec_variants(pattern, suite_kernels, b, hq, hkv, s):
+    """{case name: (score_mod, mask_mod)} of the example and generality specs matching pattern,
+    bound at this shape (tests/python/gpu_check.py's spec_cases)."""
+    import re
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, os.path.join(root, "tests", "python"))
+    sys.path.insert(0, os.path.join(root, "bench"))
+    import gpu_check
+    shape = dict(batch=b, heads_q=hq, heads_kv=hkv, seqlen_q=s, seqlen_kv=s)
+    return {name: (mods["score_mod"], mods["mask_mod"])
+            for name, mods in gpu_check.spec_cases(shape, suite_kernels)
+            if re.search(pattern, name)}
+
+
+def run_shape(heads, d, s, variants, reps, deterministic, flex, kernels=False, specs=None):
     hq, hkv = heads
     hq, hkv = max(1, hq * 128 // d), max(1, hkv * 128 // d)
     b = max(1, 16384 // s)
     gqa = hq != hkv
+    table = dict(VARIANTS)
+    no_flex = None
+    if specs is not None:  # (pattern, suite kernels folder, specs Flex does not run)
+        table = spec_variants(specs[0], specs[1], b, hq, hkv, s)
+        variants, no_flex = list(table), specs[2]
     g = torch.Generator(device=DEV).manual_seed(0)
     q = torch.randn(b, hq, s, d, device=DEV, generator=g).bfloat16().requires_grad_()
     k, v = (torch.randn(b, hkv, s, d, device=DEV, generator=g).bfloat16().requires_grad_()
@@ -154,13 +206,23 @@ def run_shape(heads, d, s, variants, reps, deterministic, flex, kernels=False):
     do = torch.randn(b, hq, s, d, device=DEV, generator=g).bfloat16()
     print(f"-- bf16 B={b} Hq={hq} Hkv={hkv} S={s} d={d}: backward TFLOP/s on kept elements (ms)")
     rows = []
+    fns = {name: cubridge.compile(score_mod=table[name][0], mask_mod=table[name][1])
+           for name in variants}
+    if specs is not None:
+        import gpu_check
+        t0 = time.monotonic()
+        adapted = gpu_check.prefetch(fns, q, k, v)
+        print(f"   adapted {len(fns)} variants side by side in {time.monotonic() - t0:.0f} s",
+              flush=True)
     for name in variants:
-        score_mod, mask_mod = VARIANTS[name]
-        n = kept(mask_mod, s)
-        flops_bwd = 2.5 * 4 * b * hq * d * n
-        fn = cubridge.compile(score_mod=score_mod, mask_mod=mask_mod)
-        row = {"variant": name, "shape": [b, hq, hkv, s, d], "density": n / (s * s)}
+        score_mod, mask_mod = table[name]
+        n = kept_by_head(mask_mod, b, hq, s) if specs is not None else b * hq * kept(mask_mod, s)
+        flops_bwd = 2.5 * 4 * d * n
+        fn = fns[name]
+        row = {"variant": name, "shape": [b, hq, hkv, s, d], "density": n / (b * hq * s * s)}
         try:
+            if specs is not None:
+                adapted[name].result()
             row["cubridge_ms"] = measure(lambda q, k, v: fn(q, k, v, enable_gqa=gqa),
                                          q, k, v, do, reps)[1]
             if kernels:
@@ -175,9 +237,18 @@ def run_shape(heads, d, s, variants, reps, deterministic, flex, kernels=False):
                     torch.use_deterministic_algorithms(False)
         except Exception as e:  # noqa: BLE001 - recorded (e.g. a head dim without a backward)
             row["cubridge_error"] = str(e).splitlines()[0][:200]
-        bm = create_block_mask(mask_mod, None, None, s, s, device=DEV) if mask_mod else None
-        row["flex_ms"] = measure(lambda q, k, v: flex(q, k, v, score_mod=score_mod, block_mask=bm,
-                                                      enable_gqa=gqa), q, k, v, do, reps)[1]
+        if no_flex is not None and re.search(no_flex, name):
+            row["flex_error"] = "not run (--no-flex)"
+        else:
+            try:
+                per_bh = specs is not None and suites.reads_batch_or_head(mask_mod, 4)
+                bm = create_block_mask(mask_mod, b if per_bh else None, hq if per_bh else None,
+                                       s, s, device=DEV) if mask_mod else None
+                row["flex_ms"] = measure(lambda q, k, v: flex(q, k, v, score_mod=score_mod,
+                                                              block_mask=bm, enable_gqa=gqa),
+                                         q, k, v, do, reps)[1]
+            except Exception as e:  # noqa: BLE001 - recorded; the row keeps CuBridge's time
+                row["flex_error"] = str(e).splitlines()[0][:200]
         if score_mod in (None, identity) and mask_mod in (None, causal):
             best = sdpa_best(mask_mod, q, k, v, do, reps, gqa)
             if best:
@@ -191,7 +262,11 @@ def run_shape(heads, d, s, variants, reps, deterministic, flex, kernels=False):
                  else f"-- ({row['cubridge_error'][:60]})")
         if "cubridge_det_ms" in row:
             line += f"  deterministic {row['cubridge_det_tflops']:6.1f} ({row['cubridge_det_ms']:.2f})"
-        line += f"  flex {row['flex_tflops']:6.1f} ({row['flex_ms']:.2f})"
+        line += (f"  flex {row['flex_tflops']:6.1f} ({row['flex_ms']:.2f})" if "flex_ms" in row
+                 else f"  flex -- ({row['flex_error'][:40]})")
+        if "flex_ms" in row and "cubridge_ms" in row:
+            row["cubridge_over_flex"] = row["flex_ms"] / row["cubridge_ms"]
+            line += f"  {row['cubridge_over_flex']:.2f}x"
         if "sdpa_ms" in row:
             line += f"  sdpa[{row['sdpa_backend']}] {row['sdpa_tflops']:6.1f} ({row['sdpa_ms']:.2f})"
         print(line, flush=True)
@@ -211,11 +286,23 @@ def main():
                     help="also time CuBridge's deterministic mode")
     ap.add_argument("--kernels", action="store_true",
                     help="also CuBridge's kernels' GPU times (torch.profiler), per row")
+    ap.add_argument("--specs", metavar="REGEX",
+                    help="every example and generality spec whose case name matches, instead "
+                         "of --variants")
+    ap.add_argument("--suite-kernels", default="",
+                    help="with --specs: bench/make_kernels.sh's folder for the generality suite "
+                         "(its reports give the captured tensors' shapes)")
+    ap.add_argument("--no-flex", default=NO_FLEX,
+                    help="with --specs: specs Flex does not run (a regular expression)")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--out", default="")
     args = ap.parse_args()
     variants = args.variants.split(",")
-    for name in variants + args.heads.split(","):
+    specs = (args.specs, args.suite_kernels, args.no_flex) if args.specs else None
+    if specs and not args.suite_kernels:
+        sys.exit("torch_backward: --specs needs --suite-kernels DIR, the generality suite's "
+                 "kernels (CUBRIDGE_SUITE=generality bash bench/make_kernels.sh DIR)")
+    for name in (variants if specs is None else []) + args.heads.split(","):
         if name not in VARIANTS and name not in HEADS:
             sys.exit(f"torch_backward: unknown variant or head config {name!r}")
     flex = torch.compile(flex_attention)
@@ -225,7 +312,7 @@ def main():
         for d in (int(x) for x in args.head_dim.split(",")):
             for s in (int(x) for x in args.seqlen.split(",")):
                 for row in run_shape(HEADS[heads], d, s, variants, args.reps, args.deterministic,
-                                     flex, args.kernels):
+                                     flex, args.kernels, specs):
                     rows.append(dict(row, heads=heads))
     if args.out:
         with open(args.out, "w") as f:
