@@ -4,7 +4,9 @@
 # fails is reported and the rest still run:
 #   expert   tests/gpu/backward/backward_expert_check.py for fa3_sm90 (Hopper) and fa2_sm80, every
 #            backward tile (head dims 64 and 128 on the base tile, 128 and 256 on the second), --bench
-#   build    gpu_tests, the CLI, the runner and the PyTorch op (scripts/device-build.sh)
+#   build    gpu_tests, the CLI, the runner and the PyTorch op (scripts/device-build.sh); the
+#            other steps build only what they use (lowered, suite: gpu_tests; train, bench:
+#            the op and the CLI), so `bench` alone does not wait for gpu_tests
 #   lowered  Variants/BackwardOnGpu: the 16 variants of every kind's lowered backward, both
 #            experts, head dims 64/128/256, both tiles at 128; sharded 4 ways
 #   adapt    Examples/EveryExample: adapt's GPU stage, the backward's tiles tuned in the runner
@@ -92,10 +94,18 @@ sharded() {
 }
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1
 built=1
-if has build || has lowered || has suite || has adapt || has train || has bench; then
+# Only the targets the steps use: a build of all five from an empty folder took ~8 minutes of a
+# 10-minute call on an H100 (session 22), the op and the CLI alone are about half of it.
+targets=()
+if has build; then targets=(gpu_tests cubridge-cli cubridge-cli-local cubridge-gpu-runner cubridge_torch); fi
+if has lowered || has suite || has adapt; then targets+=(gpu_tests); fi
+if has adapt; then targets+=(cubridge-gpu-runner cubridge-cli-local); fi
+if has train || has bench; then targets+=(cubridge_torch cubridge-cli cubridge-cli-local); fi
+if [ ${#targets[@]} -gt 0 ]; then
   # Built in the background while the expert checks use the GPU.
-  (timeout "${BUILD_TIMEOUT:-900}" bash scripts/device-build.sh build-dev gpu_tests cubridge-cli cubridge-cli-local \
-     cubridge-gpu-runner cubridge_torch >"$out/build.log" 2>&1; echo "rc=$?" >>"$out/build.log") &
+  mapfile -t targets < <(printf '%s\n' "${targets[@]}" | sort -u)
+  (timeout "${BUILD_TIMEOUT:-900}" bash scripts/device-build.sh build-dev "${targets[@]}" \
+     >"$out/build.log" 2>&1; echo "rc=$?" >>"$out/build.log") &
   build_pid=$!
 fi
 if has expert; then
