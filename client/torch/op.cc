@@ -292,7 +292,9 @@ absl::StatusOr<gpu::CompiledModule> CompiledFor(const KernelInfo& kn, int device
   gpu::CompileOptions copt;
   copt.arch = *arch;
   copt.ptx = ptx;
-  if (backward && kind == kWithoutBufferGrads) copt.defines.push_back("CUBRIDGE_BWD_BUFFER_GRADS=0");
+  if (backward && kind == kWithoutBufferGrads) {
+    copt.defines.push_back("CUBRIDGE_BWD_BUFFER_GRADS=0");
+  }
   const auto& entries = backward ? kn.backward.entries : kn.entries;
   for (const auto& [role, expr] : gpu::EntryExpressions(entries, kn.dtype, kn.head_dim)) {
     copt.name_expressions.push_back(expr);
