@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <torch/types.h>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cuir/interp/interp.h"

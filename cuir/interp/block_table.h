@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include <torch/torch.h>
+#include <ATen/core/Tensor.h>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
@@ -34,7 +34,7 @@ struct BlockTable {
 absl::StatusOr<BlockTable> ComputeBlockTable(
     const cuir::Stmt& table, const cuir::Stmt& grid, const std::vector<int64_t>& grid_extents,
     const cuir::ScalarEnv& globals,
-    const absl::flat_hash_map<std::string, torch::Tensor>& buffers, int64_t seqlen_q,
+    const absl::flat_hash_map<std::string, at::Tensor>& buffers, int64_t seqlen_q,
     int64_t seqlen_kv);
 
 }  // namespace cubridge::interp

@@ -23,6 +23,9 @@
 #include <utility>
 #include <vector>
 
+#include <torch/types.h>
+#include <torch/utils.h>
+
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"

@@ -38,6 +38,6 @@ absl::StatusOr<spec::AttentionGrads> InterpretBackward(const cuir::Program& prog
 // Evaluates an expression elementwise on tensors: variables bound to tensors (broadcasting) or
 // scalars. Int math in int64, float math in fp32 (kernel numerics) unless `float64` is set.
 struct TensorEnv;  // defined in cuir/interp/tensor_eval.h
-absl::StatusOr<torch::Tensor> EvalTensor(const cuir::ExprPtr& e, const TensorEnv& env);
+absl::StatusOr<at::Tensor> EvalTensor(const cuir::ExprPtr& e, const TensorEnv& env);
 
 }  // namespace cubridge::interp

@@ -4,6 +4,9 @@
 #include <string>
 #include <utility>
 
+#include <torch/types.h>
+#include <torch/utils.h>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cuir/interp/interp.h"

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include <torch/torch.h>
+#include <ATen/core/Tensor.h>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
@@ -19,15 +19,15 @@ namespace cubridge::interp {
 // int64, the float type or bool); indexing one gathers with Python's negative indices and a
 // bounds check.
 struct TensorEnv {
-  absl::flat_hash_map<std::string, torch::Tensor> tensors;
+  absl::flat_hash_map<std::string, at::Tensor> tensors;
   absl::flat_hash_map<std::string, cuir::Value> values;
   const cuir::ScalarEnv* scalars = nullptr;  // not owned; may be null
-  absl::flat_hash_map<std::string, torch::Tensor> buffers;
+  absl::flat_hash_map<std::string, at::Tensor> buffers;
   // Float math in float64 instead of the kernel's fp32 (for reference computations).
   bool float64 = false;
 };
 
 // The CuIR type of an evaluation result, from its dtype (bool, int64, floating).
-cuir::Type TensorType(const torch::Tensor& t);
+cuir::Type TensorType(const at::Tensor& t);
 
 }  // namespace cubridge::interp

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cmath>
 
+#include <torch/types.h>
+
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "cuir/interp/interp.h"

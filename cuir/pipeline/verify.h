@@ -105,17 +105,16 @@ nlohmann::json ErrorJson(const OutputError& e, double atol, double rtol);
 std::string DescribeError(const std::string& what, const OutputError& e);
 
 // Compares got (any float dtype) against want (float64) elementwise.
-OutputError CompareOutputs(const torch::Tensor& got, const torch::Tensor& want, double atol,
-                           double rtol);
+OutputError CompareOutputs(const at::Tensor& got, const at::Tensor& want, double atol, double rtol);
 // The same with an absolute tolerance per element (atol broadcasts against want).
-OutputError CompareOutputs(const torch::Tensor& got, const torch::Tensor& want,
-                           const torch::Tensor& atol, double rtol);
+OutputError CompareOutputs(const at::Tensor& got, const at::Tensor& want, const at::Tensor& atol,
+                           double rtol);
 
 // Fills r's O and LSE errors (r's tolerances must be set), lse_checked and passed. `want_lse`
 // undefined (the oracle of a reference spec returning O only) skips LSE. Shared by the CPU and
 // GPU verifiers, so both treat a missing LSE alike.
-void CompareShape(const torch::Tensor& got_o, const torch::Tensor& got_lse,
-                  const torch::Tensor& want_o, const torch::Tensor& want_lse, ShapeResult* r);
+void CompareShape(const at::Tensor& got_o, const at::Tensor& got_lse, const at::Tensor& want_o,
+                  const at::Tensor& want_lse, ShapeResult* r);
 
 // Columns past head_dim in a padded O's rows: with 16-bit elements, rows 2 * (head_dim + 2) bytes
 // apart are 4-byte aligned but never 16-byte aligned, whatever head_dim (a multiple of 8) is.
@@ -123,11 +122,11 @@ inline constexpr int64_t kOPadColumns = 2;
 
 // The NaN poison of a padded O for `like` ([b, h, s, head_dim], its dtype and device): a
 // [b, h, s, head_dim + kOPadColumns] tensor whose narrow(3, 0, head_dim) is the O a kernel gets.
-torch::Tensor PaddedPoison(const torch::Tensor& like);
+at::Tensor PaddedPoison(const at::Tensor& like);
 
 // After the call, on `padded` from PaddedPoison (same device): sets r's o_padded and
 // o_padding_written / o_padding_at for the padding columns, and clears passed if any was written.
-void CheckOPadding(const torch::Tensor& padded, int64_t head_dim, ShapeResult* r);
+void CheckOPadding(const at::Tensor& padded, int64_t head_dim, ShapeResult* r);
 
 // What reports say when LSE was not compared.
 inline constexpr char kLseNotChecked[] = "LSE not checked: the reference returns O only";

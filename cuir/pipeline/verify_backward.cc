@@ -4,6 +4,9 @@
 #include <chrono>
 #include <set>
 
+#include <torch/types.h>
+#include <torch/utils.h>
+
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "cuir/interp/interp.h"

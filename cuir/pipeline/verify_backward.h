@@ -76,7 +76,7 @@ std::vector<std::string> LearnableBuffers(const spec::Spec& spec);
 // `grad_buffers` (one `got` lacks counts as 0), `masses` its error scales (the interpreter's
 // AttentionGrads::buffer_masses; a buffer absent there has scale 0). Sets grads and passed.
 BackwardShapeResult CompareGrads(const spec::AttentionGrads& got, const spec::AttentionGrads& want,
-                                 const std::map<std::string, torch::Tensor>& masses,
+                                 const std::map<std::string, at::Tensor>& masses,
                                  const std::vector<std::string>& grad_buffers, cuir::DType dtype);
 
 // `program` is a backward program (cuir::IsBackward); `grad_buffers` names the captured tensors

@@ -4,6 +4,7 @@
 #include <numbers>
 #include <set>
 
+#include <c10/util/Optional.h>
 #include <torch/csrc/jit/api/compilation_unit.h>
 #include <torch/csrc/jit/frontend/lexer.h>
 #include <torch/csrc/jit/frontend/parser.h>

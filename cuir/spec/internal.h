@@ -10,7 +10,9 @@
 #include <torch/csrc/jit/frontend/source_range.h>
 #include <torch/csrc/jit/frontend/tree_views.h>
 #include <torch/csrc/jit/ir/ir.h>
-#include <torch/torch.h>
+// Tensor types only, as in tensors.h: the .cc files that compute with tensors include
+// <torch/types.h> or <torch/torch.h> themselves.
+#include <ATen/core/Tensor.h>
 
 #include "absl/status/statusor.h"
 #include "cuir/ir/expr.h"
@@ -109,28 +111,28 @@ class DefaultDoubleGuard {
 // Index tensors shaped for broadcasting: b [B,1,1,1] (values b0..b0+B-1), h [1,H,1,1]
 // (values h0..h0+H-1), q_idx [1,1,Sq,1], kv_idx [1,1,1,Skv], all int64.
 struct IndexGrid {
-  torch::Tensor b, h, q, kv;
+  at::Tensor b, h, q, kv;
 };
 IndexGrid MakeIndexGrid(int64_t b0, int64_t batch, int64_t h0, int64_t heads, int64_t seqlen_q,
-                        int64_t seqlen_kv, torch::Device device = torch::kCPU);
+                        int64_t seqlen_kv, at::Device device = at::kCPU);
 
 // Runs a compiled spec function on whole tensors. `score` is used for score_mod only. Params
 // are passed by value, buffers by name. A Python number result becomes a 0-d tensor. Errors
 // (a TorchScript runtime failure, a missing buffer) name the spec file position.
-absl::StatusOr<torch::Tensor> CallSpecFunction(const Spec& spec, bool is_score,
-                                               const IndexGrid& grid, const torch::Tensor& score,
-                                               const std::map<std::string, torch::Tensor>& buffers);
+absl::StatusOr<at::Tensor> CallSpecFunction(const Spec& spec, bool is_score, const IndexGrid& grid,
+                                            const at::Tensor& score,
+                                            const std::map<std::string, at::Tensor>& buffers);
 
 // What a reference function gave: O, and LSE when it returned a tuple (else undefined).
 struct ReferenceResult {
-  torch::Tensor o, lse;
+  at::Tensor o, lse;
 };
 // Runs the compiled `reference(q, k, v, scale, params...)` with torch's default float dtype set
 // to q's. Checks that it returns O or (O, LSE) shaped after q ([B, Hq, Sq, D] and [B, Hq, Sq])
 // with floating values; errors name the spec file position (the failing line for a TorchScript
 // runtime error, else the reference's `def`).
-absl::StatusOr<ReferenceResult> CallReference(const Spec& spec, const torch::Tensor& q,
-                                              const torch::Tensor& k, const torch::Tensor& v,
+absl::StatusOr<ReferenceResult> CallReference(const Spec& spec, const at::Tensor& q,
+                                              const at::Tensor& k, const at::Tensor& v,
                                               double scale);
 
 }  // namespace cubridge::spec::internal

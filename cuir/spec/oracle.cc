@@ -3,6 +3,8 @@
 
 #include <limits>
 
+#include <torch/torch.h>
+
 #include "absl/strings/str_cat.h"
 #include "cuir/spec/internal.h"
 

@@ -20,8 +20,8 @@ namespace cubridge::spec {
 // element when it returns (O, LSE), and an UNDEFINED tensor when it returns O only: callers that
 // compare LSE must check `lse.defined()` and report that LSE was not checked.
 struct OracleOptions {
-  torch::Device device = torch::kCPU;
-  torch::ScalarType dtype = torch::kFloat64;
+  at::Device device = at::kCPU;
+  at::ScalarType dtype = at::kDouble;
 };
 absl::StatusOr<AttentionOutputs> RunOracle(const Spec& spec, const cuir::AttentionConfig& config,
                                            const AttentionInputs& inputs,
@@ -39,15 +39,14 @@ absl::StatusOr<AttentionOutputs> RunOracle(const Spec& spec, const cuir::Attenti
 absl::StatusOr<AttentionGrads> RunBackwardOracle(const Spec& spec,
                                                  const cuir::AttentionConfig& config,
                                                  const AttentionInputs& inputs,
-                                                 const torch::Tensor& grad_o,
+                                                 const at::Tensor& grad_o,
                                                  const std::set<std::string>& grad_buffers,
                                                  const OracleOptions& options = {});
 
 // The dense mask [B or 1, H or 1, Sq, Skv] (bool) from the compiled mask_mod; all-true
 // ([1, 1, Sq, Skv]) when the spec has none, a reference spec included (its masking, if any, is
 // inside the function). Used by block-classification checks and throughput counts.
-absl::StatusOr<torch::Tensor> DenseMask(const Spec& spec, const cuir::AttentionConfig& config,
-                                        const AttentionInputs& inputs,
-                                        torch::Device device = torch::kCPU);
+absl::StatusOr<at::Tensor> DenseMask(const Spec& spec, const cuir::AttentionConfig& config,
+                                     const AttentionInputs& inputs, at::Device device = at::kCPU);
 
 }  // namespace cubridge::spec

@@ -1,5 +1,6 @@
 // Running the user's compiled spec functions on whole index tensors (oracle and probe).
 #include <torch/csrc/jit/api/compilation_unit.h>
+#include <torch/types.h>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"

@@ -2,6 +2,8 @@
 #include <algorithm>
 #include <regex>
 
+#include <c10/core/DefaultDtype.h>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -98,10 +100,10 @@ TorchScriptError ParseTorchScriptError(const std::string& what, bool innermost_l
   return out;
 }
 
-DefaultDoubleGuard::DefaultDoubleGuard() : saved_(torch::get_default_dtype()) {
-  torch::set_default_dtype(caffe2::TypeMeta::Make<double>());
+DefaultDoubleGuard::DefaultDoubleGuard() : saved_(c10::get_default_dtype()) {
+  c10::set_default_dtype(caffe2::TypeMeta::Make<double>());
 }
 
-DefaultDoubleGuard::~DefaultDoubleGuard() { torch::set_default_dtype(saved_); }
+DefaultDoubleGuard::~DefaultDoubleGuard() { c10::set_default_dtype(saved_); }
 
 }  // namespace cubridge::spec::internal

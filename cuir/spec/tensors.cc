@@ -4,6 +4,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/torch.h>
 
 #include <algorithm>
 #include <cstring>

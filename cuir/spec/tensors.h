@@ -6,7 +6,10 @@
 #include <optional>
 #include <string>
 
-#include <torch/torch.h>
+// The Tensor type only (4.7 s a file at -O2 -g where <torch/torch.h> took 32.6 s, bench/NOTES.md
+// session 21): a .cc that makes or computes with tensors includes <torch/types.h> (torch::zeros,
+// ...) or <torch/torch.h> itself.
+#include <ATen/core/Tensor.h>
 
 #include "absl/status/statusor.h"
 #include "cuir/ir/config.h"
@@ -16,36 +19,36 @@
 namespace cubridge::spec {
 
 struct AttentionInputs {
-  torch::Tensor q;  // [batch, heads_q, seqlen_q, head_dim], config dtype
-  torch::Tensor k;  // [batch, heads_kv, seqlen_kv, head_dim]
-  torch::Tensor v;  // [batch, heads_kv, seqlen_kv, head_dim]
-  std::map<std::string, torch::Tensor> buffers;  // name -> the captured tensor (its dtype, shape)
+  at::Tensor q;                               // [batch, heads_q, seqlen_q, head_dim], config dtype
+  at::Tensor k;                               // [batch, heads_kv, seqlen_kv, head_dim]
+  at::Tensor v;                               // [batch, heads_kv, seqlen_kv, head_dim]
+  std::map<std::string, at::Tensor> buffers;  // name -> the captured tensor (its dtype, shape)
 };
 
 struct AttentionOutputs {
-  torch::Tensor o;    // [batch, heads_q, seqlen_q, head_dim]
-  torch::Tensor lse;  // [batch, heads_q, seqlen_q], natural log; -inf for fully masked rows;
-                      // undefined from the oracle of a reference spec that returns O only
+  at::Tensor o;    // [batch, heads_q, seqlen_q, head_dim]
+  at::Tensor lse;  // [batch, heads_q, seqlen_q], natural log; -inf for fully masked rows;
+                   // undefined from the oracle of a reference spec that returns O only
 };
 
 // The backward pass's inputs beyond the forward's: the forward's outputs and the gradient of the
 // loss with respect to O.
 struct BackwardInputs {
-  torch::Tensor o;       // [batch, heads_q, seqlen_q, head_dim], config dtype
-  torch::Tensor lse;     // [batch, heads_q, seqlen_q], fp32
-  torch::Tensor grad_o;  // [batch, heads_q, seqlen_q, head_dim], config dtype
+  at::Tensor o;       // [batch, heads_q, seqlen_q, head_dim], config dtype
+  at::Tensor lse;     // [batch, heads_q, seqlen_q], fp32
+  at::Tensor grad_o;  // [batch, heads_q, seqlen_q, head_dim], config dtype
 };
 
 // The gradients: dQ, dK, dV in the inputs' shapes (dK and dV summed over each kv head's query
 // group) and, per captured tensor asked for, its gradient in the tensor's shape.
 struct AttentionGrads {
-  torch::Tensor dq, dk, dv;
-  std::map<std::string, torch::Tensor> buffers;
+  at::Tensor dq, dk, dv;
+  std::map<std::string, at::Tensor> buffers;
   // The interpreter's only: per element of each buffer gradient, the scale of its rounding
   // error, sum P * (|dP| + sum_d |dO * O|) * |partial| over what was added into it (dS =
   // P * (dP - D) is only as exact as dP and D = sum_d dO * O, from the stored O, are, and a sum with cancellation, as a learned slope's over rows
   // whose dS sum to 0, only as exact as its terms). Its verification compares against it.
-  std::map<std::string, torch::Tensor> buffer_masses;
+  std::map<std::string, at::Tensor> buffer_masses;
 };
 
 // How a job provides a captured tensor's values:
@@ -106,7 +109,7 @@ std::map<std::string, BufferSource> SourcesForShape(
     const Spec& spec, const std::map<std::string, BufferSource>& job_sources,
     const cuir::AttentionConfig& job, const cuir::AttentionConfig& shape);
 
-torch::ScalarType TorchDType(cuir::TensorDType d);
-std::optional<cuir::TensorDType> TensorDTypeOf(torch::ScalarType t);
+at::ScalarType TorchDType(cuir::TensorDType d);
+std::optional<cuir::TensorDType> TensorDTypeOf(at::ScalarType t);
 
 }  // namespace cubridge::spec

@@ -6,6 +6,8 @@
 #include <sstream>
 #include <string>
 
+#include <torch/types.h>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"

@@ -31,7 +31,7 @@ TEST_P(BaseVsOracle, MatchesOnRaggedShapes) {
       EXPECT_LE(run->o.max_abs, OTolerance(dtype));
       EXPECT_LE(run->lse.max_abs, kLseTolerance);
       EXPECT_EQ(run->got.o.scalar_type(), run->inputs.q.scalar_type());
-      EXPECT_EQ(run->got.lse.scalar_type(), torch::kFloat);
+      EXPECT_EQ(run->got.lse.scalar_type(), at::kFloat);
       // One program per (query tile, head); each visits every KV block and masks none.
       const int64_t programs = (sq + 127) / 128 * config.heads_q;
       EXPECT_EQ(run->stats.programs, programs);

@@ -1,5 +1,7 @@
 // Errors of the interpreter: what went wrong, and where (file:line:col of the statement or
 // expression), with the status code callers branch on.
+#include <torch/types.h>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "cuir/spec/spec.h"

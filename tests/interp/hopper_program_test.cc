@@ -5,6 +5,8 @@
 #include <string>
 #include <tuple>
 
+#include <torch/types.h>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "cuir/spec/spec.h"

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include <torch/torch.h>
+#include <ATen/core/Tensor.h>
 
 #include "absl/status/statusor.h"
 #include "cuir/interp/interp.h"
@@ -53,7 +53,7 @@ struct Errors {
   double max_abs = 0;
   double max_rel = 0;
 };
-Errors MaxErrors(const torch::Tensor& got, const torch::Tensor& want);
+Errors MaxErrors(const at::Tensor& got, const at::Tensor& want);
 
 // Tolerances against the float64 oracle.
 double OTolerance(cuir::DType dtype);
@@ -91,7 +91,7 @@ absl::StatusOr<BackwardRun> RunBackwardAgainstOracle(
     const std::map<std::string, spec::BufferSource>& buffers = {},
     const std::set<std::string>& grad_buffers = {}, uint64_t seed = 7);
 // max |got - want| / max |want| (0 when both are 0; NaN anywhere gives infinity).
-double RelativeError(const torch::Tensor& got, const torch::Tensor& want);
+double RelativeError(const at::Tensor& got, const at::Tensor& want);
 
 // Spec sources (FlexAttention style, as users write them).
 inline constexpr char kFullSpec[] =

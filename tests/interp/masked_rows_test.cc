@@ -2,6 +2,8 @@
 // (the online softmax must recover from m = -inf), and output rows no program writes.
 #include <limits>
 
+#include <torch/types.h>
+
 #include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
 #include "tests/interp/interp_test_util.h"

@@ -3,6 +3,8 @@
 #include <chrono>
 #include <iostream>
 
+#include <torch/types.h>
+
 #include "cuir/spec/spec.h"
 #include "gtest/gtest.h"
 #include "tests/interp/interp_test_util.h"

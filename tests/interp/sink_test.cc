@@ -4,6 +4,8 @@
 // is no sink at all.
 #include <limits>
 
+#include <torch/types.h>
+
 #include "gtest/gtest.h"
 #include "tests/interp/interp_test_util.h"
 

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <string>
 
+#include <torch/types.h>
+
 #include "gtest/gtest.h"
 #include "tests/interp/interp_test_util.h"
 

@@ -2,6 +2,8 @@
 // semantics, checked against references computed element by element in plain C++.
 #include <cmath>
 
+#include <torch/types.h>
+
 #include "cuir/interp/tensor_eval.h"
 #include "cuir/interp/interp.h"
 #include "gmock/gmock.h"

@@ -294,7 +294,7 @@ TEST(Stats, DocumentTableSkipsEmptyAndFullBlocks) {
   auto run = RunAgainstOracle(ProgramText(Document()), kDocumentSpec, config,
                               {{"doc", {"lengths:100,57,100"}}});
   ASSERT_TRUE(run.ok()) << run.status();
-  const torch::Tensor doc = run->inputs.buffers.at("doc").to(torch::kLong).contiguous();
+  const at::Tensor doc = run->inputs.buffers.at("doc").to(at::kLong).contiguous();
   const int64_t* d = doc.data_ptr<int64_t>();
   const auto want = CountBlocks(257, 257, 64, 32, [d](int64_t q, int64_t kv) {
     return q >= kv && d[q] == d[kv];

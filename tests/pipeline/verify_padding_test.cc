@@ -10,6 +10,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <torch/types.h>
+#include <torch/utils.h>
+
 #include "cuir/pipeline/verify.h"
 
 namespace cubridge::pipeline {

@@ -13,20 +13,20 @@
 namespace cubridge::spec {
 namespace {
 
-cuir::BufferData ToBufferData(const torch::Tensor& t) {
+cuir::BufferData ToBufferData(const at::Tensor& t) {
   cuir::BufferData d;
   d.sizes = t.sizes().vec();
-  const torch::Tensor flat = t.contiguous().flatten();
+  const at::Tensor flat = t.contiguous().flatten();
   if (t.is_floating_point()) {
     d.element = Type::kFloat;
-    const torch::Tensor f = flat.to(torch::kFloat64);
+    const at::Tensor f = flat.to(at::kDouble);
     for (int64_t i = 0; i < f.numel(); ++i) d.values.emplace_back(f.data_ptr<double>()[i]);
-  } else if (t.scalar_type() == torch::kBool) {
+  } else if (t.scalar_type() == at::kBool) {
     d.element = Type::kBool;
     for (int64_t i = 0; i < flat.numel(); ++i) d.values.emplace_back(flat.data_ptr<bool>()[i]);
   } else {
     d.element = Type::kInt;
-    const torch::Tensor n = flat.to(torch::kInt64);
+    const at::Tensor n = flat.to(at::kLong);
     for (int64_t i = 0; i < n.numel(); ++i) d.values.emplace_back(n.data_ptr<int64_t>()[i]);
   }
   return d;

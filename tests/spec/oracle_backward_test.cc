@@ -2,6 +2,7 @@
 // backward written out by hand (FlashAttention's formulas) and against central differences of
 // the forward oracle, for every example and generality spec.
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/types.h>
 
 #include <cmath>
 #include <functional>

@@ -5,6 +5,8 @@
 #include <functional>
 #include <limits>
 
+#include <torch/types.h>
+
 #include "spec_test_util.h"
 
 namespace cubridge::spec {

@@ -5,6 +5,9 @@
 #include <cmath>
 #include <limits>
 
+#include <torch/types.h>
+#include <torch/utils.h>
+
 #include "cuir/spec/oracle.h"
 #include "spec_test_util.h"
 

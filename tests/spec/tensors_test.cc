@@ -3,6 +3,7 @@
 #include "cuir/spec/tensors.h"
 
 #include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/torch.h>
 
 #include <fstream>
 

@@ -2,6 +2,7 @@
 // expression (evaluated by cuir::EvalScalar) and the compiled function (run on 0-d tensors) must
 // agree. Each spec below exercises a group of the supported operations.
 #include <torch/csrc/jit/api/compilation_unit.h>
+#include <torch/types.h>
 
 #include <random>
 
