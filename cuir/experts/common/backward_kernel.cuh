@@ -293,7 +293,7 @@ __global__ void __launch_bounds__(kRowThreads)
 #pragma unroll
       for (int warp = 0; warp < 4; ++warp) {
         const float4 x =
-            acc_read4(ws + w.dq, (at * kDqPanelElems + warp * 1024 + j * 128) / 4 + lane, det);
+            acc_read4(ws + w.dq, bwd_dq_tiled_at(f, bh, m_block, panel, warp, lane, j) / 4, det);
         const int row = m_block * 64 + warp * 16 + (lane >> 2);
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
