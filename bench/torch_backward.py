@@ -27,6 +27,7 @@ the four whose negative indexing of captured tensors Flex does not implement: on
 takes the CUDA context with it; docs/benchmarks-history.md, session 5)."""
 
 import argparse
+import inspect
 import json
 import os
 import re
@@ -160,10 +161,10 @@ def sdpa_best(mask_mod, q, k, v, do, reps, gqa):
 NO_FLEX = "distance_kernel_mixture|streaming_sinks_window|circular_fmod_table|additive_bias_bf16"
 
 
-def kept_by_head(mask_mod, b, hq, s):
-    """Kept elements over every (batch, head) where the mask reads them, else kept(mask_mod, s)
-    for each."""
-    if mask_mod is None or not suites.reads_batch_or_head(mask_mod, 4):
+def kept_by_head(mask_mod, b, hq, s, per_bh):
+    """Kept elements over every (batch, head) where the mask reads them (per_bh), else
+    kept(mask_mod, s) for each."""
+    if mask_mod is None or not per_bh:
         return b * hq * kept(mask_mod, s)
     i = torch.arange(s, device=DEV)
     total = 0
@@ -177,16 +178,24 @@ def kept_by_head(mask_mod, b, hq, s):
 
 def spec_variants(pattern, suite_kernels, b, hq, hkv, s):
     """{case name: (score_mod, mask_mod)} of the example and generality specs matching pattern,
-    bound at this shape (tests/python/gpu_check.py's spec_cases)."""
-    import re
+    bound at this shape (tests/python/gpu_check.py's spec_cases), and the names whose mask reads
+    its batch or head index."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     sys.path.insert(0, os.path.join(root, "tests", "python"))
-    sys.path.insert(0, os.path.join(root, "bench"))
     import gpu_check
     shape = dict(batch=b, heads_q=hq, heads_kv=hkv, seqlen_q=s, seqlen_kv=s)
-    return {name: (mods["score_mod"], mods["mask_mod"])
-            for name, mods in gpu_check.spec_cases(shape, suite_kernels)
-            if re.search(pattern, name)}
+    table, per_bh = {}, set()
+    for name, mods in gpu_check.spec_cases(shape, suite_kernels):
+        if not re.search(pattern, name):
+            continue
+        table[name] = (mods["score_mod"], mods["mask_mod"])
+        # The binder's closure passes b and h on to the spec's own function (its `fn`): whether
+        # the mask reads them is that function's question.
+        mask = mods["mask_mod"]
+        if mask is not None and suites.reads_batch_or_head(
+                inspect.getclosurevars(mask).nonlocals.get("fn", mask), 4):
+            per_bh.add(name)
+    return table, per_bh
 
 
 def run_shape(heads, d, s, variants, reps, deterministic, flex, kernels=False, specs=None):
@@ -194,10 +203,9 @@ def run_shape(heads, d, s, variants, reps, deterministic, flex, kernels=False, s
     hq, hkv = max(1, hq * 128 // d), max(1, hkv * 128 // d)
     b = max(1, 16384 // s)
     gqa = hq != hkv
-    table = dict(VARIANTS)
-    no_flex = None
+    table, per_bh, no_flex = VARIANTS, set(), None
     if specs is not None:  # (pattern, suite kernels folder, specs Flex does not run)
-        table = spec_variants(specs[0], specs[1], b, hq, hkv, s)
+        table, per_bh = spec_variants(specs[0], specs[1], b, hq, hkv, s)
         variants, no_flex = list(table), specs[2]
     g = torch.Generator(device=DEV).manual_seed(0)
     q = torch.randn(b, hq, s, d, device=DEV, generator=g).bfloat16().requires_grad_()
@@ -216,7 +224,7 @@ def run_shape(heads, d, s, variants, reps, deterministic, flex, kernels=False, s
               flush=True)
     for name in variants:
         score_mod, mask_mod = table[name]
-        n = kept_by_head(mask_mod, b, hq, s) if specs is not None else b * hq * kept(mask_mod, s)
+        n = kept_by_head(mask_mod, b, hq, s, name in per_bh)
         flops_bwd = 2.5 * 4 * d * n
         fn = fns[name]
         row = {"variant": name, "shape": [b, hq, hkv, s, d], "density": n / (b * hq * s * s)}
@@ -241,9 +249,9 @@ def run_shape(heads, d, s, variants, reps, deterministic, flex, kernels=False, s
             row["flex_error"] = "not run (--no-flex)"
         else:
             try:
-                per_bh = specs is not None and suites.reads_batch_or_head(mask_mod, 4)
-                bm = create_block_mask(mask_mod, b if per_bh else None, hq if per_bh else None,
-                                       s, s, device=DEV) if mask_mod else None
+                bh = name in per_bh
+                bm = create_block_mask(mask_mod, b if bh else None, hq if bh else None, s, s,
+                                       device=DEV) if mask_mod else None
                 row["flex_ms"] = measure(lambda q, k, v: flex(q, k, v, score_mod=score_mod,
                                                               block_mask=bm, enable_gqa=gqa),
                                          q, k, v, do, reps)[1]
