@@ -313,6 +313,13 @@ def main():
     for name in (variants if specs is None else []) + args.heads.split(","):
         if name not in VARIANTS and name not in HEADS:
             sys.exit(f"torch_backward: unknown variant or head config {name!r}")
+    # Every variant and shape compiles flex_attention anew (and again without grad for the
+    # forward's timing): past dynamo's recompile limit (8) Flex would fall back to its unfused
+    # eager path (session 23: softcap's then ran out of memory).
+    import torch._dynamo
+    for limit in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit"):
+        if hasattr(torch._dynamo.config, limit):
+            setattr(torch._dynamo.config, limit, 4096)
     flex = torch.compile(flex_attention)
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
     rows = []

@@ -2,8 +2,9 @@
 # On a lent GPU machine (docs/gpu.md, "Backward"): every check of the backward in one call, each
 # step's log under $OUT, a table of the steps last. Steps, cheapest first, each timed; a step that
 # fails is reported and the rest still run:
-#   expert   tests/gpu/backward/backward_expert_check.py for fa3_sm90 (Hopper) and fa2_sm80, every
-#            backward tile (head dims 64 and 128 on the base tile, 128 and 256 on the second), --bench
+#   expert   tests/gpu/backward/backward_expert_check.py for fa3_sm90 (Hopper) and fa2_sm80 ($EXPERTS,
+#            default "fa3 fa2"), every backward tile (head dims 64 and 128 on the base tile, 128
+#            and 256 on the second), --bench
 #   build    gpu_tests, the CLI, the runner and the PyTorch op (scripts/device-build.sh); the
 #            other steps build only what they use (lowered, suite: gpu_tests; train, bench:
 #            the op and the CLI), so `bench` alone does not wait for gpu_tests
@@ -16,9 +17,11 @@
 #   bash scripts/device-backward.sh [STEPS...]     (default: these six, in this order)
 # and, named only, for the sm_90a kernel's levers:
 #   ab       the fa3_sm90 base tile again, built with the macros of each variant of $AB_DEFINES
-#            (variants separated by ';', each NAME=VALUE ...; default CUBRIDGE_BWD_PRODUCER=0),
+#            (variants separated by ';', each NAME=VALUE ...; default CUBRIDGE_BWD_PRODUCER=0; set
+#            and empty: none, so that `ncu` and `sass` take the kernel as is alone),
 #            --bench: the levers' A/B in one call (ab1, ab2, ... in the order given)
-#   ncu      ncu of the fa3_sm90 base tile's attention kernel at the bench shape (speed of light,
+#   ncu      ncu of the fa3_sm90 base tile's preprocess, attention and postprocess kernels at the
+#            bench shape (speed of light,
 #            tensor pipes, warp stalls, per-instruction stall samples), as is and with each
 #            variant; the clocks left as they are (--clock-control none, METHOD.md)
 #   sass     that kernel's SASS (cuobjdump --dump-sass) and ptxas' resource usage, as is and
@@ -109,12 +112,14 @@ if [ ${#targets[@]} -gt 0 ]; then
   build_pid=$!
 fi
 if has expert; then
-  run expert_fa3 bash -c "cd tests/gpu/backward && python3 backward_expert_check.py --expert fa3_sm90 --bench --out $out/expert_fa3.json"
-  run expert_fa2 bash -c "cd tests/gpu/backward && python3 backward_expert_check.py --expert fa2_sm80 --out $out/expert_fa2.json"
+  [[ " ${EXPERTS:-fa3 fa2} " == *" fa3 "* ]] &&
+    run expert_fa3 bash -c "cd tests/gpu/backward && python3 backward_expert_check.py --expert fa3_sm90 --bench --out $out/expert_fa3.json"
+  [[ " ${EXPERTS:-fa3 fa2} " == *" fa2 "* ]] &&
+    run expert_fa2 bash -c "cd tests/gpu/backward && python3 backward_expert_check.py --expert fa2_sm80 --out $out/expert_fa2.json"
 fi
 # The kernel's variants as NAME:FLAGS (--define flags): base (none), then abN for each of
 # AB_DEFINES split at ';'.
-IFS=';' read -r -a ab_defines <<<"${AB_DEFINES:-CUBRIDGE_BWD_PRODUCER=0}"
+IFS=';' read -r -a ab_defines <<<"${AB_DEFINES-CUBRIDGE_BWD_PRODUCER=0}"
 variants=("base:")
 for defines in "${ab_defines[@]}"; do
   flags=""
@@ -129,7 +134,7 @@ fi
 if has ncu; then
   sections="--section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats"
   for v in "${variants[@]}"; do
-    run "ncu_${v%%:*}" bash -c "cd tests/gpu/backward && ncu --clock-control none -k regex:attn_bwd_kernel -c 1 $sections --section SourceCounters --print-details all python3 backward_expert_check.py --expert fa3_sm90 --tiles 64x128 --profile ${v#*:}"
+    run "ncu_${v%%:*}" bash -c "cd tests/gpu/backward && ncu --clock-control none -k regex:attn_bwd_ -c 3 $sections --section SourceCounters --print-details all python3 backward_expert_check.py --expert fa3_sm90 --tiles 64x128 --profile ${v#*:}"
   done
 fi
 if has sanitize; then

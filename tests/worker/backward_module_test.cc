@@ -28,6 +28,9 @@ TEST(BackwardPlan, ALaunchablePlanPasses) {
   tables.classify_grid = 10, tables.compact_grid = 2, tables.table_threads = 128;
   tables.tables_offset = 1024;
   EXPECT_TRUE(CheckBackwardPlan(tables).ok());
+  BwdLaunchPlan post = Launchable();  // 0: no postprocess (the attention kernel converted all)
+  post.post_grid = 1024;
+  EXPECT_TRUE(CheckBackwardPlan(post).ok());
 }
 
 TEST(BackwardPlan, EachBadFieldIsNamed) {
@@ -45,6 +48,9 @@ TEST(BackwardPlan, EachBadFieldIsNamed) {
   p = Launchable();
   p.row_threads = 0;
   EXPECT_THAT(CheckBackwardPlan(p).message(), HasSubstr("row_threads = 0"));
+  p = Launchable();
+  p.post_grid = 0x80000001u;
+  EXPECT_THAT(CheckBackwardPlan(p).message(), HasSubstr("post_grid = 2147483649"));
   p = Launchable();
   p.classify_grid = 4, p.compact_grid = 1, p.table_threads = 128, p.tables_offset = 1 << 20;
   EXPECT_THAT(CheckBackwardPlan(p).message(), HasSubstr("tables at 1048576 of 4096"));

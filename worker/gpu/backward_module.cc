@@ -31,6 +31,10 @@ absl::Status CheckBackwardPlan(const BwdLaunchPlan& plan) {
           absl::StrCat("the backward kernel's launch plan has ", name, " = ", value));
     }
   }
+  if (plan.post_grid > (1u << 31)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the backward kernel's launch plan has post_grid = ", plan.post_grid));
+  }
   if (plan.classify_grid > 0 && (plan.compact_grid == 0 || plan.table_threads == 0 ||
                                  plan.tables_offset > plan.workspace_bytes)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -168,7 +172,8 @@ absl::Status BackwardModule::Enqueue(const BwdParams& p, const BwdLaunchPlan& pl
       !s.ok()) {
     return s;
   }
-  return launch(kPostprocess, plan.row_grid, 1, 1, plan.row_threads, 0, args);
+  if (plan.post_grid == 0) return absl::OkStatus();  // the attention kernel converted all
+  return launch(kPostprocess, plan.post_grid, 1, 1, plan.row_threads, 0, args);
 }
 
 }  // namespace cubridge::gpu

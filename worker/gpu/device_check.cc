@@ -427,7 +427,7 @@ absl::StatusOr<nlohmann::json> ProfileBackward(const RunRequest& r, const spec::
   if (!timed.ok()) return timed.status();
   return ProfileReport(r, *timed, sets, in->kept, 2.5 * 4.0 * static_cast<double>(c.head_dim),
                        "preprocess (D), block tables (when the variant has them), the attention "
-                       "kernel and postprocess (dQ's conversion)");
+                       "kernel (which may convert dQ itself) and postprocess (what it left to convert)");
 }
 
 // A backward kernel against the spec's float64 autograd (RunRequest::backward).

@@ -40,9 +40,10 @@ typedef struct cubridge_attn_bwd_params {
 // kernel, `@cuir-entry plan`, which a loader of an NVRTC-compiled module runs first). In order:
 // preprocess (row_grid x row_threads), the block-table kernels where classify_grid > 0
 // (classify_grid and compact_grid x table_threads, over (fwd params, workspace + tables_offset)),
-// attention (grid x threads, smem_bytes of dynamic shared memory), postprocess (as preprocess).
+// attention (grid x threads, smem_bytes of dynamic shared memory), postprocess (post_grid x
+// row_threads; none where post_grid is 0: the attention kernel converted everything).
 // Every kernel but the table ones takes the backward params alone.
-#define CUBRIDGE_BWD_PLAN_VERSION 1
+#define CUBRIDGE_BWD_PLAN_VERSION 2
 typedef struct cubridge_attn_bwd_launch_plan {
   int32_t version;           // CUBRIDGE_BWD_PLAN_VERSION
   int32_t status;            // 0 = launchable, 1 = the parameters are refused
@@ -53,6 +54,7 @@ typedef struct cubridge_attn_bwd_launch_plan {
   uint32_t grid[3];
   int32_t threads;
   int32_t smem_bytes;
+  uint32_t post_grid;
 } cubridge_attn_bwd_launch_plan;
 
 #endif  // cubridge_attn_bwd_BACKWARD_ABI_CUH_

@@ -2,8 +2,8 @@
 // in the workspace, the accumulators' adds in the fast and the deterministic mode, the learnable
 // buffers' gradient indexing and coalesced adds, and the pre- and postprocessing kernels. Included
 // inside the expert's namespace after its `workspace` region (bwd_workspace reads
-// variant_workspace, and kDqTileRows, dQ's accumulator layout) and before its variant contexts,
-// whose BwdCall uses them.
+// variant_workspace; kDqTileRows, dQ's accumulator layout; and kDqFused, whether its attention
+// kernel converts dQ itself) and before its variant contexts, whose BwdCall uses them.
 #pragma once
 
 constexpr int kRowThreads = 256;  // threads of the pre- and postprocessing kernels
@@ -23,6 +23,10 @@ __host__ __device__ __forceinline__ long long cuir_buffer_numel(const cubridge_a
 // reduction instead of 8 rows' 32-byte pieces (bench/NOTES.md, session 20).
 static_assert(kDqTileRows == 0 || kDqTileRows == 64,
               "dQ's accumulator: row-major or in fragment order");
+// Where kDqFused, the last of a head's KV tiles to finish converts the head's dQ (bwd_dq_finish),
+// counted in the workspace (BwdWorkspace::done); the postprocess then runs only for what else
+// it converts (GQA's dK and dV, deterministic mode).
+static_assert(!kDqFused || kDqTileRows == 64, "the fused conversion reads the fragment order");
 constexpr int kDqPanelElems = 64 * 64;
 __host__ __device__ __forceinline__ long long bwd_dq_rows(const cubridge_attn_fwd_params& f) {
   const long long q_rows = kDqTileRows == 0 ? f.seqlen_q : cuir_cdiv(f.seqlen_q, 64) * 64;
@@ -44,7 +48,7 @@ __host__ __device__ __forceinline__ long long bwd_dq_tiled_at(const cubridge_att
 // block tables (at `tables`, variant_workspace's layout). Accumulators are fp32, or 64-bit fixed
 // point in deterministic mode (cubridge_attn_bwd_params::deterministic).
 struct BwdWorkspace {
-  size_t delta, dq, dk, dv, grad[CUBRIDGE_MAX_BUFFERS], tables, total;
+  size_t delta, dq, dk, dv, grad[CUBRIDGE_MAX_BUFFERS], done, tables, total;
 };
 __host__ __device__ __forceinline__ BwdWorkspace bwd_workspace(const cubridge_attn_bwd_params& p) {
   const cubridge_attn_fwd_params& f = p.fwd;
@@ -65,6 +69,9 @@ __host__ __device__ __forceinline__ BwdWorkspace bwd_workspace(const cubridge_at
       at += round(size_t(cuir_buffer_numel(f.buffers[i])) * elem);
     }
   }
+  // Under kDqFused, per (b, h) the count of its KV tiles done (cleared with the accumulators).
+  w.done = at;
+  if (kDqFused) at += round(size_t(f.batch) * f.heads_q * sizeof(unsigned));
   w.tables = at;
   w.total = w.tables + variant_workspace(f, nullptr);
   return w;
@@ -184,15 +191,6 @@ __device__ __forceinline__ void bwd_store2(T* at, float x, float y) {
   T two[2] = {bwd_from_float<T>(x), bwd_from_float<T>(y)};
   *reinterpret_cast<uint32_t*>(at) = *reinterpret_cast<const uint32_t*>(two);
 }
-// Accumulator elements 4i .. 4i + 3 (16-byte aligned: the workspace's pieces are 256-aligned).
-__device__ __forceinline__ float4 acc_read4(const char* acc, long long i, bool deterministic) {
-  if (!deterministic) return reinterpret_cast<const float4*>(acc)[i];
-  const ulonglong2* at = reinterpret_cast<const ulonglong2*>(acc) + 2 * i;
-  const ulonglong2 a = at[0], b = at[1];
-  return make_float4(acc_fixed_value(a.x), acc_fixed_value(a.y), acc_fixed_value(b.x),
-                     acc_fixed_value(b.y));
-}
-
 // delta: D[b, h, i] = sum_d dO[b, h, i, d] * O[b, h, i, d] in fp32, one warp per row, four
 // elements a lane a load where the rows allow (8-byte aligned; else one); and the accumulators
 // cleared. Memory-bound: it reads O and dO once and clears dQ's fp32 accumulator, a fixed cost
@@ -241,6 +239,124 @@ __global__ void __launch_bounds__(kRowThreads)
   }
 }
 
+// dQ's rows from the fragment-order accumulator (bwd_dq_tiled_at), a 64 x 64 panel's 8-column
+// group by one warp: panel k of head row bh (b * heads_q + h) is query block k / (head_dim / 64)'s
+// panel k % (head_dim / 64); each lane holds four 16-byte pieces, one of each of the panel's four
+// warps' 16 rows. Read (bwd_dq_load) apart from written (bwd_dq_store), so that a caller issues
+// its reads before any store: the compiler may not move a read above a store that may alias it.
+struct DqPiece {
+  float4 x[4];
+};
+__device__ __forceinline__ DqPiece bwd_dq_load(const cubridge_attn_bwd_params& p, const char* acc,
+                                               long long bh, long long k, int j, int lane,
+                                               bool det) {
+  const long long at = (bh * (cuir_cdiv(p.fwd.seqlen_q, 64) * (p.fwd.head_dim / 64)) + k) *
+                           kDqPanelElems + j * 128 + lane * 4;
+  DqPiece piece;
+#pragma unroll
+  for (int warp = 0; warp < 4; ++warp) {
+    // L2's copy (ld.global.cg): under kDqFused other CTAs' reductions wrote it in this kernel.
+    const long long i = (at + warp * 1024) / 4;
+    if (det) {
+      const ulonglong2* const fixed = reinterpret_cast<const ulonglong2*>(acc) + 2 * i;
+      const ulonglong2 a = __ldcg(fixed), b = __ldcg(fixed + 1);
+      piece.x[warp] = make_float4(acc_fixed_value(a.x), acc_fixed_value(a.y),
+                                  acc_fixed_value(b.x), acc_fixed_value(b.y));
+    } else {
+      piece.x[warp] = __ldcg(reinterpret_cast<const float4*>(acc) + i);
+    }
+  }
+  return piece;
+}
+// dQ's pointer and strides keep a row's two columns aligned for one 4-byte store.
+__device__ __forceinline__ bool bwd_dq_pairs(const cubridge_attn_bwd_params& p) {
+  return ((reinterpret_cast<uintptr_t>(p.dq) & 3) |
+          ((p.dq_batch_stride | p.dq_head_stride | p.dq_row_stride) & 1)) == 0;
+}
+template <typename T>
+__device__ __forceinline__ void bwd_dq_store(const cubridge_attn_bwd_params& p, const DqPiece& piece,
+                                             long long bh, long long k, int j, int lane,
+                                             bool pairs) {
+  const cubridge_attn_fwd_params& f = p.fwd;
+  const int panels = f.head_dim / 64;
+  const int m_block = static_cast<int>(k / panels), panel = static_cast<int>(k % panels);
+  const int h = static_cast<int>(bh % f.heads_q), b = static_cast<int>(bh / f.heads_q);
+  const int col = panel * 64 + 8 * j + 2 * (lane & 3);
+  T* const out = static_cast<T*>(p.dq) + b * p.dq_batch_stride + h * p.dq_head_stride + col;
+#pragma unroll
+  for (int warp = 0; warp < 4; ++warp) {
+    const float4 x = piece.x[warp];
+    const int row = m_block * 64 + warp * 16 + (lane >> 2);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      if (row + 8 * r >= f.seqlen_q) continue;
+      T* const to = out + static_cast<int64_t>(row + 8 * r) * p.dq_row_stride;
+      const float lo = r == 0 ? x.x : x.z, hi = r == 0 ? x.y : x.w;
+      if (pairs) {
+        bwd_store2(to, lo, hi);
+      } else {
+        to[0] = bwd_from_float<T>(lo);
+        to[1] = bwd_from_float<T>(hi);
+      }
+    }
+  }
+}
+
+// The conversion of head row bh's dQ (bwd_dq_finish), its own function so that its registers
+// are allocated apart from the attention's (inlined, its unrolled reads spilled 8 bytes at head
+// dim 64).
+template <typename T, int NTHREADS>
+__device__ __noinline__ void bwd_dq_convert_head(const cubridge_attn_bwd_params& p, long long bh,
+                                                 int tid) {
+  constexpr int kUnroll = 4, kPanelsAtOnce = NTHREADS / 256;
+  const BwdWorkspace w = bwd_workspace(p);
+  const char* const ws = static_cast<const char*>(p.workspace);
+  const int lane = tid & 31, j = (tid >> 5) & 7, first = tid >> 8;
+  const long long panels = cuir_cdiv(p.fwd.seqlen_q, 64) * (p.fwd.head_dim / 64);
+  const bool pairs = bwd_dq_pairs(p), det = p.deterministic != 0;
+  constexpr int kStep = kUnroll * kPanelsAtOnce;
+  for (long long k0 = first; k0 < panels; k0 += kStep) {
+    DqPiece piece[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const long long k = k0 + u * kPanelsAtOnce;
+      if (k < panels) piece[u] = bwd_dq_load(p, ws + w.dq, bh, k, j, lane, det);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const long long k = k0 + u * kPanelsAtOnce;
+      if (k < panels) bwd_dq_store<T>(p, piece[u], bh, k, j, lane, pairs);
+    }
+  }
+}
+
+// Under kDqFused, after this CTA's last reduction into dQ's accumulator (by every thread that
+// made one, NTHREADS of them, tid from 0): the CTA counts itself done for its head row bh, and
+// the last of the head's `tiles` KV tiles converts the head's dQ, its NTHREADS / 32 warps a
+// panel's column groups each, kUnroll panels' reads in flight a lane. `sync_or(pred)` is the
+// threads' barrier, returning whether any passed pred. (The reductions come before the count by
+// each thread's fence before the barrier; the last CTA's reads after it by the fence after.)
+template <typename T, int NTHREADS, typename SyncOr>
+__device__ __forceinline__ void bwd_dq_finish(const cubridge_attn_bwd_params& p, long long bh,
+                                              unsigned tiles, int tid, SyncOr&& sync_or) {
+  static_assert(NTHREADS % 256 == 0, "whole panels: 8 warps a panel");
+  const BwdWorkspace w = bwd_workspace(p);
+  char* const ws = static_cast<char*>(p.workspace);
+  __threadfence();
+  sync_or(false);
+  const bool last =
+      tid == 0 && atomicAdd(reinterpret_cast<unsigned*>(ws + w.done) + bh, 1u) == tiles - 1;
+  if (!sync_or(last)) return;
+  __threadfence();
+  bwd_dq_convert_head<T, NTHREADS>(p, bh, tid);
+}
+
+// Whether the postprocess has work: dQ unless the attention kernel converts it, GQA's dK and
+// dV, deterministic mode's buffer gradients.
+__host__ __device__ __forceinline__ bool bwd_needs_postprocess(const cubridge_attn_bwd_params& p) {
+  return !kDqFused || p.fwd.heads_q != p.fwd.heads_kv || p.deterministic != 0;
+}
+
 // dQ from its accumulator (already scaled) and, under GQA, dK and dV from theirs; in
 // deterministic mode the buffer gradients, written whole. Memory-bound like the preprocess: the
 // index arithmetic (64-bit divisions) is done once a row or a 64 x 64 panel, not per element,
@@ -273,41 +389,15 @@ __global__ void __launch_bounds__(kRowThreads)
   if constexpr (kDqTileRows == 0) {
     convert(ws + w.dq, p.dq, f.heads_q, f.seqlen_q, p.dq_batch_stride, p.dq_head_stride,
             p.dq_row_stride);
-  } else {
-    // Fragment order (bwd_dq_tiled_at): a CTA per 64 x 64 panel, warp j its column group j, each
-    // lane four elements of each of the panel's four warps' 16 rows; a row's two columns by one
-    // 4-byte store where dQ's pointer and strides keep them aligned.
-    const int panels = f.head_dim / 64, q_blocks = cuir_cdiv(f.seqlen_q, 64);
-    const long long n_panels = bwd_dq_rows(f) / 64 * panels;
-    const bool pairs = ((reinterpret_cast<uintptr_t>(p.dq) & 3) |
-                        ((p.dq_batch_stride | p.dq_head_stride | p.dq_row_stride) & 1)) == 0;
+  } else if constexpr (!kDqFused) {
+    // Fragment order: a CTA per 64 x 64 panel (bwd_dq_load), warp j its column group j.
+    const long long panels = cuir_cdiv(f.seqlen_q, 64) * (f.head_dim / 64);
+    const long long n_panels = static_cast<long long>(f.batch) * f.heads_q * panels;
+    const bool pairs = bwd_dq_pairs(p);
     const int j = threadIdx.x >> 5;
     for (long long at = blockIdx.x; at < n_panels; at += gridDim.x) {
-      const int panel = static_cast<int>(at % panels);
-      const long long block = at / panels;
-      const int m_block = static_cast<int>(block % q_blocks);
-      const long long bh = block / q_blocks;
-      const int h = static_cast<int>(bh % f.heads_q), b = static_cast<int>(bh / f.heads_q);
-      const int col = panel * 64 + 8 * j + 2 * (lane & 3);
-      T* const out = static_cast<T*>(p.dq) + b * p.dq_batch_stride + h * p.dq_head_stride + col;
-#pragma unroll
-      for (int warp = 0; warp < 4; ++warp) {
-        const float4 x =
-            acc_read4(ws + w.dq, bwd_dq_tiled_at(f, bh, m_block, panel, warp, lane, j) / 4, det);
-        const int row = m_block * 64 + warp * 16 + (lane >> 2);
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          if (row + 8 * r >= f.seqlen_q) continue;
-          T* const to = out + static_cast<int64_t>(row + 8 * r) * p.dq_row_stride;
-          const float lo = r == 0 ? x.x : x.z, hi = r == 0 ? x.y : x.w;
-          if (pairs) {
-            bwd_store2(to, lo, hi);
-          } else {
-            to[0] = bwd_from_float<T>(lo);
-            to[1] = bwd_from_float<T>(hi);
-          }
-        }
-      }
+      const long long bh = at / panels, k = at % panels;
+      bwd_dq_store<T>(p, bwd_dq_load(p, ws + w.dq, bh, k, j, lane, det), bh, k, j, lane, pairs);
     }
   }
   if (f.heads_q != f.heads_kv) {

@@ -18,8 +18,15 @@ __host__ __device__ __forceinline__ void cubridge_attn_bwd_make_plan(
   const BwdWorkspace w = bwd_workspace(p);
   plan->workspace_bytes = w.total;
   plan->tables_offset = w.tables;
-  plan->row_grid = 1024;  // grid-stride loops: enough CTAs to fill any GPU
+  // The pre- and postprocess loop over their work by grid stride. A CTA per 64 query rows (a
+  // warp's 8 rows of D, a CTA's one to four 64 x 64 panels of dQ) keeps each CTA short, so the
+  // last ones to start end with the rest: at a fixed 1024 CTAs, 1.3 and 1.55 waves of long CTAs
+  // ran both kernels at 67% and 46% of DRAM bandwidth (ncu, bench/NOTES.md session 23).
+  const long long q_rows = static_cast<long long>(f.batch) * f.heads_q * f.seqlen_q;
+  plan->row_grid =
+      static_cast<uint32_t>(cuir_min<long long>(cuir_cdiv<long long>(q_rows, 64), 1 << 20));
   plan->row_threads = kRowThreads;
+  plan->post_grid = bwd_needs_postprocess(p) ? plan->row_grid : 0;
   // The block tables (transposed: per K tile, its query blocks).
   const long long tiles = variant_table_tiles(f), rows = variant_table_rows(f);
   plan->classify_grid = static_cast<uint32_t>(cuir_min<long long>(tiles, 16384));
@@ -60,7 +67,9 @@ static int launch_bwd(const cubridge_attn_bwd_params* p, const cubridge_attn_bwd
   if (err != cudaSuccess) return err;
   attn_bwd_kernel<T, D><<<dim3(plan.grid[0], plan.grid[1], plan.grid[2]), plan.threads,
                           plan.smem_bytes, stream>>>(*p);
-  attn_bwd_postprocess<T><<<plan.row_grid, plan.row_threads, 0, stream>>>(*p);
+  if (plan.post_grid > 0) {
+    attn_bwd_postprocess<T><<<plan.post_grid, plan.row_threads, 0, stream>>>(*p);
+  }
   return cudaGetLastError();
 }
 // The head dims the expert serves (bwd_smem_bytes > 0), each its own instance.

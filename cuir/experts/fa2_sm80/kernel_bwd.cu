@@ -174,6 +174,8 @@ __host__ __device__ __forceinline__ bool variant_buffers_ok(const cubridge_attn_
 // dQ's accumulator row-major (common/backward_kernel.cuh): mma.sync's fragments have no
 // wider reduction than a pair.
 constexpr int kDqTileRows = 0;
+// dQ converted by the postprocess (the fused conversion reads the fragment order).
+constexpr bool kDqFused = false;
 // The backward's shared pieces: workspace, accumulators, buffer gradients, pre/postprocess.
 #include "../common/backward_kernel.cuh"
 

@@ -226,6 +226,18 @@ __host__ __device__ __forceinline__ bool variant_buffers_ok(const cubridge_attn_
 // contiguous bytes a reduction, 20% faster than row-major's 8 rows of 32 (bench/NOTES.md,
 // session 20).
 constexpr int kDqTileRows = 64;
+// Under CUBRIDGE_BWD_FUSED_DQ the last of a head's KV tiles to finish converts the head's dQ
+// (common/backward_kernel.cuh, bwd_dq_finish) and no postprocess runs under MHA in fast mode.
+// Off: measured slower than the postprocess it replaces (+0.36 ms on full attention at 16k
+// tokens of d 128, +0.6 ms on a 256 sliding window, H100; bench/NOTES.md session 23): every CTA's
+// fence waits for its reductions and dK / dV stores, and one CTA a head converts at a fraction
+// of the bandwidth the postprocess's grid gets.
+#ifndef CUBRIDGE_BWD_FUSED_DQ
+#define CUBRIDGE_BWD_FUSED_DQ 0
+#endif
+static_assert(!(CUBRIDGE_BWD_FUSED_DQ && CUBRIDGE_BWD_DQ_BULK),
+              "the fused conversion counts a CTA done after its own reductions, not bulk ones");
+constexpr bool kDqFused = CUBRIDGE_BWD_FUSED_DQ;
 // The backward's shared pieces: workspace, accumulators, buffer gradients, pre/postprocess.
 #include "../common/backward_kernel.cuh"
 
@@ -341,6 +353,24 @@ struct BwdBlock : BwdTile {
 namespace cubridge_fa3_bwd {
 #include "attend_bwd.cuh"
 
+// Under kDqFused, the consumers count the tile done for its head, the head's last converts dQ.
+// The head row from the grid (b, h: blockIdx.z, .y), not from the tile's registers, which would
+// then stay live through the walk (8 bytes of spills at head dim 64).
+template <typename T>
+__device__ __forceinline__ void finish_dq(const cubridge_attn_bwd_params& p, int tid) {
+  if constexpr (kDqFused) {
+    bwd_dq_finish<T, kConsumerThreads>(
+        p, static_cast<long long>(blockIdx.z) * gridDim.y + blockIdx.y, gridDim.x, tid,
+        [](bool pred) {
+          if constexpr (kProducer) {
+            return cubridge::fa3::named_barrier_or(1, kConsumerThreads, pred);
+          } else {
+            return __syncthreads_or(pred) != 0;
+          }
+        });
+  }
+}
+
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads, 1)
     attn_bwd_kernel(const __grid_constant__ cubridge_attn_bwd_params p) {
@@ -363,9 +393,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     } else {
       cubridge::fa3::setmaxnreg_inc<kConsumerRegs>();
       attend_bwd_tile<T, D>(tile, threadIdx.x - 128);
+      finish_dq<T>(p, threadIdx.x - 128);
     }
   } else {
     attend_bwd_tile<T, D>(tile, threadIdx.x);
+    finish_dq<T>(p, threadIdx.x);
   }
 }
 

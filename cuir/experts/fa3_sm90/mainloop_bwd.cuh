@@ -82,6 +82,17 @@ __device__ __forceinline__ void mma_mn(float (&c)[N / 2], uint64_t a, uint64_t b
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+// The same barrier, returning whether any of its threads passed `pred`.
+__device__ __forceinline__ bool named_barrier_or(int id, int threads, bool pred) {
+  unsigned any;
+  asm volatile(
+      "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n bar.red.or.pred q, %2, %3, p;\n"
+      " selp.u32 %0, 1, 0, q;\n}\n"
+      : "=r"(any)
+      : "r"(static_cast<unsigned>(pred)), "r"(id), "r"(threads)
+      : "memory");
+  return any != 0;
+}
 
 // Four adjacent fp32 values added into global memory by one vector reduction (sm_90; 16-byte
 // aligned).
