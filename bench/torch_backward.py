@@ -22,7 +22,11 @@ the suite's reports, `CUBRIDGE_SUITE=generality bash bench/make_kernels.sh DIR` 
     ... --specs 'generality (alibi|softcap)' --suite-kernels DIR --seqlen 8192,1024
 
 `--specs REGEX` picks the cases by name ("example NAME", "generality NAME"); all variants adapt
-side by side first (gpu_check's prefetch). Flex is not run on the specs of --no-flex (default:
+side by side first (gpu_check's prefetch). `--warm N` first compiles every variant in N
+processes at once (CuBridge's modules and Flex's graphs, into the caches on disk that the timing
+then loads; Flex's ~30 s a variant would otherwise make the 49 specs at two lengths an hour):
+
+    ... --specs . --suite-kernels DIR --warm 8 --seqlen 8192 --reps 5 Flex is not run on the specs of --no-flex (default:
 the four whose negative indexing of captured tensors Flex does not implement: one faults and
 takes the CUDA context with it; docs/benchmarks-history.md, session 5)."""
 
@@ -31,6 +35,7 @@ import inspect
 import json
 import os
 import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -94,6 +99,8 @@ def kept(mask_mod, s):
 def timed(fn, reps):
     fn()
     torch.cuda.synchronize()
+    if reps == 0:  # compiled and run once, not timed (--warm)
+        return 0.0
     times = []
     for _ in range(reps):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -198,7 +205,30 @@ def spec_variants(pattern, suite_kernels, b, hq, hkv, s):
     return table, per_bh
 
 
-def run_shape(heads, d, s, variants, reps, deterministic, flex, kernels=False, specs=None):
+def warm_variants(fns, table, per_bh, no_flex, flex, q, k, v, do, gqa):
+    """What timing a variant compiles, without the timing: CuBridge's forward and backward (the
+    op's modules, published into their kernel folders) and Flex's two graphs (the forward under
+    no_grad, forward + backward with grad), so that the timing process loads them from the
+    caches on disk."""
+    b, hq, s = q.shape[0], q.shape[1], q.shape[2]
+    for name, fn in fns.items():
+        score_mod, mask_mod = table[name]
+        t0 = time.monotonic()
+        try:
+            measure(lambda q, k, v: fn(q, k, v, enable_gqa=gqa), q, k, v, do, 0)
+            if no_flex is None or not re.search(no_flex, name):
+                bh = name in per_bh  # the block mask's shape, as the timing builds it
+                bm = create_block_mask(mask_mod, b if bh else None, hq if bh else None, s, s,
+                                       device=DEV) if mask_mod else None
+                measure(lambda q, k, v: flex(q, k, v, score_mod=score_mod, block_mask=bm,
+                                             enable_gqa=gqa), q, k, v, do, 0)
+            print(f"   warmed {name} in {time.monotonic() - t0:.0f} s", flush=True)
+        except Exception as e:  # noqa: BLE001 - the timing process records it
+            print(f"   warming {name}: {str(e).splitlines()[0][:160]}", flush=True)
+
+
+def run_shape(heads, d, s, variants, reps, deterministic, flex, kernels=False, specs=None,
+              warm_shard=None):
     hq, hkv = heads
     hq, hkv = max(1, hq * 128 // d), max(1, hkv * 128 // d)
     b = max(1, 16384 // s)
@@ -207,6 +237,8 @@ def run_shape(heads, d, s, variants, reps, deterministic, flex, kernels=False, s
     if specs is not None:  # (pattern, suite kernels folder, specs Flex does not run)
         table, per_bh = spec_variants(specs[0], specs[1], b, hq, hkv, s)
         variants, no_flex = list(table), specs[2]
+    if warm_shard is not None:  # (i, n): this process compiles every n-th variant from the i-th
+        variants = variants[warm_shard[0]::warm_shard[1]]
     g = torch.Generator(device=DEV).manual_seed(0)
     q = torch.randn(b, hq, s, d, device=DEV, generator=g).bfloat16().requires_grad_()
     k, v = (torch.randn(b, hkv, s, d, device=DEV, generator=g).bfloat16().requires_grad_()
@@ -222,6 +254,11 @@ def run_shape(heads, d, s, variants, reps, deterministic, flex, kernels=False, s
         adapted = gpu_check.prefetch(fns, q, k, v)
         print(f"   adapted {len(fns)} variants side by side in {time.monotonic() - t0:.0f} s",
               flush=True)
+    if warm_shard is not None:
+        for future in adapted.values() if specs is not None else []:
+            future.result()
+        warm_variants(fns, table, per_bh, no_flex, flex, q, k, v, do, gqa)
+        return []
     for name in variants:
         score_mod, mask_mod = table[name]
         n = kept_by_head(mask_mod, b, hq, s, name in per_bh)
@@ -302,6 +339,11 @@ def main():
                          "(its reports give the captured tensors' shapes)")
     ap.add_argument("--no-flex", default=NO_FLEX,
                     help="with --specs: specs Flex does not run (a regular expression)")
+    ap.add_argument("--warm", type=int, default=0, metavar="N",
+                    help="first compile every variant in N processes side by side (CuBridge's "
+                         "modules and Flex's graphs into the caches on disk), then time them "
+                         "here: Flex's ~30 s compile a variant is most of a --specs run")
+    ap.add_argument("--warm-shard", default="", help=argparse.SUPPRESS)  # i/N: a --warm child
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--out", default="")
     args = ap.parse_args()
@@ -321,14 +363,27 @@ def main():
         if hasattr(torch._dynamo.config, limit):
             setattr(torch._dynamo.config, limit, 4096)
     flex = torch.compile(flex_attention)
+    warm_shard = tuple(int(x) for x in args.warm_shard.split("/")) if args.warm_shard else None
+    if args.warm > 0 and warm_shard is None:
+        # The children share this process's caches: CUBRIDGE_TORCH_CACHE (set above) and
+        # inductor's and the CLI's, which default to per-user folders.
+        t0 = time.monotonic()
+        children = [subprocess.Popen([sys.executable, os.path.abspath(__file__), *sys.argv[1:],
+                                      "--warm-shard", f"{i}/{args.warm}"])
+                    for i in range(args.warm)]
+        codes = [c.wait() for c in children]
+        print(f"warmed in {args.warm} processes in {time.monotonic() - t0:.0f} s (exit codes "
+              f"{codes})", flush=True)
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
     rows = []
     for heads in args.heads.split(","):
         for d in (int(x) for x in args.head_dim.split(",")):
             for s in (int(x) for x in args.seqlen.split(",")):
                 for row in run_shape(HEADS[heads], d, s, variants, args.reps, args.deterministic,
-                                     flex, args.kernels, specs):
+                                     flex, args.kernels, specs, warm_shard):
                     rows.append(dict(row, heads=heads))
+    if warm_shard is not None:
+        return
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,

@@ -80,10 +80,12 @@ __host__ __device__ __forceinline__ BwdWorkspace bwd_workspace(const cubridge_at
 // An accumulator's element i gets x: a float atomic (fast mode), or a 64-bit fixed-point one
 // (deterministic mode: integer adds are associative, so any order gives the same bits).
 constexpr double kFixedOne = 4294967296.0;  // 2^32: the fixed point's unit is 2^-32
+__device__ __forceinline__ unsigned long long acc_fixed(float x) {
+  return static_cast<unsigned long long>(__double2ll_rn(static_cast<double>(x) * kFixedOne));
+}
 __device__ __forceinline__ void acc_add(char* acc, long long i, float x, bool deterministic) {
   if (deterministic) {
-    atomicAdd(reinterpret_cast<unsigned long long*>(acc) + i,
-              static_cast<unsigned long long>(__double2ll_rn(static_cast<double>(x) * kFixedOne)));
+    atomicAdd(reinterpret_cast<unsigned long long*>(acc) + i, acc_fixed(x));
   } else {
     atomicAdd(reinterpret_cast<float*>(acc) + i, x);
   }

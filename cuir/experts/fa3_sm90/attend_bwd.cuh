@@ -139,7 +139,7 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid) {
   float* const s_lse = sm.lse;
   float* const s_delta = sm.delta;
   // The consumers' barriers: the dS^T of both warpgroups (id 1), of one (2 + wg), a warpgroup's
-  // staged dQ panel under kDqBulk (4 + wg); without a producer the first is the CTA's.
+  // staged dQ panel under kDqBulk / kDetBulk (4 + wg); without a producer the first is the CTA's.
   const auto consumers_sync = [] {
     if constexpr (kProducer) named_barrier_sync(1, kConsumerThreads);
     else __syncthreads();
@@ -187,7 +187,7 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid) {
   const long long dq_head = static_cast<long long>(tile.b) * f.heads_q + tile.h;
   const long long dq_panel0 = bwd_dq_tiled_at(f, dq_head, 0, dq_col0 / 64, 0, 0, 0);
   const long long dq_tiled0 = bwd_dq_tiled_at(f, dq_head, 0, dq_col0 / 64, warp, lane, 0);
-  const bool wg_leader = (tid & 127) == 0;  // under kDqBulk, the thread that issues the adds
+  const bool wg_leader = (tid & 127) == 0;  // under kDqBulk / kDetBulk, who issues the adds
   [[maybe_unused]] int dq_adds = 0;  // under kDqBulk, this warpgroup's panels added so far
   const uint32_t part_panels = part * (kPartCols / 64) * QTile::kPanelBytes;
 
@@ -230,6 +230,32 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid) {
         if (wg_leader) {
           bulk_reduce_add_f32(reinterpret_cast<float*>(dq_acc) + dq_panel0 + block_at, buffer,
                               Tiling::kDqPanelBytes);
+        }
+        return;
+      }
+    }
+    if constexpr (Tiling::kDetBulk) {
+      if (det) {
+        // This warpgroup's 32-KB buffer, once the previous panel's add has read it (its leader
+        // waits, the barrier tells the rest), then the panel in fixed point in the
+        // accumulator's order (a lane's four elements 32 contiguous bytes), then one bulk add.
+        const uint32_t buffer = s_base + Tiling::kDqStage + wg * 2 * Tiling::kDqPanelBytes;
+        const uint32_t mine = buffer + static_cast<uint32_t>(dq_tiled0 - dq_panel0) * 8;
+        if (wg_leader) bulk_wait_read<0>();
+        named_barrier_sync(4 + wg, 128);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          st_shared_v2_u64(mine + j * 1024, acc_fixed(dq[4 * j] * scale),
+                           acc_fixed(dq[4 * j + 1] * scale));
+          st_shared_v2_u64(mine + j * 1024 + 16, acc_fixed(dq[4 * j + 2] * scale),
+                           acc_fixed(dq[4 * j + 3] * scale));
+        }
+        fence_proxy_async();
+        named_barrier_sync(4 + wg, 128);
+        if (wg_leader) {
+          bulk_reduce_add_u64(
+              reinterpret_cast<unsigned long long*>(dq_acc) + dq_panel0 + block_at, buffer,
+              2 * Tiling::kDqPanelBytes);
         }
         return;
       }
@@ -416,7 +442,7 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid) {
   });
   cp_async_wait<0>();
   // The bulk adds done before the CTA's shared memory goes.
-  if (Tiling::kDqBulk && wg_leader) bulk_wait<0>();
+  if ((Tiling::kDqBulk || Tiling::kDetBulk) && wg_leader) bulk_wait<0>();
 
   // grad.epilogue: dK = scale * dk, dV; under GQA the group's query heads add up in fp32.
   const bool gqa = f.heads_q != f.heads_kv;

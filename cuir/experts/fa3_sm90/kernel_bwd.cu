@@ -145,6 +145,12 @@ constexpr int kDParts = 2 / kKeyGroups;
 #ifndef CUBRIDGE_BWD_DQ_BULK
 #define CUBRIDGE_BWD_DQ_BULK 0
 #endif
+// In deterministic mode, dQ's panel in 64-bit fixed point staged the same way and added by one
+// bulk `add.u64` instead of 32 scalar atomics a thread (BwdTiling::kDetBulk): an A/B for the
+// next device run (deterministic mode ran 4.3x the fast mode's time, bench/NOTES.md session 23).
+#ifndef CUBRIDGE_BWD_DET_BULK
+#define CUBRIDGE_BWD_DET_BULK 0
+#endif
 // Each KV tile's walk over the query blocks rotated to start at its own share (BwdTile's
 // q_loop): an A/B for the next device run.
 #ifndef CUBRIDGE_BWD_ROTATE
@@ -186,9 +192,13 @@ struct BwdTiling {
   // reductions through the LSU: two buffers a warpgroup, so that a panel's add has a block to
   // read its buffer before the buffer's next store (attend_bwd.cuh).
   static constexpr bool kDqBulk = CUBRIDGE_BWD_DQ_BULK && kDqCols == 64;
+  // Under CUBRIDGE_BWD_DET_BULK in deterministic mode, a warpgroup's fixed-point panel (32 KB,
+  // the bytes of its two fp32 buffers) is staged and added by one bulk add.u64; one buffer, so
+  // the panel waits for the previous one's add to have read it (a block earlier: done by then).
+  static constexpr bool kDetBulk = CUBRIDGE_BWD_DET_BULK && kDqCols == 64;
   static constexpr int kDqPanelBytes = 64 * 64 * 4;
   static constexpr int kDqStage = kDs + kDsBuffers * kDsBytes;
-  static constexpr int kRows = kDqStage + (kDqBulk ? 2 * 2 * kDqPanelBytes : 0);
+  static constexpr int kRows = kDqStage + (kDqBulk || kDetBulk ? 2 * 2 * kDqPanelBytes : 0);
   // Dynamic shared memory is only 16-byte aligned: 1024 bytes of slack.
   static constexpr int kBars = kRows + 2 * STAGES * BLOCK_M * 4;  // the producer's mbarriers
   static constexpr int kSmemBytes = kBars + (kProducer ? 8 * (1 + 2 * STAGES) : 0) + 1024;
@@ -235,7 +245,7 @@ constexpr int kDqTileRows = 64;
 #ifndef CUBRIDGE_BWD_FUSED_DQ
 #define CUBRIDGE_BWD_FUSED_DQ 0
 #endif
-static_assert(!(CUBRIDGE_BWD_FUSED_DQ && CUBRIDGE_BWD_DQ_BULK),
+static_assert(!(CUBRIDGE_BWD_FUSED_DQ && (CUBRIDGE_BWD_DQ_BULK || CUBRIDGE_BWD_DET_BULK)),
               "the fused conversion counts a CTA done after its own reductions, not bulk ones");
 constexpr bool kDqFused = CUBRIDGE_BWD_FUSED_DQ;
 // The backward's shared pieces: workspace, accumulators, buffer gradients, pre/postprocess.

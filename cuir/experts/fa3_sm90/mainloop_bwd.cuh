@@ -118,6 +118,20 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float* global, uint32_t shar
       "r"(shared), "r"(bytes)
       : "memory");
 }
+// The same for 64-bit integers (deterministic mode's fixed point: integer adds, any order).
+__device__ __forceinline__ void bulk_reduce_add_u64(unsigned long long* global, uint32_t shared,
+                                                    int bytes) {
+  asm volatile(
+      "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.u64 [%0], [%1], %2;\n"
+      "cp.async.bulk.commit_group;\n" ::"l"(global),
+      "r"(shared), "r"(bytes)
+      : "memory");
+}
+// Two 64-bit values into shared memory by one 16-byte store.
+__device__ __forceinline__ void st_shared_v2_u64(uint32_t at, unsigned long long a,
+                                                 unsigned long long b) {
+  asm volatile("st.shared.v2.u64 [%0], {%1, %2};\n" ::"r"(at), "l"(a), "l"(b) : "memory");
+}
 // Waits until this thread's bulk groups but the N newest have read their shared memory
 // (bulk_wait_read) or completed (bulk_wait).
 template <int N>

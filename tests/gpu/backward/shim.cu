@@ -8,8 +8,9 @@
 #include CUBRIDGE_BWD_KERNEL
 
 extern "C" size_t bwd_check_workspace(int batch, int heads_q, int heads_kv, int head_dim,
-                                      int seqlen_q, int seqlen_kv) {
+                                      int seqlen_q, int seqlen_kv, int deterministic) {
   cubridge_attn_bwd_params p{};
+  p.deterministic = deterministic;
   p.fwd.batch = batch;
   p.fwd.heads_q = heads_q;
   p.fwd.heads_kv = heads_kv;
@@ -20,13 +21,15 @@ extern "C" size_t bwd_check_workspace(int batch, int heads_q, int heads_kv, int 
 }
 
 // q, o, d_o, dq: [batch, heads_q, seqlen_q, head_dim]; k, v, dk, dv: [batch, heads_kv,
-// seqlen_kv, head_dim]; lse fp32 [batch, heads_q, seqlen_q]; all contiguous.
+// seqlen_kv, head_dim]; lse fp32 [batch, heads_q, seqlen_q]; all contiguous. deterministic:
+// the params' mode (0 fast, 1 deterministic), whose workspace is bwd_check_workspace's with it.
 extern "C" int bwd_check_run(const void* q, const void* k, const void* v, const void* o,
                              float* lse, const void* d_o, void* dq, void* dk, void* dv,
                              void* workspace, size_t workspace_size, int batch, int heads_q,
                              int heads_kv, int head_dim, int seqlen_q, int seqlen_kv, int dtype,
-                             float softmax_scale, void* stream) {
+                             float softmax_scale, int deterministic, void* stream) {
   cubridge_attn_bwd_params p{};
+  p.deterministic = deterministic;
   cubridge_attn_fwd_params& f = p.fwd;
   const int64_t d = head_dim;
   f.q = q, f.k = k, f.v = v, f.o = const_cast<void*>(o), f.lse = lse;
