@@ -128,7 +128,8 @@ for defines in "${ab_defines[@]}"; do
 done
 if has ab; then
   for v in "${variants[@]:1}"; do
-    run "${v%%:*}" bash -c "cd tests/gpu/backward && python3 backward_expert_check.py --expert fa3_sm90 --tiles 64x128 --bench ${v#*:} --out $out/expert_fa3_${v%%:*}.json"
+    # Within $AB_TIMEOUT s (default 300): a new barrier protocol that hangs ends its step only.
+    run "${v%%:*}" timeout "${AB_TIMEOUT:-300}" bash -c "cd tests/gpu/backward && python3 backward_expert_check.py --expert fa3_sm90 --tiles 64x128 --bench ${v#*:} --out $out/expert_fa3_${v%%:*}.json"
   done
 fi
 if has ncu; then

@@ -2,8 +2,9 @@
 // in the workspace, the accumulators' adds in the fast and the deterministic mode, the learnable
 // buffers' gradient indexing and coalesced adds, and the pre- and postprocessing kernels. Included
 // inside the expert's namespace after its `workspace` region (bwd_workspace reads
-// variant_workspace; kDqTileRows, dQ's accumulator layout; and kDqFused, whether its attention
-// kernel converts dQ itself) and before its variant contexts, whose BwdCall uses them.
+// variant_workspace; kDqTileRows, dQ's accumulator layout; kDqFused, whether its attention
+// kernel converts dQ itself; kPersistent, whether its CTAs take tiles from a counter) and before
+// its variant contexts, whose BwdCall uses them.
 #pragma once
 
 constexpr int kRowThreads = 256;  // threads of the pre- and postprocessing kernels
@@ -48,7 +49,7 @@ __host__ __device__ __forceinline__ long long bwd_dq_tiled_at(const cubridge_att
 // block tables (at `tables`, variant_workspace's layout). Accumulators are fp32, or 64-bit fixed
 // point in deterministic mode (cubridge_attn_bwd_params::deterministic).
 struct BwdWorkspace {
-  size_t delta, dq, dk, dv, grad[CUBRIDGE_MAX_BUFFERS], done, tables, total;
+  size_t delta, dq, dk, dv, grad[CUBRIDGE_MAX_BUFFERS], done, sched, tables, total;
 };
 __host__ __device__ __forceinline__ BwdWorkspace bwd_workspace(const cubridge_attn_bwd_params& p) {
   const cubridge_attn_fwd_params& f = p.fwd;
@@ -72,9 +73,18 @@ __host__ __device__ __forceinline__ BwdWorkspace bwd_workspace(const cubridge_at
   // Under kDqFused, per (b, h) the count of its KV tiles done (cleared with the accumulators).
   w.done = at;
   if (kDqFused) at += round(size_t(f.batch) * f.heads_q * sizeof(unsigned));
+  // Under kPersistent, the next tile to take (cleared with the accumulators).
+  w.sched = at;
+  if (kPersistent) at += round(sizeof(unsigned));
   w.tables = at;
   w.total = w.tables + variant_workspace(f, nullptr);
   return w;
+}
+
+// The call's (n_block, h, b) work tiles: the attention grid's CTAs, or a persistent kernel's.
+__host__ __device__ __forceinline__ long long bwd_tiles(const cubridge_attn_bwd_params& p) {
+  return static_cast<long long>(cuir_cdiv(p.fwd.seqlen_kv, BLOCK_N)) * p.fwd.heads_q *
+         p.fwd.batch;
 }
 
 // An accumulator's element i gets x: a float atomic (fast mode), or a 64-bit fixed-point one

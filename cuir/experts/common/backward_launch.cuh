@@ -6,6 +6,23 @@
 // including this file at its end; the lowering inlines it like the rest.
 #pragma once
 
+// The GPU's SMs: on the device (the plan kernel) %nsmid, an upper bound of the SM ids; on the
+// host the current device's count.
+__host__ __device__ __forceinline__ int bwd_sm_count() {
+#ifdef __CUDA_ARCH__
+  unsigned n;
+  asm("mov.u32 %0, %%nsmid;" : "=r"(n));
+  return static_cast<int>(n);
+#else
+  int device = 0, n = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    n = 132;
+  }
+  return n > 0 ? n : 1;
+#endif
+}
+
 __host__ __device__ __forceinline__ void cubridge_attn_bwd_make_plan(
     const cubridge_attn_bwd_params& p, cubridge_attn_bwd_launch_plan* plan) {
   using namespace CUBRIDGE_BWD_EXPERT_NS;
@@ -33,9 +50,17 @@ __host__ __device__ __forceinline__ void cubridge_attn_bwd_make_plan(
   plan->compact_grid =
       static_cast<uint32_t>(cuir_min<long long>(cuir_cdiv<long long>(rows, kTableThreads), 16384));
   plan->table_threads = kTableThreads;
-  plan->grid[0] = static_cast<uint32_t>(cuir_cdiv(f.seqlen_kv, BLOCK_N));
-  plan->grid[1] = static_cast<uint32_t>(f.heads_q);
-  plan->grid[2] = static_cast<uint32_t>(f.batch);
+  if constexpr (kPersistent) {
+    // A CTA an SM, each taking tiles until none is left (a CTA that starts late finds none).
+    const long long tiles = bwd_tiles(p);
+    if (tiles > 0x7fffffffLL) return;
+    plan->grid[0] = static_cast<uint32_t>(cuir_min<long long>(tiles, bwd_sm_count()));
+    plan->grid[1] = plan->grid[2] = 1;
+  } else {
+    plan->grid[0] = static_cast<uint32_t>(cuir_cdiv(f.seqlen_kv, BLOCK_N));
+    plan->grid[1] = static_cast<uint32_t>(f.heads_q);
+    plan->grid[2] = static_cast<uint32_t>(f.batch);
+  }
   plan->threads = kThreads;
   plan->status = 0;
 }

@@ -176,6 +176,7 @@ __host__ __device__ __forceinline__ bool variant_buffers_ok(const cubridge_attn_
 constexpr int kDqTileRows = 0;
 // dQ converted by the postprocess (the fused conversion reads the fragment order).
 constexpr bool kDqFused = false;
+constexpr bool kPersistent = false;  // a CTA a tile (the grid's)
 // The backward's shared pieces: workspace, accumulators, buffer gradients, pre/postprocess.
 #include "../common/backward_kernel.cuh"
 

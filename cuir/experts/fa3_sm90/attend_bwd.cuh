@@ -16,8 +16,12 @@
 // Q/dO stage landed with its rows' LSE and D (the same), a stage's last reads done (count: the 8
 // consumer warps, one elected lane each). Stage s's k-th use is block 2k + s of the walk, whose
 // full phase has parity k & 1 and whose refill waits on empty's phase of use k - 1.
+// Persistent (kPersistent): kv_empty, K and V read for the last time by the tile's consumers
+// (count: the 8 consumer warps), and the tiles' slots, by the tile's parity (which tile, or
+// past the last).
 struct BwdBars {
-  uint64_t kv_full, full[STAGES], empty[STAGES];
+  uint64_t kv_full, full[STAGES], empty[STAGES], kv_empty;
+  int tile[2];
 };
 
 __device__ __forceinline__ void init_bwd_bars(BwdBars* b) {
@@ -27,6 +31,7 @@ __device__ __forceinline__ void init_bwd_bars(BwdBars* b) {
     mbar_init(&b->full[s], 128);
     mbar_init(&b->empty[s], kConsumerThreads / 32);
   }
+  mbar_init(&b->kv_empty, kConsumerThreads / 32);
   mbar_init_fence();
 }
 
@@ -77,9 +82,10 @@ __device__ __forceinline__ void load_q_block(const BwdTile& tile, const BwdSmem<
 
 // The producer warpgroup's part (kProducer): K and V, then each visited query block's Q, dO and
 // rows into the stage the consumers released, each completing its mbarrier once this thread's
-// copies landed (made visible to wgmma's async proxy first).
+// copies landed (made visible to wgmma's async proxy first). `ring`: the blocks the ring has
+// carried before this tile (0 but in a persistent CTA), advanced by this tile's.
 template <typename T, int D>
-__device__ __forceinline__ void produce_bwd_tile(const BwdTile& tile, int tid) {
+__device__ __forceinline__ void produce_bwd_tile(const BwdTile& tile, int tid, int& ring) {
   using namespace cubridge::fa3;
   using KvTile = typename BwdTiling<D>::KvTile;
   const BwdSmem<D> sm = bwd_smem<D>();
@@ -99,7 +105,7 @@ __device__ __forceinline__ void produce_bwd_tile(const BwdTile& tile, int tid) {
   cp_async_wait<0>();
   fence_proxy_async();
   mbar_arrive(&sm.bars->kv_full);
-  int i = 0;
+  int i = ring;
   tile.for_each_q_block([&](int m_block, int, bool) {
     const int stage = i & 1, use = i >> 1;
     if (use > 0) mbar_wait(&sm.bars->empty[stage], (use - 1) & 1);
@@ -109,12 +115,14 @@ __device__ __forceinline__ void produce_bwd_tile(const BwdTile& tile, int tid) {
     mbar_arrive(&sm.bars->full[stage]);
     ++i;
   });
+  ring = i;
 }
 
 // The consumer warpgroups' part (or, without a producer, the whole CTA's); tid counts the
-// consumers' threads from 0.
+// consumers' threads from 0; `ring` as produce_bwd_tile's (a persistent CTA's loop waited for
+// this tile's K and V already).
 template <typename T, int D>
-__device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid) {
+__device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid, int& ring) {
   using namespace cubridge::fa3;
   using Tiling = BwdTiling<D>;
   using KvTile = typename Tiling::KvTile;
@@ -158,7 +166,7 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid) {
 
   // load K = k[b, kv_h, kv_lo:kv_hi], load V = v[b, kv_h, kv_lo:kv_hi] (by the producer, if any)
   if constexpr (kProducer) {
-    mbar_wait(&sm.bars->kv_full, 0);
+    if constexpr (!kPersistent) mbar_wait(&sm.bars->kv_full, 0);
   } else {
     const T* k_ptr = static_cast<const T*>(f.k) + tile.b * f.k_batch_stride +
                      tile.kv_h * f.k_head_stride + static_cast<int64_t>(kv_lo) * f.k_row_stride;
@@ -278,7 +286,7 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid) {
   // Under kLagDq, the first query row of the block whose dQ is still to do (-1: none). Its dS^T
   // is in the buffer of its Q/dO stage (the other one than this block's).
   int prev_q_lo = -1;
-  int stage = 0, block_index = 0;
+  int stage = ring & 1, block_index = ring;
   [[maybe_unused]] bool first_block = true;
 
   tile.for_each_q_block([&](int m_block, int m_next, bool block_full) {
@@ -440,6 +448,12 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid) {
     // Without a producer, the next block's top barrier orders this block's reads of dS^T and of
     // the stage before their next writes.
   });
+  ring = block_index;
+  if constexpr (kPersistent) {
+    // Every product of the tile retired (each block waited for its dQ): K and V may go.
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&sm.bars->kv_empty);
+  }
   cp_async_wait<0>();
   // The bulk adds done before the CTA's shared memory goes.
   if ((Tiling::kDqBulk || Tiling::kDetBulk) && wg_leader) bulk_wait<0>();

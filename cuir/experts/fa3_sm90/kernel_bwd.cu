@@ -129,6 +129,15 @@ static_assert(STAGES == 2, "Q and dO are double-buffered");
 #define CUBRIDGE_BWD_PRODUCER 1
 #endif
 constexpr bool kProducer = CUBRIDGE_BWD_PRODUCER && BLOCK_N == 128;
+// Persistent CTAs beside a producer (CUBRIDGE_BWD_PERSISTENT; an A/B for the next device run):
+// a CTA an SM takes (n_block, h, b) tiles from a counter in the workspace until none is left,
+// and its producer loads the next tile's K and V (and fills the ring) while the consumers store
+// the last tile's dK and dV, so that a short walk (S = 1k, a sliding window: 10-16 query blocks
+// a tile) stops paying each tile's prologue and epilogue in full (bench/NOTES.md, session 23).
+#ifndef CUBRIDGE_BWD_PERSISTENT
+#define CUBRIDGE_BWD_PERSISTENT 0
+#endif
+constexpr bool kPersistent = CUBRIDGE_BWD_PERSISTENT && kProducer;
 constexpr int kConsumerThreads = WARPS * 32;
 constexpr int kThreads = kConsumerThreads + (kProducer ? 128 : 0);
 // Registers per thread after setmaxnreg: the launch gives 65536 / 384 (168) each; the producer
@@ -201,7 +210,9 @@ struct BwdTiling {
   static constexpr int kRows = kDqStage + (kDqBulk || kDetBulk ? 2 * 2 * kDqPanelBytes : 0);
   // Dynamic shared memory is only 16-byte aligned: 1024 bytes of slack.
   static constexpr int kBars = kRows + 2 * STAGES * BLOCK_M * 4;  // the producer's mbarriers
-  static constexpr int kSmemBytes = kBars + (kProducer ? 8 * (1 + 2 * STAGES) : 0) + 1024;
+  // BwdBars: kv_full, full and empty per stage, kv_empty and the two tile slots.
+  static constexpr int kBarsBytes = kProducer ? 8 * (2 + 2 * STAGES) + 2 * 4 : 0;
+  static constexpr int kSmemBytes = kBars + kBarsBytes + 1024;
   // Whether the tile serves head dim D: a warpgroup's part whole 64-column panels, at most 128
   // columns of each accumulator (64 + 64 registers), within sm_90's 227 KiB of shared memory.
   static constexpr bool kServed =
@@ -245,6 +256,8 @@ constexpr int kDqTileRows = 64;
 #ifndef CUBRIDGE_BWD_FUSED_DQ
 #define CUBRIDGE_BWD_FUSED_DQ 0
 #endif
+static_assert(!(CUBRIDGE_BWD_FUSED_DQ && CUBRIDGE_BWD_PERSISTENT),
+              "the fused conversion counts a head's CTAs by the grid, which persistent CTAs are not");
 static_assert(!(CUBRIDGE_BWD_FUSED_DQ && (CUBRIDGE_BWD_DQ_BULK || CUBRIDGE_BWD_DET_BULK)),
               "the fused conversion counts a CTA done after its own reductions, not bulk ones");
 constexpr bool kDqFused = CUBRIDGE_BWD_FUSED_DQ;
@@ -381,6 +394,54 @@ __device__ __forceinline__ void finish_dq(const cubridge_attn_bwd_params& p, int
   }
 }
 
+// kPersistent: tile t of the call (bwd_tiles) is KV tile t % n_blocks of head row t / n_blocks,
+// so that the CTAs at work at once share a few heads' Q and dO in L2, as the grid's order did.
+__device__ __forceinline__ BwdTile bwd_tile_at(const BwdCall& call, int t) {
+  const int n_blocks = cuir_cdiv(call.seqlen_kv, BLOCK_N);
+  const int n_block = t % n_blocks, bh = t / n_blocks, kv_lo = n_block * BLOCK_N;
+  return BwdTile{call, n_block, bh % call.heads_q, bh / call.heads_q, kv_lo,
+                 min(kv_lo + BLOCK_N, call.seqlen_kv)};
+}
+
+// The persistent CTA: the producer's thread 0 takes the next tile from the workspace's counter
+// into a slot (by the tile's parity) and the producer fills K, V and the ring for it; the
+// consumers read the slot once K and V landed. Past the last tile the slot says so and every
+// thread leaves. The ring's stage and phase run on across tiles (`ring`: blocks so far).
+template <typename T, int D>
+__device__ __forceinline__ void persistent_bwd(const BwdCall& call) {
+  using namespace cubridge::fa3;
+  const BwdSmem<D> sm = bwd_smem<D>();
+  BwdBars* const bars = sm.bars;
+  const int tiles = static_cast<int>(bwd_tiles(call.bp));  // < 2^31: the plan checked
+  if (threadIdx.x == 0) init_bwd_bars(bars);
+  __syncthreads();
+  int ring = 0;
+  if (threadIdx.x < 128) {
+    setmaxnreg_dec<kProducerRegs>();
+    unsigned* const next = reinterpret_cast<unsigned*>(call.scratch + call.ws.sched);
+    for (int k = 0;; ++k) {
+      // The consumers are done with the K and V (and so the slot) of tile k - 1.
+      if (k > 0) mbar_wait(&bars->kv_empty, (k - 1) & 1);
+      if (threadIdx.x == 0) bars->tile[k & 1] = static_cast<int>(atomicAdd(next, 1u));
+      named_barrier_sync(7, 128);
+      const int t = bars->tile[k & 1];
+      if (t >= tiles) {
+        mbar_arrive(&bars->kv_full);  // the consumers wake to the slot's end
+        return;
+      }
+      produce_bwd_tile<T, D>(bwd_tile_at(call, t), threadIdx.x, ring);
+    }
+  } else {
+    setmaxnreg_inc<kConsumerRegs>();
+    for (int k = 0;; ++k) {
+      mbar_wait(&bars->kv_full, k & 1);
+      const int t = bars->tile[k & 1];
+      if (t >= tiles) return;
+      attend_bwd_tile<T, D>(bwd_tile_at(call, t), threadIdx.x - 128, ring);
+    }
+  }
+}
+
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads, 1)
     attn_bwd_kernel(const __grid_constant__ cubridge_attn_bwd_params p) {
@@ -389,6 +450,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const BwdWorkspace w = bwd_workspace(p);
   const BwdCall call{p, f, scratch, scratch + w.tables, f.batch, f.heads_q,
                      f.heads_kv, D, f.seqlen_q, f.seqlen_kv, f.softmax_scale, w};
+  if constexpr (kPersistent) {
+    persistent_bwd<T, D>(call);
+    return;
+  }
   const int n_block = blockIdx.x, kv_lo = n_block * BLOCK_N;
   const BwdTile tile{call, n_block, static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.z),
                      kv_lo, min(kv_lo + BLOCK_N, f.seqlen_kv)};
@@ -397,16 +462,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     BwdBars* const bars = bwd_smem<D>().bars;
     if (threadIdx.x == 0) init_bwd_bars(bars);
     __syncthreads();
+    int ring = 0;
     if (threadIdx.x < 128) {
       cubridge::fa3::setmaxnreg_dec<kProducerRegs>();
-      produce_bwd_tile<T, D>(tile, threadIdx.x);
+      produce_bwd_tile<T, D>(tile, threadIdx.x, ring);
     } else {
       cubridge::fa3::setmaxnreg_inc<kConsumerRegs>();
-      attend_bwd_tile<T, D>(tile, threadIdx.x - 128);
+      attend_bwd_tile<T, D>(tile, threadIdx.x - 128, ring);
       finish_dq<T>(p, threadIdx.x - 128);
     }
   } else {
-    attend_bwd_tile<T, D>(tile, threadIdx.x);
+    int ring = 0;
+    attend_bwd_tile<T, D>(tile, threadIdx.x, ring);
     finish_dq<T>(p, threadIdx.x);
   }
 }
