@@ -31,7 +31,8 @@
 #            "0 1 2 3 4 5") run, $SHARD_JOBS at a time, each within $SUITE_TIMEOUT s (default
 #            500): a call runs what fits in it, the next call the rest
 #   sanitize the fa3_sm90 base tile's ragged cases under compute-sanitizer's memcheck and
-#            synccheck (a new barrier or mbarrier protocol's first check)
+#            synccheck (a new barrier or mbarrier protocol's first check; $SANITIZE_ARGS more
+#            options, e.g. "--define CUBRIDGE_BWD_PERSISTENT=1")
 # Sharded steps run $SHARD_JOBS shards at a time (default 4), each shard's LibTorch on 16 /
 # $SHARD_JOBS threads; most of a shard's time is NVRTC's single-threaded compile of each case's
 # kernel, so SHARD_JOBS=16 finishes the suite fastest. $DEADLINE (seconds from the script's start)
@@ -140,7 +141,7 @@ if has ncu; then
 fi
 if has sanitize; then
   for tool in memcheck synccheck; do
-    run sanitize_$tool bash -c "cd tests/gpu/backward && compute-sanitizer --tool $tool --error-exitcode 9 python3 backward_expert_check.py --expert fa3_sm90 --tiles 64x128"
+    run sanitize_$tool bash -c "cd tests/gpu/backward && compute-sanitizer --tool $tool --error-exitcode 9 python3 backward_expert_check.py --expert fa3_sm90 --tiles 64x128 ${SANITIZE_ARGS:-}"
   done
 fi
 if has sass; then
