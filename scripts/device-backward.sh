@@ -20,6 +20,10 @@
 #            (variants separated by ';', each NAME=VALUE ...; default CUBRIDGE_BWD_PRODUCER=0; set
 #            and empty: none, so that `ncu` and `sass` take the kernel as is alone),
 #            --bench: the levers' A/B in one call (ab1, ab2, ... in the order given)
+#   compare  the fa3_sm90 base tile as is against each variant of $AB_DEFINES in one process, their
+#            calls interleaved ($COMPARE_REPS pairs, default 30), fast and deterministic mode:
+#            paired ratios for levers smaller than the 4% between processes; each variant
+#            checked as `expert` checks
 #   ncu      ncu of the fa3_sm90 base tile's preprocess, attention and postprocess kernels at the
 #            bench shape (speed of light,
 #            tensor pipes, warp stalls, per-instruction stall samples), as is and with each
@@ -132,6 +136,12 @@ if has ab; then
     # Within $AB_TIMEOUT s (default 300): a new barrier protocol that hangs ends its step only.
     run "${v%%:*}" timeout "${AB_TIMEOUT:-300}" bash -c "cd tests/gpu/backward && python3 backward_expert_check.py --expert fa3_sm90 --tiles 64x128 --bench ${v#*:} --out $out/expert_fa3_${v%%:*}.json"
   done
+fi
+if has compare; then
+  compare_flags=()
+  for v in "${variants[@]:1}"; do compare_flags+=(--compare "${v#*:}"); done
+  compare_flags=("${compare_flags[@]//--define /}")
+  run compare timeout "${AB_TIMEOUT:-300}" bash -c "cd tests/gpu/backward && python3 backward_expert_check.py --expert fa3_sm90 --tiles 64x128 --reps ${COMPARE_REPS:-30} $(printf '%q ' "${compare_flags[@]}") --out $out/compare.json"
 fi
 if has ncu; then
   sections="--section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats"

@@ -242,6 +242,57 @@ def bench(torch, so, reps, d=128, profile=False, no_flex=False):
     return out
 
 
+def compare_bench(torch, sos, reps, d=128):
+    """The kernels of one tile built with different macros (sos: {name: library}, the first the
+    baseline), timed in one process on the same inputs, their calls interleaved rep by rep: the
+    spread between processes (4% in session 23) hides a 2-3% lever, the paired ratios do not.
+    Fast and deterministic mode, kernel alone with pre- and postprocess, bf16 B2 S8k full."""
+    b, h, s = 2, 32 * 128 // d, 8192
+    dt = torch.bfloat16
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    q, k, v, o, grad_o = (torch.randn(b, h, s, d, device="cuda", generator=gen, dtype=dt)
+                          for _ in range(5))
+    lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)  # as bench's: P in range
+    with torch.no_grad():
+        for i in range(0, s, 1024):
+            lse[:, :, i:i + 1024] = torch.logsumexp(
+                torch.matmul(q[:, :, i:i + 1024].float(), k.float().transpose(-1, -2)) * d ** -0.5,
+                -1)
+    flops = 2.5 * 4.0 * b * h * s * s * d
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = {(name, det): [] for name in sos for det in (0, 1)}
+    names = list(sos)
+    for so in sos.values():  # each library's first call (module load) outside the timing
+        for det in (0, 1):
+            run_kernel(torch, so, q, k, v, o, lse, grad_o, d ** -0.5, 0, det=det)
+    torch.cuda.synchronize()
+    for r in range(reps):
+        for det in (0, 1):
+            for i in range(len(names)):
+                name = names[(r + i) % len(names)]  # each rep another order
+                start.record()
+                run_kernel(torch, sos[name], q, k, v, o, lse, grad_o, d ** -0.5, 0, det=det)
+                end.record()
+                torch.cuda.synchronize()
+                times[(name, det)].append(start.elapsed_time(end))
+
+    def median(xs):
+        return sorted(xs)[len(xs) // 2]
+    out = {"shape": [b, h, s, d], "reps": reps, "variants": {}}
+    for name in names:
+        row = {}
+        for det, mode in ((0, "fast"), (1, "deterministic")):
+            ts = times[(name, det)]
+            base = times[(names[0], det)]
+            row[mode] = {"ms": median(ts), "tflops": flops / median(ts) / 1e9,
+                         "over_baseline": median([t / t0 for t, t0 in zip(ts, base)])}
+        row["deterministic_over_fast"] = median(
+            [t1 / t0 for t0, t1 in zip(times[(name, 0)], times[(name, 1)])])
+        out["variants"][name] = row
+    print(json.dumps(out))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", help="write the results as JSON here")
@@ -256,6 +307,10 @@ def main():
     ap.add_argument("--tiles", help="only these tiles, e.g. 64x128 (default: every tile)")
     ap.add_argument("--profile", action="store_true",
                     help="no checks: each tile's kernel once at the bench shape (for ncu)")
+    ap.add_argument("--compare", action="append", default=[], metavar="'NAME=VALUE ...'",
+                    help="also the kernel with these macros (beside --define's), checked as the "
+                         "baseline is, and timed against it in this process, interleaved "
+                         "(--reps pairs; one tile: --tiles)")
     a = ap.parse_args()
     try:
         import torch
@@ -277,7 +332,7 @@ def main():
         (1, 3, 1, 256, 257, 300, "bf16"), (1, 4, 4, 256, 300, 257, "fp16"),
         (1, 1, 1, 256, 1, 1, "bf16"), (2, 6, 2, 256, 511, 129, "bf16"),
     ]
-    ok, results, benches = True, [], []
+    ok, results, benches, compared = True, [], [], []
     for tile, head_dims in BACKWARD_TILES[a.expert]:
         if a.tiles and f"{tile[0]}x{tile[1]}" not in a.tiles.split(","):
             continue
@@ -288,6 +343,17 @@ def main():
         tile_ok, tile_results = check(torch, so, [c for c in cases if c[3] in head_dims], a.seed)
         ok &= tile_ok
         results += [dict(r, tile=list(tile)) for r in tile_results]
+        if a.compare:
+            sos = {"baseline": so}
+            for extra in a.compare:
+                defines = a.define + extra.replace(",", " ").split()
+                sos[extra] = build(tmp, f"sm_{major}{minor}", a.expert, tile, defines)
+                extra_ok, extra_results = check(
+                    torch, sos[extra], [c for c in cases if c[3] in head_dims], a.seed)
+                ok &= extra_ok
+                results += [dict(r, tile=list(tile), defines=defines) for r in extra_results]
+            compared.append(dict(compare_bench(torch, sos, a.reps, max(head_dims)),
+                                 tile=list(tile)))
         if a.bench:
             benches.append(dict(bench(torch, so, a.reps, max(head_dims), no_flex=a.no_flex),
                                 tile=list(tile)))
@@ -297,6 +363,8 @@ def main():
     if a.bench:
         # "bench": the d 128 row (the issue's), "benches": every tile's.
         report["bench"], report["benches"] = benches[0], benches
+    if compared:
+        report["compare"] = compared
     if a.out:
         with open(a.out, "w") as f:
             json.dump(report, f, indent=1)
