@@ -26,9 +26,11 @@ side by side first (gpu_check's prefetch). `--warm N` first compiles every varia
 processes at once (CuBridge's modules and Flex's graphs, into the caches on disk that the timing
 then loads; Flex's ~30 s a variant would otherwise make the 49 specs at two lengths an hour):
 
-    ... --specs . --suite-kernels DIR --warm 8 --seqlen 8192 --reps 5 Flex is not run on the specs of --no-flex (default:
-the four whose negative indexing of captured tensors Flex does not implement: one faults and
-takes the CUDA context with it; docs/benchmarks-history.md, session 5)."""
+    ... --specs . --suite-kernels DIR --warm 8 --seqlen 8192 --reps 5
+
+Flex is not run on the specs of --no-flex (default: the four whose negative indexing of
+captured tensors Flex does not implement: one faults and takes the CUDA context with it;
+docs/benchmarks-history.md, session 5)."""
 
 import argparse
 import inspect

@@ -25,9 +25,9 @@
 #            paired ratios for levers smaller than the 4% between processes; each variant
 #            checked as `expert` checks
 #   ncu      ncu of the fa3_sm90 base tile's preprocess, attention and postprocess kernels at the
-#            bench shape (speed of light,
-#            tensor pipes, warp stalls, per-instruction stall samples), as is and with each
-#            variant; the clocks left as they are (--clock-control none, METHOD.md)
+#            bench shape (speed of light, tensor pipes, warp stalls, per-instruction stall
+#            samples), as is and with each variant; the clocks left as they are
+#            (--clock-control none, METHOD.md)
 #   sass     that kernel's SASS (cuobjdump --dump-sass) and ptxas' resource usage, as is and
 #            with each variant, to read on the machine without a disassembler
 #   suite    Suite/BackwardOnGpu: every example and generality spec as `lowered` does them, in
@@ -131,27 +131,34 @@ for defines in "${ab_defines[@]}"; do
   for d in $defines; do flags+=" --define $d"; done
   [ -n "$flags" ] && variants+=("ab${#variants[@]}:$flags")
 done
+# The lever steps' check: the fa3_sm90 base tile (run from tests/gpu/backward).
+base_check="python3 backward_expert_check.py --expert fa3_sm90 --tiles 64x128"
 if has ab; then
   for v in "${variants[@]:1}"; do
     # Within $AB_TIMEOUT s (default 300): a new barrier protocol that hangs ends its step only.
-    run "${v%%:*}" timeout "${AB_TIMEOUT:-300}" bash -c "cd tests/gpu/backward && python3 backward_expert_check.py --expert fa3_sm90 --tiles 64x128 --bench ${v#*:} --out $out/expert_fa3_${v%%:*}.json"
+    run "${v%%:*}" timeout "${AB_TIMEOUT:-300}" bash -c "cd tests/gpu/backward && $base_check --bench ${v#*:} --out $out/expert_fa3_${v%%:*}.json"
   done
 fi
 if has compare; then
   compare_flags=()
-  for v in "${variants[@]:1}"; do compare_flags+=(--compare "${v#*:}"); done
-  compare_flags=("${compare_flags[@]//--define /}")
-  run compare timeout "${AB_TIMEOUT:-300}" bash -c "cd tests/gpu/backward && python3 backward_expert_check.py --expert fa3_sm90 --tiles 64x128 --reps ${COMPARE_REPS:-30} $(printf '%q ' "${compare_flags[@]}") --out $out/compare.json"
+  for defines in "${ab_defines[@]}"; do
+    [ -n "${defines// /}" ] && compare_flags+=(--compare "$defines")
+  done
+  if [ ${#compare_flags[@]} -gt 0 ]; then
+    run compare timeout "${AB_TIMEOUT:-300}" bash -c "cd tests/gpu/backward && $base_check --reps ${COMPARE_REPS:-30} $(printf '%q ' "${compare_flags[@]}") --out $out/compare.json"
+  else
+    summary+=("compare  not run: \$AB_DEFINES names no variant")
+  fi
 fi
 if has ncu; then
   sections="--section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats"
   for v in "${variants[@]}"; do
-    run "ncu_${v%%:*}" bash -c "cd tests/gpu/backward && ncu --clock-control none -k regex:attn_bwd_ -c 3 $sections --section SourceCounters --print-details all python3 backward_expert_check.py --expert fa3_sm90 --tiles 64x128 --profile ${v#*:}"
+    run "ncu_${v%%:*}" bash -c "cd tests/gpu/backward && ncu --clock-control none -k regex:attn_bwd_ -c 3 $sections --section SourceCounters --print-details all $base_check --profile ${v#*:}"
   done
 fi
 if has sanitize; then
   for tool in memcheck synccheck; do
-    run sanitize_$tool bash -c "cd tests/gpu/backward && compute-sanitizer --tool $tool --error-exitcode 9 python3 backward_expert_check.py --expert fa3_sm90 --tiles 64x128 ${SANITIZE_ARGS:-}"
+    run sanitize_$tool bash -c "cd tests/gpu/backward && compute-sanitizer --tool $tool --error-exitcode 9 $base_check ${SANITIZE_ARGS:-}"
   done
 fi
 if has sass; then

@@ -252,23 +252,21 @@ __global__ void __launch_bounds__(kRowThreads)
 }
 
 // dQ's rows from the fragment-order accumulator (bwd_dq_tiled_at), a 64 x 64 panel's 8-column
-// group by one warp: panel k of head row bh (b * heads_q + h) is query block k / (head_dim / 64)'s
-// panel k % (head_dim / 64); each lane holds four 16-byte pieces, one of each of the panel's four
-// warps' 16 rows. Read (bwd_dq_load) apart from written (bwd_dq_store), so that a caller issues
-// its reads before any store: the compiler may not move a read above a store that may alias it.
+// group j by one warp: panel `panel` of query block `m_block` of head row bh (b * heads_q + h);
+// each lane holds four 16-byte pieces, one of each of the panel's four warps' 16 rows. Read
+// (bwd_dq_load) apart from written (bwd_dq_store), so that a caller issues its reads before any
+// store: the compiler may not move a read above a store that may alias it.
 struct DqPiece {
   float4 x[4];
 };
 __device__ __forceinline__ DqPiece bwd_dq_load(const cubridge_attn_bwd_params& p, const char* acc,
-                                               long long bh, long long k, int j, int lane,
-                                               bool det) {
-  const long long at = (bh * (cuir_cdiv(p.fwd.seqlen_q, 64) * (p.fwd.head_dim / 64)) + k) *
-                           kDqPanelElems + j * 128 + lane * 4;
+                                               long long bh, int m_block, int panel, int j,
+                                               int lane, bool det) {
   DqPiece piece;
 #pragma unroll
   for (int warp = 0; warp < 4; ++warp) {
     // L2's copy (ld.global.cg): under kDqFused other CTAs' reductions wrote it in this kernel.
-    const long long i = (at + warp * 1024) / 4;
+    const long long i = bwd_dq_tiled_at(p.fwd, bh, m_block, panel, warp, lane, j) / 4;
     if (det) {
       const ulonglong2* const fixed = reinterpret_cast<const ulonglong2*>(acc) + 2 * i;
       const ulonglong2 a = __ldcg(fixed), b = __ldcg(fixed + 1);
@@ -287,11 +285,9 @@ __device__ __forceinline__ bool bwd_dq_pairs(const cubridge_attn_bwd_params& p) 
 }
 template <typename T>
 __device__ __forceinline__ void bwd_dq_store(const cubridge_attn_bwd_params& p, const DqPiece& piece,
-                                             long long bh, long long k, int j, int lane,
-                                             bool pairs) {
+                                             long long bh, int m_block, int panel, int j,
+                                             int lane, bool pairs) {
   const cubridge_attn_fwd_params& f = p.fwd;
-  const int panels = f.head_dim / 64;
-  const int m_block = static_cast<int>(k / panels), panel = static_cast<int>(k % panels);
   const int h = static_cast<int>(bh % f.heads_q), b = static_cast<int>(bh / f.heads_q);
   const int col = panel * 64 + 8 * j + 2 * (lane & 3);
   T* const out = static_cast<T*>(p.dq) + b * p.dq_batch_stride + h * p.dq_head_stride + col;
@@ -324,20 +320,26 @@ __device__ __noinline__ void bwd_dq_convert_head(const cubridge_attn_bwd_params&
   const BwdWorkspace w = bwd_workspace(p);
   const char* const ws = static_cast<const char*>(p.workspace);
   const int lane = tid & 31, j = (tid >> 5) & 7, first = tid >> 8;
-  const long long panels = cuir_cdiv(p.fwd.seqlen_q, 64) * (p.fwd.head_dim / 64);
+  // Panel k of the head: query block k / head_panels, its panel k % head_panels.
+  const int head_panels = p.fwd.head_dim / 64;
+  const int panels = cuir_cdiv(p.fwd.seqlen_q, 64) * head_panels;
   const bool pairs = bwd_dq_pairs(p), det = p.deterministic != 0;
   constexpr int kStep = kUnroll * kPanelsAtOnce;
-  for (long long k0 = first; k0 < panels; k0 += kStep) {
+  for (int k0 = first; k0 < panels; k0 += kStep) {
     DqPiece piece[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const long long k = k0 + u * kPanelsAtOnce;
-      if (k < panels) piece[u] = bwd_dq_load(p, ws + w.dq, bh, k, j, lane, det);
+      const int k = k0 + u * kPanelsAtOnce;
+      if (k < panels) {
+        piece[u] = bwd_dq_load(p, ws + w.dq, bh, k / head_panels, k % head_panels, j, lane, det);
+      }
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const long long k = k0 + u * kPanelsAtOnce;
-      if (k < panels) bwd_dq_store<T>(p, piece[u], bh, k, j, lane, pairs);
+      const int k = k0 + u * kPanelsAtOnce;
+      if (k < panels) {
+        bwd_dq_store<T>(p, piece[u], bh, k / head_panels, k % head_panels, j, lane, pairs);
+      }
     }
   }
 }
@@ -403,13 +405,17 @@ __global__ void __launch_bounds__(kRowThreads)
             p.dq_row_stride);
   } else if constexpr (!kDqFused) {
     // Fragment order: a CTA per 64 x 64 panel (bwd_dq_load), warp j its column group j.
-    const long long panels = cuir_cdiv(f.seqlen_q, 64) * (f.head_dim / 64);
-    const long long n_panels = static_cast<long long>(f.batch) * f.heads_q * panels;
+    const int panels = f.head_dim / 64, q_blocks = cuir_cdiv(f.seqlen_q, 64);
+    const long long n_panels = bwd_dq_rows(f) / 64 * panels;
     const bool pairs = bwd_dq_pairs(p);
     const int j = threadIdx.x >> 5;
     for (long long at = blockIdx.x; at < n_panels; at += gridDim.x) {
-      const long long bh = at / panels, k = at % panels;
-      bwd_dq_store<T>(p, bwd_dq_load(p, ws + w.dq, bh, k, j, lane, det), bh, k, j, lane, pairs);
+      const int panel = static_cast<int>(at % panels);
+      const long long block = at / panels;
+      const int m_block = static_cast<int>(block % q_blocks);
+      const long long bh = block / q_blocks;
+      bwd_dq_store<T>(p, bwd_dq_load(p, ws + w.dq, bh, m_block, panel, j, lane, det), bh,
+                      m_block, panel, j, lane, pairs);
     }
   }
   if (f.heads_q != f.heads_kv) {

@@ -159,15 +159,36 @@ def check(torch, so, cases, seed):
     return ok, results
 
 
-def bench(torch, so, reps, d=128, profile=False, no_flex=False):
+def bench_problem(torch, d):
     """The issue's shape: bf16, Llama2-7B heads (32) at d 128 (16 at d 256), B * S = 16k tokens,
-    S = 8k; full. profile: the kernel once and nothing else (under ncu)."""
-    import torch.nn.functional as F
+    S = 8k; full. Its Q, K, V and dO, the scale, and the backward's FLOPs."""
     b, h, s = 2, 32 * 128 // d, 8192
-    dt = torch.bfloat16
-    q, k, v, grad_o = (torch.randn(b, h, s, d, device="cuda", dtype=dt) for _ in range(4))
-    scale = d ** -0.5
-    flops = 2.5 * 4.0 * b * h * s * s * d
+    q, k, v, grad_o = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16)
+                       for _ in range(4))
+    return q, k, v, grad_o, d ** -0.5, 2.5 * 4.0 * b * h * s * s * d
+
+
+def forward_of(torch, q, k, v, scale):
+    """The forward's O and LSE, which the kernel reads: SDPA's math-free reference is too slow at
+    the bench's size, so they come from a float32 pass (their accuracy does not change the
+    timing)."""
+    import torch.nn.functional as F
+    b, h, s, _ = q.shape
+    with torch.no_grad():
+        o = F.scaled_dot_product_attention(q, k, v, scale=scale)
+        lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
+        for i in range(0, s, 1024):
+            lse[:, :, i:i + 1024] = torch.logsumexp(
+                torch.matmul(q[:, :, i:i + 1024].float(), k.float().transpose(-1, -2)) * scale, -1)
+    return o, lse
+
+
+def bench(torch, so, reps, d=128, profile=False, no_flex=False):
+    """bench_problem's backward by the kernel, SDPA and Flex. profile: the kernel once and
+    nothing else (under ncu)."""
+    import torch.nn.functional as F
+    q, k, v, grad_o, scale, flops = bench_problem(torch, d)
+    b, h, s, _ = q.shape
 
     def timed(fn):
         fn()
@@ -204,14 +225,7 @@ def bench(torch, so, reps, d=128, profile=False, no_flex=False):
                                                         retain_graph=True))
     except Exception as e:  # noqa: BLE001 - recorded, not fatal
         out["flex"] = {"error": str(e)[:200]}
-    # The kernel reads the forward's O and LSE: SDPA's math-free reference is too slow at this
-    # size, so O and LSE come from a float32 pass (their accuracy does not change the timing).
-    with torch.no_grad():
-        o = F.scaled_dot_product_attention(q, k, v, scale=scale)
-        lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
-        for i in range(0, s, 1024):
-            lse[:, :, i:i + 1024] = torch.logsumexp(
-                torch.matmul(q[:, :, i:i + 1024].float(), k.float().transpose(-1, -2)) * scale, -1)
+    o, lse = forward_of(torch, q, k, v, scale)
     state = {}
 
     def run():
@@ -246,39 +260,29 @@ def compare_bench(torch, sos, reps, d=128):
     """The kernels of one tile built with different macros (sos: {name: library}, the first the
     baseline), timed in one process on the same inputs, their calls interleaved rep by rep: the
     spread between processes (4% in session 23) hides a 2-3% lever, the paired ratios do not.
-    Fast and deterministic mode, kernel alone with pre- and postprocess, bf16 B2 S8k full."""
-    b, h, s = 2, 32 * 128 // d, 8192
-    dt = torch.bfloat16
-    gen = torch.Generator(device="cuda").manual_seed(1)
-    q, k, v, o, grad_o = (torch.randn(b, h, s, d, device="cuda", generator=gen, dtype=dt)
-                          for _ in range(5))
-    lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)  # as bench's: P in range
-    with torch.no_grad():
-        for i in range(0, s, 1024):
-            lse[:, :, i:i + 1024] = torch.logsumexp(
-                torch.matmul(q[:, :, i:i + 1024].float(), k.float().transpose(-1, -2)) * d ** -0.5,
-                -1)
-    flops = 2.5 * 4.0 * b * h * s * s * d
+    Fast and deterministic mode, kernel alone with pre- and postprocess, at bench_problem."""
+    q, k, v, grad_o, scale, flops = bench_problem(torch, d)
+    o, lse = forward_of(torch, q, k, v, scale)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     times = {(name, det): [] for name in sos for det in (0, 1)}
     names = list(sos)
     for so in sos.values():  # each library's first call (module load) outside the timing
         for det in (0, 1):
-            run_kernel(torch, so, q, k, v, o, lse, grad_o, d ** -0.5, 0, det=det)
+            run_kernel(torch, so, q, k, v, o, lse, grad_o, scale, 0, det=det)
     torch.cuda.synchronize()
     for r in range(reps):
         for det in (0, 1):
             for i in range(len(names)):
                 name = names[(r + i) % len(names)]  # each rep another order
                 start.record()
-                run_kernel(torch, sos[name], q, k, v, o, lse, grad_o, d ** -0.5, 0, det=det)
+                run_kernel(torch, sos[name], q, k, v, o, lse, grad_o, scale, 0, det=det)
                 end.record()
                 torch.cuda.synchronize()
                 times[(name, det)].append(start.elapsed_time(end))
 
     def median(xs):
         return sorted(xs)[len(xs) // 2]
-    out = {"shape": [b, h, s, d], "reps": reps, "variants": {}}
+    out = {"shape": list(q.shape), "reps": reps, "variants": {}}
     for name in names:
         row = {}
         for det, mode in ((0, "fast"), (1, "deterministic")):
