@@ -23,7 +23,7 @@
 #   compare  the fa3_sm90 base tile as is against each variant of $AB_DEFINES in one process, their
 #            calls interleaved ($COMPARE_REPS pairs, default 30), fast and deterministic mode:
 #            paired ratios for levers smaller than the 4% between processes; each variant
-#            checked as `expert` checks
+#            checked as `expert` checks; at $COMPARE_SEQLEN (default 8192; e.g. 8192,1024)
 #   ncu      ncu of the fa3_sm90 base tile's preprocess, attention and postprocess kernels at the
 #            bench shape (speed of light, tensor pipes, warp stalls, per-instruction stall
 #            samples), as is and with each variant; the clocks left as they are
@@ -145,7 +145,7 @@ if has compare; then
     [ -n "${defines// /}" ] && compare_flags+=(--compare "$defines")
   done
   if [ ${#compare_flags[@]} -gt 0 ]; then
-    run compare timeout "${AB_TIMEOUT:-300}" bash -c "cd tests/gpu/backward && $base_check --reps ${COMPARE_REPS:-30} $(printf '%q ' "${compare_flags[@]}") --out $out/compare.json"
+    run compare timeout "${AB_TIMEOUT:-300}" bash -c "cd tests/gpu/backward && $base_check --reps ${COMPARE_REPS:-30} --seqlen ${COMPARE_SEQLEN:-8192} $(printf '%q ' "${compare_flags[@]}") --out $out/compare.json"
   else
     summary+=("compare  not run: \$AB_DEFINES names no variant")
   fi

@@ -1,9 +1,10 @@
 // The launch plan and C entry points every backward expert's kernel_bwd.cu ends with
 // (common/backward_abi.cuh): one function computes what a call enqueues, for the nvcc-built
 // launcher below and for the device's plan kernel (`@cuir-entry plan`). The expert defines
-// CUBRIDGE_BWD_EXPERT_NS, the namespace holding its BLOCK_N, kThreads, bwd_smem_bytes(head_dim)
-// (0: a head dim its kernel does not serve), the table kernels and attn_bwd_kernel<T, D>, before
-// including this file at its end; the lowering inlines it like the rest.
+// CUBRIDGE_BWD_EXPERT_NS, the namespace holding its BLOCK_N, kThreads,
+// bwd_smem_bytes(head_dim, deterministic) (0: a head dim its kernel does not serve), the table
+// kernels and attn_bwd_kernel<T, D>, before including this file at its end; the lowering inlines
+// it like the rest.
 #pragma once
 
 // The GPU's SMs: on the device (the plan kernel) %nsmid, an upper bound of the SM ids; on the
@@ -30,8 +31,9 @@ __host__ __device__ __forceinline__ void cubridge_attn_bwd_make_plan(
   plan->version = CUBRIDGE_BWD_PLAN_VERSION;
   plan->status = 1;
   const cubridge_attn_fwd_params& f = p.fwd;
-  if (!bwd_params_ok(p) || bwd_smem_bytes(f.head_dim) == 0) return;
-  plan->smem_bytes = bwd_smem_bytes(f.head_dim);
+  const bool det = p.deterministic != 0;
+  if (!bwd_params_ok(p) || bwd_smem_bytes(f.head_dim, det) == 0) return;
+  plan->smem_bytes = bwd_smem_bytes(f.head_dim, det);
   const BwdWorkspace w = bwd_workspace(p);
   plan->workspace_bytes = w.total;
   plan->tables_offset = w.tables;
@@ -103,13 +105,13 @@ static int launch_bwd_head_dim(const cubridge_attn_bwd_params* p,
                                const cubridge_attn_bwd_launch_plan& plan, cudaStream_t stream) {
   switch (p->fwd.head_dim) {
     case 64:
-      if constexpr (bwd_smem_bytes(64) > 0) return launch_bwd<T, 64>(p, plan, stream);
+      if constexpr (bwd_smem_bytes(64, true) > 0) return launch_bwd<T, 64>(p, plan, stream);
       break;
     case 128:
-      if constexpr (bwd_smem_bytes(128) > 0) return launch_bwd<T, 128>(p, plan, stream);
+      if constexpr (bwd_smem_bytes(128, true) > 0) return launch_bwd<T, 128>(p, plan, stream);
       break;
     case 256:
-      if constexpr (bwd_smem_bytes(256) > 0) return launch_bwd<T, 256>(p, plan, stream);
+      if constexpr (bwd_smem_bytes(256, true) > 0) return launch_bwd<T, 256>(p, plan, stream);
       break;
     default: break;
   }

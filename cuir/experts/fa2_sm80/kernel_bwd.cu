@@ -148,8 +148,9 @@ struct BwdTiling {
 };
 
 // Dynamic shared memory of the head dims the kernel serves at this tile (BwdTiling::kServed),
-// 0 for the others: 64 and 128 at the base tile (64 x 128 keys), 128 and 256 at 32 x 64.
-__host__ __device__ constexpr int bwd_smem_bytes(int head_dim) {
+// 0 for the others: 64 and 128 at the base tile (64 x 128 keys), 128 and 256 at 32 x 64; the
+// same in deterministic mode (whose sums go to global memory only).
+__host__ __device__ constexpr int bwd_smem_bytes(int head_dim, bool /*deterministic*/) {
   return head_dim == 64 && BwdTiling<64>::kServed     ? static_cast<int>(BwdTiling<64>::kSmemBytes)
          : head_dim == 128 && BwdTiling<128>::kServed ? static_cast<int>(BwdTiling<128>::kSmemBytes)
          : head_dim == 256 && BwdTiling<256>::kServed ? static_cast<int>(BwdTiling<256>::kSmemBytes)

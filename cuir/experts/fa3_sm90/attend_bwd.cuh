@@ -193,9 +193,14 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid, in
   // lane's first element there.
   static_assert(kDqTileRows == BLOCK_M, "dQ's accumulator in fragment order, a block a tile");
   const long long dq_head = static_cast<long long>(tile.b) * f.heads_q + tile.h;
-  const long long dq_panel0 = bwd_dq_tiled_at(f, dq_head, 0, dq_col0 / 64, 0, 0, 0);
   const long long dq_tiled0 = bwd_dq_tiled_at(f, dq_head, 0, dq_col0 / 64, warp, lane, 0);
-  const bool wg_leader = (tid & 127) == 0;  // under kDqBulk / kDetBulk, who issues the adds
+  // Under kDqBulk / kDetBulk: who issues the adds (warp 0's lane 0, whose first element is its
+  // panel's: dq_tiled0 is the panel's start there), and this lane's element in a staged panel
+  // (a function of warp and lane, kept out of the loop's live registers).
+  const bool wg_leader = (tid & 127) == 0;
+  const auto in_panel = [&] {
+    return static_cast<uint32_t>(bwd_dq_tiled_at(f, 0, 0, 0, warp, lane, 0));
+  };
   [[maybe_unused]] int dq_adds = 0;  // under kDqBulk, this warpgroup's panels added so far
   const uint32_t part_panels = part * (kPartCols / 64) * QTile::kPanelBytes;
 
@@ -226,7 +231,7 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid, in
         // its previous add has read the other buffer.
         const uint32_t buffer = s_base + Tiling::kDqStage +
                                 ((dq_adds++ & 1) * 2 + wg) * Tiling::kDqPanelBytes;
-        const uint32_t mine = buffer + static_cast<uint32_t>(dq_tiled0 - dq_panel0) * 4;
+        const uint32_t mine = buffer + in_panel() * 4;
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
           st_shared_v4(mine + j * 512, dq[4 * j] * scale, dq[4 * j + 1] * scale,
@@ -236,7 +241,7 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid, in
         if (wg_leader) bulk_wait_read<0>();
         named_barrier_sync(4 + wg, 128);
         if (wg_leader) {
-          bulk_reduce_add_f32(reinterpret_cast<float*>(dq_acc) + dq_panel0 + block_at, buffer,
+          bulk_reduce_add_f32(reinterpret_cast<float*>(dq_acc) + dq_tiled0 + block_at, buffer,
                               Tiling::kDqPanelBytes);
         }
         return;
@@ -248,7 +253,7 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid, in
         // waits, the barrier tells the rest), then the panel in fixed point in the
         // accumulator's order (a lane's four elements 32 contiguous bytes), then one bulk add.
         const uint32_t buffer = s_base + Tiling::kDqStage + wg * 2 * Tiling::kDqPanelBytes;
-        const uint32_t mine = buffer + static_cast<uint32_t>(dq_tiled0 - dq_panel0) * 8;
+        const uint32_t mine = buffer + in_panel() * 8;
         if (wg_leader) bulk_wait_read<0>();
         named_barrier_sync(4 + wg, 128);
 #pragma unroll
@@ -262,7 +267,7 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid, in
         named_barrier_sync(4 + wg, 128);
         if (wg_leader) {
           bulk_reduce_add_u64(
-              reinterpret_cast<unsigned long long*>(dq_acc) + dq_panel0 + block_at, buffer,
+              reinterpret_cast<unsigned long long*>(dq_acc) + dq_tiled0 + block_at, buffer,
               2 * Tiling::kDqPanelBytes);
         }
         return;

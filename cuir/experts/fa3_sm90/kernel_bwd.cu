@@ -129,11 +129,11 @@ static_assert(STAGES == 2, "Q and dO are double-buffered");
 #define CUBRIDGE_BWD_PRODUCER 1
 #endif
 constexpr bool kProducer = CUBRIDGE_BWD_PRODUCER && BLOCK_N == 128;
-// Persistent CTAs beside a producer (CUBRIDGE_BWD_PERSISTENT; an A/B for the next device run):
-// a CTA an SM takes (n_block, h, b) tiles from a counter in the workspace until none is left,
-// and its producer loads the next tile's K and V (and fills the ring) while the consumers store
-// the last tile's dK and dV, so that a short walk (S = 1k, a sliding window: 10-16 query blocks
-// a tile) stops paying each tile's prologue and epilogue in full (bench/NOTES.md, session 23).
+// Persistent CTAs beside a producer (CUBRIDGE_BWD_PERSISTENT): a CTA an SM takes (n_block, h, b)
+// tiles from a counter in the workspace until none is left, and its producer loads the next
+// tile's K and V (and fills the ring) while the consumers store the last tile's dK and dV. Off:
+// no faster at 8k and 1.8% slower at 1k (H100, bench/NOTES.md session 24): with one K/V buffer
+// the next tile's loads still wait for the last tile's products, as a fresh CTA's do.
 #ifndef CUBRIDGE_BWD_PERSISTENT
 #define CUBRIDGE_BWD_PERSISTENT 0
 #endif
@@ -149,21 +149,15 @@ static_assert(!kProducer ||
               "registers the CTA is launched with");
 constexpr int kKeyGroups = BLOCK_N / 64;
 constexpr int kDParts = 2 / kKeyGroups;
-// dQ staged in shared memory and added by the bulk-copy engine (BwdTiling::kDqBulk): an A/B
-// for the next device run.
+// dQ staged in shared memory and added by the bulk-copy engine (BwdTiling::kDqBulk). Off: 0.8%
+// slower than the warps' vector reductions (H100, bench/NOTES.md session 23).
 #ifndef CUBRIDGE_BWD_DQ_BULK
 #define CUBRIDGE_BWD_DQ_BULK 0
 #endif
 // In deterministic mode, dQ's panel in 64-bit fixed point staged the same way and added by one
-// bulk `add.u64` instead of 32 scalar atomics a thread (BwdTiling::kDetBulk): an A/B for the
-// next device run (deterministic mode ran 4.3x the fast mode's time, bench/NOTES.md session 23).
+// bulk `add.u64` instead of 32 scalar atomics a thread (BwdTiling::kDetBulk).
 #ifndef CUBRIDGE_BWD_DET_BULK
-#define CUBRIDGE_BWD_DET_BULK 0
-#endif
-// Each KV tile's walk over the query blocks rotated to start at its own share (BwdTile's
-// q_loop): an A/B for the next device run.
-#ifndef CUBRIDGE_BWD_ROTATE
-#define CUBRIDGE_BWD_ROTATE 0
+#define CUBRIDGE_BWD_DET_BULK 1
 #endif
 #ifndef CUBRIDGE_BWD_LAG_DQ
 #define CUBRIDGE_BWD_LAG_DQ 1
@@ -201,30 +195,40 @@ struct BwdTiling {
   // reductions through the LSU: two buffers a warpgroup, so that a panel's add has a block to
   // read its buffer before the buffer's next store (attend_bwd.cuh).
   static constexpr bool kDqBulk = CUBRIDGE_BWD_DQ_BULK && kDqCols == 64;
-  // Under CUBRIDGE_BWD_DET_BULK in deterministic mode, a warpgroup's fixed-point panel (32 KB,
-  // the bytes of its two fp32 buffers) is staged and added by one bulk add.u64; one buffer, so
-  // the panel waits for the previous one's add to have read it (a block earlier: done by then).
+  // In deterministic mode (CUBRIDGE_BWD_DET_BULK), a warpgroup's fixed-point panel (32 KB, the
+  // bytes of its two fp32 buffers) is staged and added by one bulk add.u64 instead of 32 scalar
+  // 64-bit atomics a thread (4.5x -> 1.4x the fast mode's time, bench/NOTES.md session 24); one
+  // buffer, so the panel waits for the previous one's add to have read it (a block earlier: done
+  // by then).
   static constexpr bool kDetBulk = CUBRIDGE_BWD_DET_BULK && kDqCols == 64;
   static constexpr int kDqPanelBytes = 64 * 64 * 4;
-  static constexpr int kDqStage = kDs + kDsBuffers * kDsBytes;
-  static constexpr int kRows = kDqStage + (kDqBulk || kDetBulk ? 2 * 2 * kDqPanelBytes : 0);
-  // Dynamic shared memory is only 16-byte aligned: 1024 bytes of slack.
+  static constexpr int kRows = kDs + kDsBuffers * kDsBytes;
   static constexpr int kBars = kRows + 2 * STAGES * BLOCK_M * 4;  // the producer's mbarriers
   // BwdBars: kv_full, full and empty per stage, kv_empty and the two tile slots.
   static constexpr int kBarsBytes = kProducer ? 8 * (2 + 2 * STAGES) + 2 * 4 : 0;
-  static constexpr int kSmemBytes = kBars + kBarsBytes + 1024;
+  // The staged dQ panels last, so that a call that stages none (the fast mode without kDqBulk)
+  // allocates none of them: at 231 KB of shared memory the fast mode ran 2% slower than at its
+  // own 167 KB (session 24).
+  static constexpr int kDqStage = (kBars + kBarsBytes + 127) / 128 * 128;
+  // Dynamic shared memory is only 16-byte aligned: 1024 bytes of slack.
+  __host__ __device__ static constexpr int smem_bytes(bool deterministic) {
+    return (kDqBulk || (deterministic && kDetBulk) ? kDqStage + 2 * 2 * kDqPanelBytes
+                                                   : kBars + kBarsBytes) +
+           1024;
+  }
   // Whether the tile serves head dim D: a warpgroup's part whole 64-column panels, at most 128
   // columns of each accumulator (64 + 64 registers), within sm_90's 227 KiB of shared memory.
   static constexpr bool kServed =
-      kPartCols % 64 == 0 && kPartCols <= 128 && kSmemBytes <= 227 * 1024;
+      kPartCols % 64 == 0 && kPartCols <= 128 && smem_bytes(true) <= 227 * 1024;
 };
 
 // Dynamic shared memory of the head dims the kernel serves at this tile (BwdTiling::kServed),
-// 0 for the others: 64 and 128 at the base tile (64 x 128 keys), 128 and 256 at 64 x 64.
-__host__ __device__ constexpr int bwd_smem_bytes(int head_dim) {
-  return head_dim == 64 && BwdTiling<64>::kServed     ? BwdTiling<64>::kSmemBytes
-         : head_dim == 128 && BwdTiling<128>::kServed ? BwdTiling<128>::kSmemBytes
-         : head_dim == 256 && BwdTiling<256>::kServed ? BwdTiling<256>::kSmemBytes
+// 0 for the others: 64 and 128 at the base tile (64 x 128 keys), 128 and 256 at 64 x 64; more in
+// deterministic mode (its staged dQ panels).
+__host__ __device__ constexpr int bwd_smem_bytes(int head_dim, bool deterministic) {
+  return head_dim == 64 && BwdTiling<64>::kServed     ? BwdTiling<64>::smem_bytes(deterministic)
+         : head_dim == 128 && BwdTiling<128>::kServed ? BwdTiling<128>::smem_bytes(deterministic)
+         : head_dim == 256 && BwdTiling<256>::kServed ? BwdTiling<256>::smem_bytes(deterministic)
                                                       : 0;
 }
 
@@ -298,23 +302,8 @@ struct BwdTile : BwdCall {
     const KvUnion<1> q_blocks = {{0}, {cuir_cdiv(seqlen_q, BLOCK_M)}};
     // @cuir-end q_range
     // @cuir-region q_loop
-#if CUBRIDGE_BWD_ROTATE
-    // From this tile's share of the query blocks (as far along them as n_block is along the
-    // keys) to the last, then from the first: the KV tiles of a head then add into different
-    // blocks of dQ at a time, not all into the same one. A walk that starts later (causal)
-    // starts at its first block.
-    const int m_from = q_blocks.next(n_block * cuir_cdiv(seqlen_q, BLOCK_M) /
-                                     cuir_cdiv(seqlen_kv, BLOCK_N));
-    const int m_start = m_from != q_blocks.kEnd ? m_from : q_blocks.first();
-    for (int m_block = m_start, m_next; m_block != q_blocks.kEnd; m_block = m_next) {
-      // Past the last block, the first; the walk has wrapped once m_block < m_start.
-      m_next = q_blocks.next(m_block + 1);
-      if (m_next == q_blocks.kEnd && m_block >= m_start) m_next = q_blocks.first();
-      if (m_next >= m_start && (m_block < m_start || m_next == m_start)) m_next = q_blocks.kEnd;
-#else
     for (int m_block = q_blocks.first(), m_next; m_block != q_blocks.kEnd; m_block = m_next) {
       m_next = q_blocks.next(m_block + 1);
-#endif
       const bool block_full = false;
     // @cuir-end q_loop
       body(m_block, m_next, block_full);

@@ -159,10 +159,10 @@ def check(torch, so, cases, seed):
     return ok, results
 
 
-def bench_problem(torch, d):
+def bench_problem(torch, d, s=8192):
     """The issue's shape: bf16, Llama2-7B heads (32) at d 128 (16 at d 256), B * S = 16k tokens,
-    S = 8k; full. Its Q, K, V and dO, the scale, and the backward's FLOPs."""
-    b, h, s = 2, 32 * 128 // d, 8192
+    S = 8k (or s); full. Its Q, K, V and dO, the scale, and the backward's FLOPs."""
+    b, h = max(1, 16384 // s), 32 * 128 // d
     q, k, v, grad_o = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16)
                        for _ in range(4))
     return q, k, v, grad_o, d ** -0.5, 2.5 * 4.0 * b * h * s * s * d
@@ -183,11 +183,11 @@ def forward_of(torch, q, k, v, scale):
     return o, lse
 
 
-def bench(torch, so, reps, d=128, profile=False, no_flex=False):
+def bench(torch, so, reps, d=128, profile=False, no_flex=False, s=8192):
     """bench_problem's backward by the kernel, SDPA and Flex. profile: the kernel once and
     nothing else (under ncu)."""
     import torch.nn.functional as F
-    q, k, v, grad_o, scale, flops = bench_problem(torch, d)
+    q, k, v, grad_o, scale, flops = bench_problem(torch, d, s)
     b, h, s, _ = q.shape
 
     def timed(fn):
@@ -256,12 +256,12 @@ def bench(torch, so, reps, d=128, profile=False, no_flex=False):
     return out
 
 
-def compare_bench(torch, sos, reps, d=128):
+def compare_bench(torch, sos, reps, d=128, s=8192):
     """The kernels of one tile built with different macros (sos: {name: library}, the first the
     baseline), timed in one process on the same inputs, their calls interleaved rep by rep: the
     spread between processes (4% in session 23) hides a 2-3% lever, the paired ratios do not.
     Fast and deterministic mode, kernel alone with pre- and postprocess, at bench_problem."""
-    q, k, v, grad_o, scale, flops = bench_problem(torch, d)
+    q, k, v, grad_o, scale, flops = bench_problem(torch, d, s)
     o, lse = forward_of(torch, q, k, v, scale)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     times = {(name, det): [] for name in sos for det in (0, 1)}
@@ -305,6 +305,8 @@ def main():
     ap.add_argument("--no-flex", action="store_true",
                     help="--bench without FlexAttention (its compile is most of a quick A/B's time)")
     ap.add_argument("--seed", type=int, default=20261129)
+    ap.add_argument("--seqlen", default="8192",
+                    help="--bench's and --compare's sequence lengths, e.g. 8192,1024 (B * S = 16k)")
     ap.add_argument("--expert", choices=sorted(BACKWARD_TILES), default="fa2_sm80")
     ap.add_argument("--define", action="append", default=[], metavar="NAME=VALUE",
                     help="a macro for nvcc (an A/B of a kernel's compile-time switch)")
@@ -316,6 +318,7 @@ def main():
                          "baseline is, and timed against it in this process, interleaved "
                          "(--reps pairs; one tile: --tiles)")
     a = ap.parse_args()
+    seqlens = [int(x) for x in a.seqlen.split(",")]
     try:
         import torch
     except ImportError:
@@ -356,11 +359,13 @@ def main():
                     torch, sos[extra], [c for c in cases if c[3] in head_dims], a.seed)
                 ok &= extra_ok
                 results += [dict(r, tile=list(tile), defines=defines) for r in extra_results]
-            compared.append(dict(compare_bench(torch, sos, a.reps, max(head_dims)),
-                                 tile=list(tile)))
+            for s in seqlens:
+                compared.append(dict(compare_bench(torch, sos, a.reps, max(head_dims), s),
+                                     tile=list(tile)))
         if a.bench:
-            benches.append(dict(bench(torch, so, a.reps, max(head_dims), no_flex=a.no_flex),
-                                tile=list(tile)))
+            for s in seqlens:
+                benches.append(dict(bench(torch, so, a.reps, max(head_dims), no_flex=a.no_flex,
+                                          s=s), tile=list(tile)))
     report = {"device": torch.cuda.get_device_name(), "expert": a.expert, "defines": a.define,
               "passed": ok,
               "cases": results}
