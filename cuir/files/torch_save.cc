@@ -418,7 +418,8 @@ bool AddProduct(int64_t a, int64_t b, int64_t* at) {
 }
 
 // The view's elements, gathered row-major from the storage's bytes.
-absl::StatusOr<cuir::TensorValue> Gather(const Value& t, absl::string_view storage, int64_t max_bytes) {
+absl::StatusOr<cuir::TensorValue> Gather(const Value& t, absl::string_view storage,
+                                         const TorchSaveOptions& o) {
   cuir::TensorValue out;
   out.dtype = t.dtype;
   out.shape = t.sizes;
@@ -437,9 +438,14 @@ absl::StatusOr<cuir::TensorValue> Gather(const Value& t, absl::string_view stora
   if (t.offset < 0 || std::any_of(t.strides.begin(), t.strides.end(), [](int64_t x) { return x < 0; })) {
     return Refuse("a negative storage offset or stride");
   }
-  if (*n * elem > max_bytes) {
+  if (*n > o.max_elements) {
+    return RefuseWithFix(absl::StrCat("the tensor has ", *n, " elements, more than ",
+                                      o.max_elements, ": save a smaller tensor (or compute its "
+                                      "values in the spec from smaller ones)"));
+  }
+  if (*n * elem > o.max_bytes) {
     return Refuse(absl::StrCat("the tensor's ", *n, " elements take ", *n * elem, " bytes, more than ",
-                               max_bytes, " (a view that repeats its storage's elements, e.g. an "
+                               o.max_bytes, " (a view that repeats its storage's elements, e.g. an "
                                "expanded tensor, takes them all): save a smaller tensor"));
   }
   if (*n == 0) return out;
@@ -510,7 +516,7 @@ absl::StatusOr<cuir::TensorValue> Parse(absl::string_view bytes, const TorchSave
   }
   auto storage = Entry(bytes, *entries, absl::StrCat(*prefix, "data/", (*tensor)->storage->s), o);
   if (!storage.ok()) return storage.status();
-  return Gather(**tensor, *storage, o.max_bytes);
+  return Gather(**tensor, *storage, o);
 }
 
 }  // namespace
@@ -522,10 +528,11 @@ absl::StatusOr<cuir::TensorValue> ParseTorchSave(absl::string_view bytes, absl::
   return v;
 }
 
-absl::StatusOr<cuir::TensorValue> ReadTorchSaveFile(const std::string& path) {
+absl::StatusOr<cuir::TensorValue> ReadTorchSaveFile(const std::string& path,
+                                                    const TorchSaveOptions& options) {
   auto bytes = ReadFile(path);
   if (!bytes.ok()) return bytes.status();
-  return ParseTorchSave(*bytes, path);
+  return ParseTorchSave(*bytes, path, options);
 }
 
 }  // namespace cubridge::files

@@ -28,12 +28,16 @@ struct TorchSaveOptions {
   // expanded tensor) may take far more than its file; 1 GiB is more than the service takes in one
   // request (coordinator --max-tensor-mb, at most 1024).
   int64_t max_bytes = int64_t{1} << 30;
+  // The most elements (a spec's buffers: 2^31, cuir/spec/tensors.h), refused before any is
+  // gathered.
+  int64_t max_elements = int64_t{1} << 40;
 };
 
 absl::StatusOr<cuir::TensorValue> ParseTorchSave(absl::string_view bytes, absl::string_view file,
                                                  const TorchSaveOptions& options = {});
 
 // ReadFile + ParseTorchSave; NOT_FOUND when the file cannot be read.
-absl::StatusOr<cuir::TensorValue> ReadTorchSaveFile(const std::string& path);
+absl::StatusOr<cuir::TensorValue> ReadTorchSaveFile(const std::string& path,
+                                                    const TorchSaveOptions& options = {});
 
 }  // namespace cubridge::files

@@ -3,7 +3,6 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
-#include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -16,11 +15,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "cuir/files/torch_save.h"
 #include "cuir/ir/eval.h"
+#include "cuir/ir/status_util.h"
 #include "cuir/spec/internal.h"
 
 namespace cubridge::spec {
 namespace {
+
+// The most elements a buffer's value takes (a random source's shape, a tensor file's tensor).
+constexpr int64_t kMaxBufferElements = int64_t{1} << 31;
 
 torch::ScalarType InputDtype(cuir::DType d) {
   return d == cuir::DType::kBF16 ? torch::kBFloat16 : torch::kHalf;
@@ -124,44 +128,15 @@ absl::StatusOr<std::pair<cuir::TensorDType, std::optional<std::vector<int64_t>>>
   }
   int64_t elements = 1;
   for (int64_t d : *dims) {
-    if (d < 0 || d > (int64_t{1} << 31)) {
+    if (d < 0 || d > kMaxBufferElements) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": dimension ", d, " out of range"));
     }
     elements *= std::max<int64_t>(d, 1);
-    if (elements > (int64_t{1} << 31)) {
+    if (elements > kMaxBufferElements) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": more than 2^31 elements"));
     }
   }
   return std::pair{*dtype, std::optional<std::vector<int64_t>>(*dims)};
-}
-
-absl::StatusOr<torch::Tensor> LoadTensorFile(const std::string& path, const std::string& where) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(where, ": cannot read ", path));
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  try {
-    const c10::IValue v = torch::pickle_load(bytes);
-    if (!v.isTensor()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": ", path, " holds a ", v.tagKind(), ", not a tensor (save one with "
-          "torch.save(t, path))"));
-    }
-    torch::Tensor t = v.toTensor().contiguous();
-    if (!TensorDTypeOf(t.scalar_type())) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": ", path, " holds a tensor of dtype ",
-                                                     c10::toString(t.scalar_type()), "; use one of ",
-                                                     cuir::TensorDTypeNames()));
-    }
-    if (t.dim() > static_cast<int64_t>(cuir::kMaxBufferRank)) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": ", path, " holds a tensor of rank ",
-                                                     t.dim(), "; at most ", cuir::kMaxBufferRank));
-    }
-    return t;
-  } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        where, ": ", path, " is not a file torch.save wrote (", std::string(e.what()).substr(0, 200),
-        ")"));
-  }
 }
 
 // A value's bytes as they are: little-endian elements, this machine's order.
@@ -172,6 +147,20 @@ absl::StatusOr<torch::Tensor> ValueTensor(const cuir::TensorValue& v, const std:
   if (!v.data.empty()) std::memcpy(t.data_ptr(), v.data.data(), v.data.size());
   return t;
 }
+
+absl::StatusOr<torch::Tensor> LoadTensorFile(const std::string& path, const std::string& where) {
+  // CuBridge's own reader of torch.save's format (cuir/files/torch_save.h, fuzzed), not
+  // LibTorch's unpickler: it checks every length and count before it allocates and says what is
+  // wrong whichever PyTorch wrote the file (LibTorch 2.11 threw "Expected length to be 8, got 5"
+  // at a storage of 2^32 elements, whose count pickles in 5 bytes).
+  files::TorchSaveOptions options;
+  options.max_elements = kMaxBufferElements;
+  options.max_bytes = kMaxBufferElements * 8;
+  auto v = files::ReadTorchSaveFile(path, options);
+  if (!v.ok()) return cuir::Prefixed(where, v.status());
+  return ValueTensor(*v, where);
+}
+
 
 torch::Tensor RandomTensor(cuir::TensorDType dtype, const std::vector<int64_t>& shape,
                            int64_t int_range, at::Generator& gen) {

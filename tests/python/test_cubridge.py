@@ -102,6 +102,16 @@ class SpecFromFunctions(unittest.TestCase):
                                     "CuBridge takes tensors, ints, floats and bools"):
             cubridge.build_spec(mask_mod=variants.captures_a_list())
 
+    def test_a_capture_past_the_buffer_limit_is_refused_before_it_is_written(self):
+        # A full [B, H, S, S] bias at S = 8k: 2^32 elements, an expanded view (no memory here).
+        bias = torch.zeros(1, dtype=torch.bfloat16).expand(2, 32, 8192, 8192)
+        with self.assertRaisesRegex(cubridge.SpecError, r"captures `bias`, a tensor of shape "
+                                    r"\(2, 32, 8192, 8192\) \(4294967296 elements\); a captured "
+                                    "tensor holds at most 2\^31 elements"):
+            def score_mod(score, b, h, q_idx, kv_idx):
+                return score + bias[b, h, q_idx, kv_idx]
+            cubridge.build_spec(score_mod=score_mod)
+
     def test_wrong_arity_names_the_expected_signature(self):
         with self.assertRaisesRegex(cubridge.SpecError, r"mask_mod takes \(b, h, q_idx, kv_idx\)"):
             cubridge.build_spec(mask_mod=lambda b, h: b)

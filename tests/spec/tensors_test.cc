@@ -234,7 +234,7 @@ TEST(CapturedTensors, TensorFilesGiveTheirDtypeAndShape) {
   std::ofstream(::testing::TempDir() + "/junk.pt") << "not a zip";
   auto junk = BufferDTypesOf({{"table", {"tensor:" + ::testing::TempDir() + "/junk.pt"}}});
   EXPECT_EQ(junk.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(junk.status().message()), HasSubstr("is not a file torch.save wrote"));
+  EXPECT_THAT(std::string(junk.status().message()), HasSubstr("junk.pt: not a zip archive, which torch.save writes; save one tensor with torch.save(t, path)"));
   EXPECT_EQ(BufferDTypesOf({{"table", {"tensor:/nonexistent.pt"}}}).status().code(),
             absl::StatusCode::kNotFound);
 }

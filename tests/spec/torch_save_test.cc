@@ -129,6 +129,22 @@ TEST(TorchSave, RefusesFilesThatAreNotOneTensorOfABufferDtype) {
   EXPECT_EQ(ReadTorchSaveFile(bad + "missing.pt").status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST(TorchSave, RefusesMoreElementsThanTheCallerTakesBeforeGatheringThem) {
+  // int64_r1_offset: 12 elements of a 40-element storage. A spec's buffers take 2^31
+  // (cuir/spec/tensors.cc); a full [B, H, S, S] bias at S = 8k would be 2^32.
+  const std::string path = DataDir() + "/good/int64_r1_offset.pt";
+  TorchSaveOptions options;
+  options.max_elements = 12;
+  ASSERT_TRUE(ReadTorchSaveFile(path, options).ok());
+  options.max_elements = 11;
+  auto r = ReadTorchSaveFile(path, options);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()),
+              AllOf(HasSubstr(path + ": the tensor has 12 elements, more than 11"),
+                    HasSubstr("save a smaller tensor"), Not(HasSubstr("PyTorch 1.6 or later"))));
+}
+
 std::string GoodFile(const std::string& name) {
   auto bytes = ReadFile(DataDir() + "/good/" + name + ".pt");
   EXPECT_TRUE(bytes.ok()) << bytes.status();

@@ -18,6 +18,10 @@ import types
 
 import torch
 
+# The most elements a captured tensor holds (cuir/spec/tensors.cc, kMaxBufferElements): checked
+# here, before the tensor is written for the pipeline (a full [B, H, S, S] bias at S = 8k is 2^32).
+MAX_BUFFER_ELEMENTS = 1 << 31
+
 # Names CuIR binds itself (docs/spec.md): a captured value of such a name gets a suffix.
 RESERVED = frozenset(
     "b h q_idx kv_idx score batch heads_q heads_kv head_dim seqlen_q seqlen_kv softmax_scale "
@@ -255,6 +259,12 @@ class _Builder:
             self.imports[name] = value.__name__
             return ast.Name(id=name, ctx=ast.Load())
         if isinstance(value, torch.Tensor):
+            if value.numel() > MAX_BUFFER_ELEMENTS:
+                raise SpecError(
+                    f"{where}: captures `{name}`, a tensor of shape {tuple(value.shape)} "
+                    f"({value.numel()} elements); a captured tensor holds at most 2^31 elements "
+                    "(docs/spec.md): compute its values in the function from smaller tensors "
+                    "(a per-head table and the indices, e.g.) instead")
             spec = self.spec_name(name, value)
             self.buffers[spec] = value
             self.sources.setdefault(spec, source)
