@@ -28,6 +28,9 @@ then loads; Flex's ~30 s a variant would otherwise make the 49 specs at two leng
 
     ... --specs . --suite-kernels DIR --warm 8 --seqlen 8192 --reps 5
 
+`--skip-timed LOG` leaves out the variants that an earlier run's log, at the same shape, has a
+row for: a matrix that one device call's time cut is finished by the next (session 24).
+
 Flex is not run on the specs of --no-flex (default: the four whose negative indexing of
 captured tensors Flex does not implement: one faults and takes the CUDA context with it;
 docs/benchmarks-history.md, session 5)."""
@@ -185,17 +188,24 @@ def kept_by_head(mask_mod, b, hq, s, per_bh):
     return total
 
 
-def spec_variants(pattern, suite_kernels, b, hq, hkv, s):
-    """{case name: (score_mod, mask_mod)} of the example and generality specs matching pattern,
-    bound at this shape (tests/python/gpu_check.py's spec_cases), and the names whose mask reads
-    its batch or head index."""
+def timed_in(log):
+    """The case names an earlier run's log has a row for (`NAME cubridge ...`)."""
+    with open(log) as f:
+        return {m.group(1).rstrip() for m in (re.match(r"((?:example|generality) .+?) cubridge ",
+                                                       line) for line in f) if m}
+
+
+def spec_variants(pattern, suite_kernels, b, hq, hkv, s, skip=frozenset()):
+    """{case name: (score_mod, mask_mod)} of the example and generality specs matching pattern
+    and not in skip, bound at this shape (tests/python/gpu_check.py's spec_cases), and the names
+    whose mask reads its batch or head index."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     sys.path.insert(0, os.path.join(root, "tests", "python"))
     import gpu_check
     shape = dict(batch=b, heads_q=hq, heads_kv=hkv, seqlen_q=s, seqlen_kv=s)
     table, per_bh = {}, set()
     for name, mods in gpu_check.spec_cases(shape, suite_kernels):
-        if not re.search(pattern, name):
+        if not re.search(pattern, name) or name in skip:
             continue
         table[name] = (mods["score_mod"], mods["mask_mod"])
         # The binder's closure passes b and h on to the spec's own function (its `fn`): whether
@@ -236,8 +246,8 @@ def run_shape(heads, d, s, variants, reps, deterministic, flex, kernels=False, s
     b = max(1, 16384 // s)
     gqa = hq != hkv
     table, per_bh, no_flex = VARIANTS, set(), None
-    if specs is not None:  # (pattern, suite kernels folder, specs Flex does not run)
-        table, per_bh = spec_variants(specs[0], specs[1], b, hq, hkv, s)
+    if specs is not None:  # (pattern, suite kernels folder, specs Flex does not run, skip)
+        table, per_bh = spec_variants(specs[0], specs[1], b, hq, hkv, s, specs[3])
         variants, no_flex = list(table), specs[2]
     if warm_shard is not None:  # (i, n): this process compiles every n-th variant from the i-th
         variants = variants[warm_shard[0]::warm_shard[1]]
@@ -341,6 +351,9 @@ def main():
                          "(its reports give the captured tensors' shapes)")
     ap.add_argument("--no-flex", default=NO_FLEX,
                     help="with --specs: specs Flex does not run (a regular expression)")
+    ap.add_argument("--skip-timed", metavar="LOG",
+                    help="with --specs: leave out the variants an earlier run's log has a row "
+                         "for (to finish a matrix that a device call's time cut)")
     ap.add_argument("--warm", type=int, default=0, metavar="N",
                     help="first compile every variant in N processes side by side (CuBridge's "
                          "modules and Flex's graphs into the caches on disk), then time them "
@@ -350,7 +363,8 @@ def main():
     ap.add_argument("--out", default="")
     args = ap.parse_args()
     variants = args.variants.split(",")
-    specs = (args.specs, args.suite_kernels, args.no_flex) if args.specs else None
+    skip = frozenset(timed_in(args.skip_timed)) if args.skip_timed else frozenset()
+    specs = (args.specs, args.suite_kernels, args.no_flex, skip) if args.specs else None
     if specs and not args.suite_kernels:
         sys.exit("torch_backward: --specs needs --suite-kernels DIR, the generality suite's "
                  "kernels (CUBRIDGE_SUITE=generality bash bench/make_kernels.sh DIR)")
