@@ -378,7 +378,10 @@ def main():
     for limit in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit"):
         if hasattr(torch._dynamo.config, limit):
             setattr(torch._dynamo.config, limit, 4096)
-    flex = torch.compile(flex_attention)
+    # Static shapes, as bench/run_matrix.py compiles Flex: after its first recompiles dynamo would
+    # make the shapes dynamic, and 7 of the matrix's variants then failed in inductor
+    # ("unbacked_bindings", session 24), simple ones (softcap) among them.
+    flex = torch.compile(flex_attention, dynamic=False)
     warm_shard = tuple(int(x) for x in args.warm_shard.split("/")) if args.warm_shard else None
     if args.warm > 0 and warm_shard is None:
         # The children share this process's caches: CUBRIDGE_TORCH_CACHE (set above) and
