@@ -240,12 +240,12 @@ def warm_variants(fns, table, per_bh, no_flex, flex, q, k, v, do, gqa):
 
 
 def run_shape(heads, d, s, variants, reps, deterministic, flex, kernels=False, specs=None,
-              warm_shard=None):
+              warm_shard=None, no_flex=None):
     hq, hkv = heads
     hq, hkv = max(1, hq * 128 // d), max(1, hkv * 128 // d)
     b = max(1, 16384 // s)
     gqa = hq != hkv
-    table, per_bh, no_flex = VARIANTS, set(), None
+    table, per_bh = VARIANTS, set()
     if specs is not None:  # (pattern, suite kernels folder, specs Flex does not run, skip)
         table, per_bh = spec_variants(specs[0], specs[1], b, hq, hkv, s, specs[3])
         variants, no_flex = list(table), specs[2]
@@ -350,7 +350,8 @@ def main():
                     help="with --specs: bench/make_kernels.sh's folder for the generality suite "
                          "(its reports give the captured tensors' shapes)")
     ap.add_argument("--no-flex", default=NO_FLEX,
-                    help="with --specs: specs Flex does not run (a regular expression)")
+                    help="the variants or specs Flex does not run (a regular expression; '.': "
+                         "none, e.g. under ncu)")
     ap.add_argument("--skip-timed", metavar="LOG",
                     help="with --specs: leave out the variants an earlier run's log has a row "
                          "for (to finish a matrix that a device call's time cut)")
@@ -399,7 +400,7 @@ def main():
         for d in (int(x) for x in args.head_dim.split(",")):
             for s in (int(x) for x in args.seqlen.split(",")):
                 for row in run_shape(HEADS[heads], d, s, variants, args.reps, args.deterministic,
-                                     flex, args.kernels, specs, warm_shard):
+                                     flex, args.kernels, specs, warm_shard, args.no_flex):
                     rows.append(dict(row, heads=heads))
     if warm_shard is not None:
         return
