@@ -153,10 +153,12 @@ if has compare; then
     summary+=("compare  not run: \$AB_DEFINES names no variant")
   fi
 fi
-sections="--section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats"
+# ncu of the backward's first three kernels (preprocess, attention, postprocess), the clocks as
+# they are: the `ncu` and `ncu_op` steps' profiler, the program after it.
+ncu_bwd="ncu --clock-control none -k regex:attn_bwd_ -c 3 --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats --section SourceCounters --print-details all"
 if has ncu; then
   for v in "${variants[@]}"; do
-    run "ncu_${v%%:*}" bash -c "cd tests/gpu/backward && ncu --clock-control none -k regex:attn_bwd_ -c 3 $sections --section SourceCounters --print-details all $base_check --profile ${v#*:}"
+    run "ncu_${v%%:*}" bash -c "cd tests/gpu/backward && $ncu_bwd $base_check --profile ${v#*:}"
   done
 fi
 if has sanitize; then
@@ -191,9 +193,9 @@ if [ "$built" = 0 ]; then
     # The first three matching launches: the warm-up call's preprocess, attention and
     # postprocess (the same kernels the timed calls run).
     for v in ${NCU_VARIANTS:-causal}; do
-      run "ncu_op_$v" timeout 400 ncu --clock-control none -k regex:attn_bwd_ -c 3 $sections \
-        --section SourceCounters --print-details all python3 bench/torch_backward.py \
-        --variants "$v" --seqlen 8192 --reps 1 --no-flex .
+      # shellcheck disable=SC2086  # $ncu_bwd: the profiler's command line, one word each
+      run "ncu_op_$v" timeout 400 $ncu_bwd python3 bench/torch_backward.py --variants "$v" \
+        --seqlen 8192 --reps 1 --no-flex .
     done
   fi
 fi

@@ -28,8 +28,8 @@ struct TorchSaveOptions {
   // expanded tensor) may take far more than its file; 1 GiB is more than the service takes in one
   // request (coordinator --max-tensor-mb, at most 1024).
   int64_t max_bytes = int64_t{1} << 30;
-  // The most elements (a spec's buffers: 2^31, cuir/spec/tensors.h), refused before any is
-  // gathered.
+  // The most elements (a spec's buffers: 2^31, cuir/spec/tensors.cc's kMaxBufferElements),
+  // refused before any is gathered.
   int64_t max_elements = int64_t{1} << 40;
 };
 

@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
-#include <iterator>
 #include <sstream>
 
 #include "absl/strings/numbers.h"
@@ -155,12 +154,11 @@ absl::StatusOr<torch::Tensor> LoadTensorFile(const std::string& path, const std:
   // at a storage of 2^32 elements, whose count pickles in 5 bytes).
   files::TorchSaveOptions options;
   options.max_elements = kMaxBufferElements;
-  options.max_bytes = kMaxBufferElements * 8;
+  options.max_bytes = kMaxBufferElements * 8;  // the widest buffer dtype's (int64) bytes
   auto v = files::ReadTorchSaveFile(path, options);
   if (!v.ok()) return cuir::Prefixed(where, v.status());
   return ValueTensor(*v, where);
 }
-
 
 torch::Tensor RandomTensor(cuir::TensorDType dtype, const std::vector<int64_t>& shape,
                            int64_t int_range, at::Generator& gen) {
