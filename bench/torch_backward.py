@@ -29,7 +29,8 @@ then loads; Flex's ~30 s a variant would otherwise make the 49 specs at two leng
     ... --specs . --suite-kernels DIR --warm 8 --seqlen 8192 --reps 5
 
 `--skip-timed LOG` leaves out the variants that an earlier run's log, at the same shape, has a
-row for: a matrix that one device call's time cut is finished by the next (session 24).
+complete row for: a matrix that one device call's time cut is finished by the next (session 24);
+a row where either side failed runs again.
 
 Flex is not run on the specs of --no-flex (default: the four whose negative indexing of
 captured tensors Flex does not implement: one faults and takes the CUDA context with it;
@@ -189,10 +190,12 @@ def kept_by_head(mask_mod, b, hq, s, per_bh):
 
 
 def timed_in(log):
-    """The case names an earlier run's log has a row for (`NAME cubridge ...`)."""
+    """The case names an earlier run's log has a complete row for (`NAME cubridge T (ms) flex
+    T (ms)`, or Flex left out by --no-flex): a row where either side failed runs again."""
+    row = re.compile(r"((?:example|generality) .+?) cubridge\s+[0-9.]+ \(.*?flex\s+"
+                     r"(?:[0-9.]+ \(|-- \(not run \(--no-flex\)\))")
     with open(log) as f:
-        return {m.group(1).rstrip() for m in (re.match(r"((?:example|generality) .+?) cubridge ",
-                                                       line) for line in f) if m}
+        return {m.group(1).rstrip() for m in map(row.match, f) if m}
 
 
 def spec_variants(pattern, suite_kernels, b, hq, hkv, s, skip=frozenset()):
