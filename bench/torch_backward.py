@@ -198,18 +198,23 @@ def timed_in(log):
         return {m.group(1).rstrip() for m in map(row.match, f) if m}
 
 
-def spec_variants(pattern, suite_kernels, b, hq, hkv, s, skip=frozenset()):
+def spec_variants(pattern, suite_kernels, b, hq, hkv, s, skip=frozenset(), shard=None):
     """{case name: (score_mod, mask_mod)} of the example and generality specs matching pattern
-    and not in skip, bound at this shape (tests/python/gpu_check.py's spec_cases), and the names
-    whose mask reads its batch or head index."""
+    and not in skip (of those, every shard[1]-th from the shard[0]-th: a --warm child's, whose
+    captured tensors alone it makes), bound at this shape (tests/python/gpu_check.py's
+    spec_cases), and the names whose mask reads its batch or head index."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     sys.path.insert(0, os.path.join(root, "tests", "python"))
     import gpu_check
     shape = dict(batch=b, heads_q=hq, heads_kv=hkv, seqlen_q=s, seqlen_kv=s)
-    table, per_bh = {}, set()
-    for name, mods in gpu_check.spec_cases(shape, suite_kernels):
+    table, per_bh, matched = {}, set(), [0]
+
+    def keep(name):
         if not re.search(pattern, name) or name in skip:
-            continue
+            return False
+        matched[0] += 1
+        return shard is None or (matched[0] - 1) % shard[1] == shard[0]
+    for name, mods in gpu_check.spec_cases(shape, suite_kernels, keep):
         table[name] = (mods["score_mod"], mods["mask_mod"])
         # The binder's closure passes b and h on to the spec's own function (its `fn`): whether
         # the mask reads them is that function's question.
@@ -250,9 +255,9 @@ def run_shape(heads, d, s, variants, reps, deterministic, flex, kernels=False, s
     gqa = hq != hkv
     table, per_bh = VARIANTS, set()
     if specs is not None:  # (pattern, suite kernels folder, specs Flex does not run, skip)
-        table, per_bh = spec_variants(specs[0], specs[1], b, hq, hkv, s, specs[3])
+        table, per_bh = spec_variants(specs[0], specs[1], b, hq, hkv, s, specs[3], warm_shard)
         variants, no_flex = list(table), specs[2]
-    if warm_shard is not None:  # (i, n): this process compiles every n-th variant from the i-th
+    elif warm_shard is not None:  # (i, n): this process compiles every n-th variant from the i-th
         variants = variants[warm_shard[0]::warm_shard[1]]
     g = torch.Generator(device=DEV).manual_seed(0)
     q = torch.randn(b, hq, s, d, device=DEV, generator=g).bfloat16().requires_grad_()

@@ -23,7 +23,9 @@
 #   compare  the fa3_sm90 base tile as is against each variant of $AB_DEFINES in one process, their
 #            calls interleaved ($COMPARE_REPS pairs, default 30), fast and deterministic mode:
 #            paired ratios for levers smaller than the 4% between processes; each variant
-#            checked as `expert` checks; at $COMPARE_SEQLEN (default 8192; e.g. 8192,1024)
+#            checked as `expert` checks; at $COMPARE_SEQLEN (default 8192; e.g. 8192,1024);
+#            COMPARE_TRACE=1: each also built with CUBRIDGE_BWD_TRACE, its CTAs' phases
+#            (backward_expert_check.py --trace)
 #   ncu_op   ncu of the op's lowered backward (preprocess, attention, postprocess) for each variant
 #            of $NCU_VARIANTS (torch_backward.py's names, default "causal"), bf16 d 128 at S = 8k,
 #            Flex not run; the sections as `ncu`'s (issue 30 asks for causal's)
@@ -148,7 +150,7 @@ if has compare; then
     [ -n "${defines// /}" ] && compare_flags+=(--compare "$defines")
   done
   if [ ${#compare_flags[@]} -gt 0 ]; then
-    run compare timeout "${AB_TIMEOUT:-300}" bash -c "cd tests/gpu/backward && $base_check --reps ${COMPARE_REPS:-30} --seqlen ${COMPARE_SEQLEN:-8192} $(printf '%q ' "${compare_flags[@]}") --out $out/compare.json"
+    run compare timeout "${AB_TIMEOUT:-300}" bash -c "cd tests/gpu/backward && $base_check --reps ${COMPARE_REPS:-30} --seqlen ${COMPARE_SEQLEN:-8192} ${COMPARE_TRACE:+--trace} $(printf '%q ' "${compare_flags[@]}") --out $out/compare.json"
   else
     summary+=("compare  not run: \$AB_DEFINES names no variant")
   fi
@@ -194,7 +196,7 @@ if [ "$built" = 0 ]; then
     # postprocess (the same kernels the timed calls run).
     for v in ${NCU_VARIANTS:-causal}; do
       # shellcheck disable=SC2086  # $ncu_bwd: the profiler's command line, one word each
-      run "ncu_op_$v" timeout 400 $ncu_bwd python3 bench/torch_backward.py --variants "$v" \
+      run "ncu_op_$v" timeout "${NCU_TIMEOUT:-400}" $ncu_bwd python3 bench/torch_backward.py --variants "$v" \
         --seqlen 8192 --reps 1 --no-flex .
     done
   fi

@@ -260,6 +260,8 @@ struct Loaded {
   // plans: [0] computes the learnable captured tensors' gradients, [1] none (BwdModuleKind).
   std::unique_ptr<gpu::BackwardModule> backward[2];
   std::map<std::string, gpu::BwdLaunchPlan> backward_plans;
+  // Block tables kept per call geometry (KeptTables), the forward's and the backward's.
+  std::map<std::string, at::Tensor> tables;
 };
 
 // Which backward module a call runs. A call where no captured tensor learns runs the kernel
@@ -411,6 +413,30 @@ PlanT PlanOnce(std::map<std::string, PlanT>& plans, const std::string& key, cons
   return plans.emplace(key, *planned).first->second;
 }
 
+// The block tables of a call geometry, built once and kept, where they depend on the geometry
+// alone: a kernel without captured tensors (its masks read indices and constants only) whose
+// plan builds tables (`bytes` of them). The caller copies them into each call's workspace and
+// enqueues the call without its table kernels: a per-head mask classifies every tile of every
+// head (its tables at 8k cost more than its sparse attention, bench/NOTES.md session 25), as
+// FlexAttention's users keep a BlockMask. Built outside any capture (a captured first call
+// classifies in the graph instead) and waited for, since a later call may run on another
+// stream. Undefined where not kept. Call with loaded.mu held.
+template <typename Build>
+at::Tensor KeptTables(std::map<std::string, at::Tensor>& kept, const std::string& key, bool keep,
+                      uint64_t bytes, const gpu::Driver& cu, CUstream stream,
+                      const at::Tensor& like, Build build) {
+  if (!keep || bytes == 0) return {};
+  auto it = kept.find(key);
+  if (it != kept.end()) return it->second;
+  CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_NONE;
+  cu.StreamIsCapturing(stream, &capturing);
+  if (capturing != CU_STREAM_CAPTURE_STATUS_NONE) return {};
+  at::Tensor tables = at::empty({static_cast<int64_t>(bytes)}, like.options().dtype(at::kByte));
+  Ok(build(tables.data_ptr()), "build the block tables");
+  Ok(cu.Check(cu.CtxSynchronize(), "cuCtxSynchronize"), "build the block tables");
+  return kept.emplace(key, tables).first->second;
+}
+
 // Device scratch from the caching allocator, on the call's stream.
 at::Tensor Workspace(uint64_t bytes, const at::Tensor& like) {
   return at::empty({static_cast<int64_t>(std::max<uint64_t>(bytes, 1))},
@@ -437,11 +463,18 @@ std::tuple<at::Tensor, at::Tensor> AttentionCuda(const at::Tensor& q, const at::
 
   const auto [cu, loaded, stream] = Place(kn, q);
   gpu::LaunchPlan plan{};
+  at::Tensor tables;
   {
     std::lock_guard lock(loaded.mu);
-    plan = PlanOnce(loaded.plans, GeometryKey(p), cu, stream, q, [&](CUdeviceptr scratch) {
+    const std::string key = GeometryKey(p);
+    plan = PlanOnce(loaded.plans, key, cu, stream, q, [&](CUdeviceptr scratch) {
       return loaded.module->Plan(p, scratch);
     });
+    // The forward's tables are its whole workspace_bytes (the split's scratch follows).
+    tables = KeptTables(loaded.tables, key, kn.buffers.empty() && plan.classify_grid > 0,
+                        plan.workspace_bytes, cu, stream, q, [&](void* at) {
+                          return loaded.module->EnqueueTables(p, plan, at, stream);
+                        });
   }
   const uint64_t workspace = plan.workspace_bytes + plan.split_workspace_bytes;
   at::Tensor scratch;
@@ -449,6 +482,10 @@ std::tuple<at::Tensor, at::Tensor> AttentionCuda(const at::Tensor& q, const at::
     scratch = Workspace(workspace, q);
     p.workspace = scratch.data_ptr();
     p.workspace_size = workspace;
+  }
+  if (tables.defined()) {
+    scratch.narrow(0, 0, tables.numel()).copy_(tables, /*non_blocking=*/true);
+    plan.classify_grid = 0;
   }
   Ok(loaded.module->Enqueue(p, plan, stream), "launch");
   return {o, lse};
@@ -496,6 +533,7 @@ BackwardOutputs AttentionBackwardCuda(const at::Tensor& grad_o, const at::Tensor
           ? kWithoutBufferGrads
           : kWithBufferGrads;
   gpu::BwdLaunchPlan plan{};
+  at::Tensor tables;
   std::unique_ptr<gpu::BackwardModule>& backward = loaded.backward[kind];
   {
     std::lock_guard lock(loaded.mu);
@@ -515,10 +553,19 @@ BackwardOutputs AttentionBackwardCuda(const at::Tensor& grad_o, const at::Tensor
     plan = PlanOnce(loaded.backward_plans, key, cu, stream, q, [&](CUdeviceptr scratch) {
       return backward->Plan(p, scratch);
     });
+    tables = KeptTables(loaded.tables, key, kn.buffers.empty() && plan.classify_grid > 0,
+                        plan.workspace_bytes - plan.tables_offset, cu, stream, q, [&](void* at) {
+                          return backward->EnqueueTables(p, plan, at, stream);
+                        });
   }
   at::Tensor scratch = Workspace(plan.workspace_bytes, q);
   p.workspace = scratch.data_ptr();
   p.workspace_size = static_cast<size_t>(scratch.numel());
+  if (tables.defined()) {
+    scratch.narrow(0, static_cast<int64_t>(plan.tables_offset), tables.numel())
+        .copy_(tables, /*non_blocking=*/true);
+    plan.classify_grid = 0;
+  }
   Ok(backward->Enqueue(p, plan, stream), "launch the backward");
   for (size_t i = 0, g = 0; i < buffers.size(); ++i) {
     if (learning[i]) {

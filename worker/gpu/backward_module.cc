@@ -122,6 +122,30 @@ absl::StatusOr<BwdLaunchPlan> BackwardModule::Plan(const BwdParams& p, CUdevicep
   return plan;
 }
 
+absl::Status BackwardModule::Launch(int role, uint32_t grid_x, uint32_t grid_y, uint32_t grid_z,
+                                    uint32_t threads, uint32_t smem, void** args,
+                                    CUstream stream) const {
+  const std::string what = absl::StrCat("launch backward ", kBackwardRoles[role]);
+  return cu_->Check(cu_->LaunchKernel(fn_[role], grid_x, grid_y, grid_z, threads, 1, 1, smem,
+                                      stream, args, nullptr),
+                    what.c_str());
+}
+
+absl::Status BackwardModule::EnqueueTables(const BwdParams& p, const BwdLaunchPlan& plan,
+                                           void* tables, CUstream stream) const {
+  if (plan.classify_grid == 0) return absl::OkStatus();
+  if (auto s = TableKernelsDeclared(plan.classify_grid, fn_[kClassify], fn_[kCompact]); !s.ok()) {
+    return s;
+  }
+  cubridge_attn_fwd_params fwd = p.fwd;
+  void* args[] = {&fwd, &tables};
+  if (auto s = Launch(kClassify, plan.classify_grid, 1, 1, plan.table_threads, 0, args, stream);
+      !s.ok()) {
+    return s;
+  }
+  return Launch(kCompact, plan.compact_grid, 1, 1, plan.table_threads, 0, args, stream);
+}
+
 absl::Status BackwardModule::Enqueue(const BwdParams& p, const BwdLaunchPlan& plan,
                                      CUstream stream) const {
   if (p.workspace == nullptr || p.workspace_size < plan.workspace_bytes) {
@@ -129,35 +153,19 @@ absl::Status BackwardModule::Enqueue(const BwdParams& p, const BwdLaunchPlan& pl
                                                    plan.workspace_bytes,
                                                    " bytes of workspace; got ", p.workspace_size));
   }
-  if (plan.classify_grid > 0 && (fn_[kClassify] == nullptr || fn_[kCompact] == nullptr)) {
-    return absl::InvalidArgumentError(
-        "the backward launch plan asks for block-table kernels the module does not declare "
-        "(`@cuir-entry classify` and `compact`)");
+  if (auto s = TableKernelsDeclared(plan.classify_grid, fn_[kClassify], fn_[kCompact]); !s.ok()) {
+    return s;
   }
   BwdParams params = p;
   void* args[] = {&params};
-  cubridge_attn_fwd_params fwd = p.fwd;
-  char* tables = static_cast<char*>(p.workspace) + plan.tables_offset;
-  void* table_args[] = {&fwd, &tables};
-  const auto launch = [&](Role role, uint32_t grid_x, uint32_t grid_y, uint32_t grid_z,
-                          uint32_t threads, uint32_t smem, void** a) {
-    const std::string what = absl::StrCat("launch backward ", kBackwardRoles[role]);
-    return cu_->Check(cu_->LaunchKernel(fn_[role], grid_x, grid_y, grid_z, threads, 1, 1, smem,
-                                        stream, a, nullptr),
-                      what.c_str());
-  };
-  if (auto s = launch(kPreprocess, plan.row_grid, 1, 1, plan.row_threads, 0, args); !s.ok()) {
+  if (auto s = Launch(kPreprocess, plan.row_grid, 1, 1, plan.row_threads, 0, args, stream);
+      !s.ok()) {
     return s;
   }
-  if (plan.classify_grid > 0) {
-    if (auto s = launch(kClassify, plan.classify_grid, 1, 1, plan.table_threads, 0, table_args);
-        !s.ok()) {
-      return s;
-    }
-    if (auto s = launch(kCompact, plan.compact_grid, 1, 1, plan.table_threads, 0, table_args);
-        !s.ok()) {
-      return s;
-    }
+  if (auto s = EnqueueTables(p, plan, static_cast<char*>(p.workspace) + plan.tables_offset,
+                             stream);
+      !s.ok()) {
+    return s;
   }
   if (auto s = cu_->Check(cu_->FuncSetAttribute(fn_[kAttention],
                                                 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
@@ -166,14 +174,14 @@ absl::Status BackwardModule::Enqueue(const BwdParams& p, const BwdLaunchPlan& pl
       !s.ok()) {
     return s;
   }
-  if (auto s = launch(kAttention, plan.grid[0], plan.grid[1], plan.grid[2],
+  if (auto s = Launch(kAttention, plan.grid[0], plan.grid[1], plan.grid[2],
                       static_cast<uint32_t>(plan.threads), static_cast<uint32_t>(plan.smem_bytes),
-                      args);
+                      args, stream);
       !s.ok()) {
     return s;
   }
   if (plan.post_grid == 0) return absl::OkStatus();  // the attention kernel converted all
-  return launch(kPostprocess, plan.post_grid, 1, 1, plan.row_threads, 0, args);
+  return Launch(kPostprocess, plan.post_grid, 1, 1, plan.row_threads, 0, args, stream);
 }
 
 }  // namespace cubridge::gpu

@@ -41,12 +41,19 @@ class BackwardModule {
   // than the plan's or the plan asks for block-table kernels the module lacks. The learnable
   // buffers' gradients (p.buffer_grads) are added into: the caller zero-fills them.
   absl::Status Enqueue(const BwdParams& p, const BwdLaunchPlan& plan, CUstream stream) const;
+  // Enqueues the block-table kernels alone, writing the plan's tables (the workspace's bytes
+  // from tables_offset) at `tables`, as KernelModule::EnqueueTables does for the forward.
+  absl::Status EnqueueTables(const BwdParams& p, const BwdLaunchPlan& plan, void* tables,
+                             CUstream stream) const;
 
   int registers() const { return registers_; }  // of the attention kernel
   int local_bytes() const { return local_bytes_; }
 
  private:
   BackwardModule() = default;
+  // Launches role `role`'s kernel (kBackwardRoles) on `stream`, its failure named by the role.
+  absl::Status Launch(int role, uint32_t grid_x, uint32_t grid_y, uint32_t grid_z,
+                      uint32_t threads, uint32_t smem, void** args, CUstream stream) const;
   const Driver* cu_ = nullptr;
   CUmodule module_ = nullptr;
   CUfunction fn_[6] = {};  // by kBackwardRoles

@@ -242,6 +242,14 @@ absl::Status CheckTmaRequests(const LaunchPlan& plan) {
   return absl::OkStatus();
 }
 
+absl::Status TableKernelsDeclared(uint32_t classify_grid, CUfunction classify,
+                                  CUfunction compact) {
+  if (classify_grid == 0 || (classify != nullptr && compact != nullptr)) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      "the launch plan asks for block-table kernels the module does not declare "
+      "(`@cuir-entry classify` and `compact`)");
+}
+
 absl::Status CheckLaunchPlan(LaunchPlan& plan) {
   if (plan.version < kMinPlanVersion || plan.version > kPlanVersion) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -411,6 +419,24 @@ absl::StatusOr<LaunchPlan> KernelModule::Plan(const AttnParams& p, CUdeviceptr s
   return plan;
 }
 
+absl::Status KernelModule::EnqueueTables(const AttnParams& p, const LaunchPlan& plan,
+                                         void* tables, CUstream stream) const {
+  if (plan.classify_grid == 0) return absl::OkStatus();
+  if (auto s = TableKernelsDeclared(plan.classify_grid, classify_, compact_); !s.ok()) return s;
+  AttnParams params = p;
+  void* args[] = {&params, &tables};
+  for (auto [fn, grid, what] : {std::tuple{classify_, plan.classify_grid, "launch classify"},
+                                std::tuple{compact_, plan.compact_grid, "launch compact"}}) {
+    if (auto s = cu_->Check(cu_->LaunchKernel(fn, grid, 1, 1, plan.table_threads, 1, 1, 0,
+                                              stream, args, nullptr),
+                            what);
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status KernelModule::Enqueue(const AttnParams& p, const LaunchPlan& plan,
                                    CUstream stream) const {
   if (plan.workspace_bytes > 0 && (p.workspace == nullptr || p.workspace_size < plan.workspace_bytes)) {
@@ -431,27 +457,13 @@ absl::Status KernelModule::Enqueue(const AttnParams& p, const LaunchPlan& plan,
     if (!encoded.ok()) return encoded.status();
     maps = *encoded;
   }
-  if (plan.classify_grid > 0 && (classify_ == nullptr || compact_ == nullptr)) {
-    return absl::InvalidArgumentError(
-        "the launch plan asks for block-table kernels the module does not declare "
-        "(`@cuir-entry classify` and `compact`)");
-  }
+  if (auto s = TableKernelsDeclared(plan.classify_grid, classify_, compact_); !s.ok()) return s;
   if (plan.combine_grid > 0 && combine_ == nullptr) {
     return absl::InvalidArgumentError(
         "the launch plan asks for a combine kernel the module does not declare "
         "(`@cuir-entry combine`)");
   }
-  if (plan.classify_grid > 0) {
-    for (auto [fn, grid, what] : {std::tuple{classify_, plan.classify_grid, "launch classify"},
-                                  std::tuple{compact_, plan.compact_grid, "launch compact"}}) {
-      if (auto s = cu_->Check(cu_->LaunchKernel(fn, grid, 1, 1, plan.table_threads, 1, 1, 0,
-                                                stream, args, nullptr),
-                              what);
-          !s.ok()) {
-        return s;
-      }
-    }
-  }
+  if (auto s = EnqueueTables(p, plan, p.workspace, stream); !s.ok()) return s;
   if (auto s = cu_->Check(cu_->FuncSetAttribute(attention_,
                                                 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                                 plan.smem_bytes),

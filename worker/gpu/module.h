@@ -26,6 +26,11 @@ std::map<std::string, std::string> EntryExpressions(const EntryPoints& entries, 
 // version 2, its TMA requests (INVALID_ARGUMENT naming the field). A version-1 plan has no TMA
 // fields: whatever lies there is not the kernel's, so they are cleared.
 absl::Status CheckLaunchPlan(LaunchPlan& plan);
+
+// INVALID_ARGUMENT where a plan asks for block-table kernels (classify_grid > 0) that the
+// module does not declare (`@cuir-entry classify` and `compact`); the forward's and the
+// backward's modules both check it before they enqueue anything.
+absl::Status TableKernelsDeclared(uint32_t classify_grid, CUfunction classify, CUfunction compact);
 // The TMA part of that check: tma_count 0..CUBRIDGE_MAX_TMA, and each request's tensor 0..3 or a
 // buffer (CUBRIDGE_TMA_BUFFER0 + i), swizzle 0..3, box_rows 1..256, box_cols 8..256 in steps of 8
 // (16 bytes) and, when swizzled, at most the swizzle span (128B: 64 columns); a buffer's box_cols
@@ -87,6 +92,12 @@ class KernelModule {
   // parameter (INVALID_ARGUMENT naming the tensor and its geometry when the driver refuses one).
   // A persistent kernel's grid (plan.resident_ctas_per_sm > 0) is bounded by what fits at once.
   absl::Status Enqueue(const AttnParams& p, const LaunchPlan& plan, CUstream stream) const;
+  // Enqueues the block-table kernels alone, writing the plan's tables (its workspace_bytes) for
+  // these parameters at `tables`: for a caller that keeps tables which depend on the call
+  // geometry alone, copies them into each call's workspace and enqueues the call with a plan
+  // whose classify_grid is 0. OK and nothing enqueued where the plan builds no tables.
+  absl::Status EnqueueTables(const AttnParams& p, const LaunchPlan& plan, void* tables,
+                             CUstream stream) const;
 
   int registers() const { return registers_; }
   int local_bytes() const { return local_bytes_; }  // spills and stack per thread

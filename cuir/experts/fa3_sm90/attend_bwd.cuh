@@ -102,19 +102,43 @@ __device__ __forceinline__ void produce_bwd_tile(const BwdTile& tile, int tid, i
           static_cast<int64_t>(tile.kv_lo) * f.v_row_stride,
       f.v_row_stride, kv_rows, tid);
   cp_async_commit();
-  cp_async_wait<0>();
-  fence_proxy_async();
-  mbar_arrive(&sm.bars->kv_full);
+  // The copy groups in flight, oldest first: K and V's (if kv_pending), then `pending` blocks'
+  // stages from ring index `first`; each published (landed, fenced for wgmma, its barrier
+  // arrived on) oldest first. Under kEarlyFill a tile's K, V and first STAGES stages go out
+  // back to back, so that the consumers' first block waits one load's latency instead of
+  // each in turn; past them, a stage is published as soon as it is issued, as before.
+  bool kv_pending = true;
+  int first = ring, pending = 0;
+  const auto publish = [&] {
+    static_assert(STAGES == 2, "at most three groups in flight (cp_async_wait<2>)");
+    for (int newer = kv_pending + pending - 1; newer >= 0; --newer) {
+      if (newer >= 2) cp_async_wait<2>();
+      else if (newer == 1) cp_async_wait<1>();
+      else cp_async_wait<0>();
+      fence_proxy_async();
+      if (kv_pending) {
+        mbar_arrive(&sm.bars->kv_full);
+        kv_pending = false;
+      } else {
+        mbar_arrive(&sm.bars->full[first++ & 1]);
+        --pending;
+      }
+    }
+  };
+  if constexpr (!kEarlyFill) publish();
   int i = ring;
   tile.for_each_q_block([&](int m_block, int, bool) {
     const int stage = i & 1, use = i >> 1;
-    if (use > 0) mbar_wait(&sm.bars->empty[stage], (use - 1) & 1);
+    if (use > 0) {
+      publish();
+      mbar_wait(&sm.bars->empty[stage], (use - 1) & 1);
+    }
     load_q_block<128, T, D>(tile, sm, m_block, stage, tid);
-    cp_async_wait<0>();
-    fence_proxy_async();
-    mbar_arrive(&sm.bars->full[stage]);
+    ++pending;
+    if (!kEarlyFill || use > 0) publish();
     ++i;
   });
+  publish();
   ring = i;
 }
 
@@ -166,7 +190,10 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid, in
 
   // load K = k[b, kv_h, kv_lo:kv_hi], load V = v[b, kv_h, kv_lo:kv_hi] (by the producer, if any)
   if constexpr (kProducer) {
-    if constexpr (!kPersistent) mbar_wait(&sm.bars->kv_full, 0);
+    if constexpr (!kPersistent) {
+      mbar_wait(&sm.bars->kv_full, 0);
+      bwd_trace_stamp(tid, kTraceKv);
+    }
   } else {
     const T* k_ptr = static_cast<const T*>(f.k) + tile.b * f.k_batch_stride +
                      tile.kv_h * f.k_head_stride + static_cast<int64_t>(kv_lo) * f.k_row_stride;
@@ -301,6 +328,7 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid, in
       // This stage's copies landed (the producer fenced them for wgmma); under kLagDq the
       // previous block's dS^T of both warpgroups is there too.
       mbar_wait(&sm.bars->full[stage], (block_index >> 1) & 1);
+      if (block_index == ring) bwd_trace_stamp(tid, kTraceFirst);
       if constexpr (kLagDq) consumers_sync();
     } else {
       if (first_block) {  // the prologue: no earlier block prefetched this one
@@ -310,6 +338,10 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid, in
       cp_async_wait<0>();
       fence_proxy_async();  // the copies, visible to wgmma's reads
       __syncthreads();      // this stage landed (and K, V); every warp is done with the other stage
+      if (block_index == ring) {
+        bwd_trace_stamp(tid, kTraceKv);
+        bwd_trace_stamp(tid, kTraceFirst);
+      }
       if (m_next != KvUnion<1>::kEnd) {
         load_q_block<kConsumerThreads, T, D>(tile, sm, m_next, stage ^ 1, tid);
       }
@@ -453,6 +485,8 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid, in
     // Without a producer, the next block's top barrier orders this block's reads of dS^T and of
     // the stage before their next writes.
   });
+  bwd_trace_stamp(tid, kTraceWalked);
+  bwd_trace_note(tid, kTraceBlocks, block_index - ring);
   ring = block_index;
   if constexpr (kPersistent) {
     // Every product of the tile retired (each block waited for its dQ): K and V may go.
@@ -465,6 +499,16 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid, in
 
   // grad.epilogue: dK = scale * dk, dV; under GQA the group's query heads add up in fp32.
   const bool gqa = f.heads_q != f.heads_kv;
+  if constexpr (kStagedStore) {
+    if (!gqa && bwd_dkv_rows_16(p)) {
+      // Every warpgroup's products retired before any stage is overwritten.
+      consumers_sync();
+      store_dkv_staged<T, D, kPartCols>(tile, s_base + Tiling::kStage0, dk, dv, scale, key0,
+                                        part * kPartCols, t, tid, consumers_sync);
+      bwd_trace_stamp(tid, kTraceStored);
+      return;
+    }
+  }
   const int64_t kv_row0 = (static_cast<int64_t>(tile.b) * f.heads_kv + tile.kv_h) * tile.seqlen_kv;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -491,4 +535,5 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid, in
       }
     }
   }
+  bwd_trace_stamp(tid, kTraceStored);
 }

@@ -138,6 +138,21 @@ constexpr bool kProducer = CUBRIDGE_BWD_PRODUCER && BLOCK_N == 128;
 #define CUBRIDGE_BWD_PERSISTENT 0
 #endif
 constexpr bool kPersistent = CUBRIDGE_BWD_PERSISTENT && kProducer;
+// The producer issues a tile's K, V and its first two stages' copies back to back and
+// publishes each as it lands, instead of waiting for each before it issues the next
+// (attend_bwd.cuh, produce_bwd_tile): the consumers' first block waits one latency.
+#ifndef CUBRIDGE_BWD_EARLY_FILL
+#define CUBRIDGE_BWD_EARLY_FILL 0
+#endif
+constexpr bool kEarlyFill = CUBRIDGE_BWD_EARLY_FILL && kProducer;
+static_assert(kProducer || !kEarlyFill, "only a producer fills early");  // a tile without one
+// dK and dV leave through shared memory (the walk's stages) in 16-byte row pieces instead of
+// each thread's 4-byte fragment pairs (epilogue_bwd.cuh); not in a persistent CTA, whose
+// producer refills the stages for its next tile meanwhile.
+#ifndef CUBRIDGE_BWD_STAGED_STORE
+#define CUBRIDGE_BWD_STAGED_STORE 0
+#endif
+constexpr bool kStagedStore = CUBRIDGE_BWD_STAGED_STORE && !kPersistent;
 constexpr int kConsumerThreads = WARPS * 32;
 constexpr int kThreads = kConsumerThreads + (kProducer ? 128 : 0);
 // Registers per thread after setmaxnreg: the launch gives 65536 / 384 (168) each; the producer
@@ -363,6 +378,8 @@ struct BwdBlock : BwdTile {
 }  // namespace cubridge_fa3_bwd
 
 namespace cubridge_fa3_bwd {
+#include "trace_bwd.cuh"
+#include "epilogue_bwd.cuh"
 #include "attend_bwd.cuh"
 
 // Under kDqFused, the consumers count the tile done for its head, the head's last converts dQ.
@@ -446,6 +463,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int n_block = blockIdx.x, kv_lo = n_block * BLOCK_N;
   const BwdTile tile{call, n_block, static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.z),
                      kv_lo, min(kv_lo + BLOCK_N, f.seqlen_kv)};
+  const int consumer = static_cast<int>(threadIdx.x) - (kProducer ? 128 : 0);
+  bwd_trace_stamp(consumer, kTraceStart);
   if constexpr (kProducer) {
     // Warpgroup 0 produces, 1 and 2 consume; each role one branch (setmaxnreg, HOPPER.md).
     BwdBars* const bars = bwd_smem<D>().bars;
@@ -455,16 +474,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x < 128) {
       cubridge::fa3::setmaxnreg_dec<kProducerRegs>();
       produce_bwd_tile<T, D>(tile, threadIdx.x, ring);
-    } else {
-      cubridge::fa3::setmaxnreg_inc<kConsumerRegs>();
-      attend_bwd_tile<T, D>(tile, threadIdx.x - 128, ring);
-      finish_dq<T>(p, threadIdx.x - 128);
+      return;
     }
+    cubridge::fa3::setmaxnreg_inc<kConsumerRegs>();
+    attend_bwd_tile<T, D>(tile, consumer, ring);
   } else {
     int ring = 0;
-    attend_bwd_tile<T, D>(tile, threadIdx.x, ring);
-    finish_dq<T>(p, threadIdx.x);
+    attend_bwd_tile<T, D>(tile, consumer, ring);
   }
+  finish_dq<T>(p, consumer);
+  bwd_trace_stamp(consumer, kTraceEnd);
 }
 
 }  // namespace cubridge_fa3_bwd

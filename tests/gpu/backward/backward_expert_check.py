@@ -297,6 +297,69 @@ def compare_bench(torch, sos, reps, d=128, s=8192):
     return out
 
 
+def trace_bench(torch, so, d=128, s=8192):
+    """Where a CTA's time goes (fa3_sm90 built with CUBRIDGE_BWD_TRACE, trace_bwd.cuh): one
+    fast-mode call at bench_problem after a warm-up, its CTAs' phase stamps (SM clock) read
+    back. Per CTA, medians in microseconds: K/V landed after entry, the first block's stage after
+    K/V, a block of the walk, dK/dV's store, the rest (dQ's conversion, exit); per SM, the share
+    of the kernel's span some CTA was running and the gap from one CTA's end to the next's
+    start; the SM clock's rate from the busiest SM's clock and global-timer spans; the kernel's
+    span (first CTA's start to last one's end) and the part after the last CTA started."""
+    slots, ctas = 10, 1 << 16  # trace_bwd.cuh's kTraceSlots, kTraceCtas
+    so.bwd_check_trace.restype = ctypes.c_int
+    so.bwd_check_trace.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    q, k, v, grad_o, scale, _ = bench_problem(torch, d, s)
+    o, lse = forward_of(torch, q, k, v, scale)
+    host = torch.zeros(ctas * slots, dtype=torch.int64)
+    run_kernel(torch, so, q, k, v, o, lse, grad_o, scale, 0)
+    torch.cuda.synchronize()
+    so.bwd_check_trace(host.data_ptr(), host.numel())  # clears the warm-up's stamps
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    err = run_kernel(torch, so, q, k, v, o, lse, grad_o, scale, 0)[0]
+    end.record()
+    torch.cuda.synchronize()
+    ms = start.elapsed_time(end)
+    if err or so.bwd_check_trace(host.data_ptr(), host.numel()):
+        return {"error": f"launch {err} or trace read failed"}
+    rows = [r for r in host.view(ctas, slots).tolist() if r[5] > 0]  # kTraceEnd stamped
+    by_sm = {}
+    for r in rows:
+        by_sm.setdefault(r[6], []).append(r)
+    busiest = max(by_sm.values(), key=len)
+    ghz = ((max(r[5] for r in busiest) - min(r[0] for r in busiest)) /
+           (max(r[9] for r in busiest) - min(r[8] for r in busiest)))
+    first_ns, last_start_ns, last_ns = (min(r[8] for r in rows), max(r[8] for r in rows),
+                                        max(r[9] for r in rows))
+
+    def median(xs):
+        xs = sorted(xs)
+        return xs[len(xs) // 2] if xs else 0
+
+    def med(cycles):  # in microseconds
+        return round(median(cycles) / (ghz * 1e3), 3)
+    gaps, busy = [], []
+    for sm_rows in by_sm.values():
+        sm_rows.sort()
+        gaps += [b[0] - a[5] for a, b in zip(sm_rows, sm_rows[1:])]
+        span = max(r[5] for r in sm_rows) - min(r[0] for r in sm_rows)
+        busy.append(sum(r[5] - r[0] for r in sm_rows) / span if span else 0.0)
+    out = {"shape": list(q.shape), "ms_with_pre_post": ms, "ctas": len(rows), "sms": len(by_sm),
+           "kernel_span_ms": (last_ns - first_ns) / 1e6,
+           "tail_ms": (last_ns - last_start_ns) / 1e6,
+           "clock_ghz": round(ghz, 3), "blocks_per_cta": median([r[7] for r in rows]),
+           "us": {"cta": med([r[5] - r[0] for r in rows]),
+                  "kv_landed": med([r[1] - r[0] for r in rows]),
+                  "first_block_landed": med([r[2] - r[1] for r in rows]),
+                  "per_block": med([(r[3] - r[2]) / max(r[7], 1) for r in rows]),
+                  "store_dk_dv": med([r[4] - r[3] for r in rows]),
+                  "after_store": med([r[5] - r[4] for r in rows]),
+                  "gap_between_ctas": med(gaps)},
+           "sm_busy": round(median(busy), 4)}
+    print(json.dumps(out))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", help="write the results as JSON here")
@@ -317,6 +380,9 @@ def main():
                     help="also the kernel with these macros (beside --define's), checked as the "
                          "baseline is, and timed against it in this process, interleaved "
                          "(--reps pairs; one tile: --tiles)")
+    ap.add_argument("--trace", action="store_true",
+                    help="fa3_sm90: also each tile (and each --compare set) built with "
+                         "CUBRIDGE_BWD_TRACE, its CTAs' phases at each --seqlen (trace_bwd.cuh)")
     a = ap.parse_args()
     seqlens = [int(x) for x in a.seqlen.split(",")]
     try:
@@ -339,7 +405,7 @@ def main():
         (1, 3, 1, 256, 257, 300, "bf16"), (1, 4, 4, 256, 300, 257, "fp16"),
         (1, 1, 1, 256, 1, 1, "bf16"), (2, 6, 2, 256, 511, 129, "bf16"),
     ]
-    ok, results, benches, compared = True, [], [], []
+    ok, results, benches, compared, traces = True, [], [], [], []
     for tile, head_dims in BACKWARD_TILES[a.expert]:
         if a.tiles and f"{tile[0]}x{tile[1]}" not in a.tiles.split(","):
             continue
@@ -362,6 +428,13 @@ def main():
             for s in seqlens:
                 compared.append(dict(compare_bench(torch, sos, a.reps, max(head_dims), s),
                                      tile=list(tile)))
+        if a.trace and a.expert == "fa3_sm90":
+            for extra in [""] + a.compare:
+                defines = a.define + extra.replace(",", " ").split() + ["CUBRIDGE_BWD_TRACE=1"]
+                traced = build(tmp, f"sm_{major}{minor}", a.expert, tile, defines)
+                for s in seqlens:
+                    traces.append(dict(trace_bench(torch, traced, max(head_dims), s),
+                                       tile=list(tile), defines=defines))
         if a.bench:
             for s in seqlens:
                 benches.append(dict(bench(torch, so, a.reps, max(head_dims), no_flex=a.no_flex,
@@ -374,6 +447,8 @@ def main():
         report["bench"], report["benches"] = benches[0], benches
     if compared:
         report["compare"] = compared
+    if traces:
+        report["trace"] = traces
     if a.out:
         with open(a.out, "w") as f:
             json.dump(report, f, indent=1)

@@ -56,3 +56,20 @@ extern "C" int bwd_check_run(const void* q, const void* k, const void* v, const 
   p.workspace_size = workspace_size;
   return cubridge_attn_bwd(&p, static_cast<struct CUstream_st*>(stream));
 }
+
+#if CUBRIDGE_BWD_TRACE
+#include <algorithm>
+
+// The phase stamps of the last call (fa3_sm90's trace_bwd.cuh) into host memory (`count`
+// values, at most the trace's), then cleared for the next call. A CUDA error code, 0 on success.
+extern "C" int bwd_check_trace(long long* host, size_t count) {
+  using CUBRIDGE_BWD_EXPERT_NS::cubridge_bwd_trace;
+  const size_t bytes = std::min(count * sizeof(long long), sizeof(cubridge_bwd_trace));
+  if (cudaError_t e = cudaMemcpyFromSymbol(host, cubridge_bwd_trace, bytes); e != cudaSuccess) {
+    return e;
+  }
+  void* at = nullptr;
+  if (cudaError_t e = cudaGetSymbolAddress(&at, cubridge_bwd_trace); e != cudaSuccess) return e;
+  return cudaMemset(at, 0, sizeof(cubridge_bwd_trace));
+}
+#endif
