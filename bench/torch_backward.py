@@ -13,7 +13,10 @@ CuBridge's backward is timed again under torch.use_deterministic_algorithms (iss
 15% of the fast mode). With --kernels one more forward + backward of CuBridge's runs under
 torch.profiler and the row gets the backward's kernels by name with their GPU times (the
 preprocess, the block tables, the attention, the postprocess), so that a short walk's fixed
-costs show beside its main kernel. The first call of each variant adapts it (not timed).
+costs show beside its main kernel. The first call of each variant adapts it (not timed). Where
+both ran, a row's dQ, dK and dV are compared with Flex's on the same inputs (`grads_vs_flex`:
+the largest difference over Flex's largest element; the row says GRADIENTS DIFFER past
+GRADS_VS_FLEX), so that a fast row is also a right one.
 
 Issue 30's matrix over every example and generality spec (their functions bound to their params
 and captured tensors as tests/python/gpu_check.py binds them; the generality tensors' shapes from
@@ -134,6 +137,12 @@ def backward_kernels(forward, q, k, v, do):
             name = e.name[:80]
             times[name] = times.get(name, 0.0) + e.device_time_total / 1e3
     return dict(sorted(times.items(), key=lambda kv: -kv[1]))
+
+
+# The largest difference a row's gradients may show from Flex's, relative to Flex's largest: two
+# bf16 kernels' sums in different orders differ by ~1e-2 of the largest; a wrong block table or
+# mask shows as O(1).
+GRADS_VS_FLEX = 0.05
 
 
 def measure(forward, q, k, v, do, reps):
@@ -285,11 +294,13 @@ def run_shape(heads, d, s, variants, reps, deterministic, flex, kernels=False, s
         flops_bwd = 2.5 * 4 * d * n
         fn = fns[name]
         row = {"variant": name, "shape": [b, hq, hkv, s, d], "density": n / (b * hq * s * s)}
+        grads = None  # CuBridge's dQ, dK, dV, against Flex's where both ran
         try:
             if specs is not None:
                 adapted[name].result()
             row["cubridge_ms"] = measure(lambda q, k, v: fn(q, k, v, enable_gqa=gqa),
                                          q, k, v, do, reps)[1]
+            grads = [t.grad.clone() for t in (q, k, v)] if reps > 0 else None
             if kernels:
                 row["cubridge_kernels_ms"] = backward_kernels(
                     lambda q, k, v: fn(q, k, v, enable_gqa=gqa), q, k, v, do)
@@ -312,6 +323,11 @@ def run_shape(heads, d, s, variants, reps, deterministic, flex, kernels=False, s
                 row["flex_ms"] = measure(lambda q, k, v: flex(q, k, v, score_mod=score_mod,
                                                               block_mask=bm, enable_gqa=gqa),
                                          q, k, v, do, reps)[1]
+                if grads is not None:
+                    row["grads_vs_flex"] = max(
+                        ((a.float() - t.grad.float()).abs().max() /
+                         t.grad.float().abs().max().clamp_min(1e-30)).item()
+                        for a, t in zip(grads, (q, k, v)))
             except Exception as e:  # noqa: BLE001 - recorded; the row keeps CuBridge's time
                 row["flex_error"] = str(e).splitlines()[0][:200]
         if score_mod in (None, identity) and mask_mod in (None, causal):
@@ -334,6 +350,8 @@ def run_shape(heads, d, s, variants, reps, deterministic, flex, kernels=False, s
             line += f"  {row['cubridge_over_flex']:.2f}x"
         if "sdpa_ms" in row:
             line += f"  sdpa[{row['sdpa_backend']}] {row['sdpa_tflops']:6.1f} ({row['sdpa_ms']:.2f})"
+        if row.get("grads_vs_flex", 0.0) > GRADS_VS_FLEX:
+            line += f"  GRADIENTS DIFFER from Flex's (max |d| / max |flex| {row['grads_vs_flex']:.3g})"
         print(line, flush=True)
         for kname, ms in row.get("cubridge_kernels_ms", {}).items():
             print(f"    {ms:8.3f} ms  {kname}", flush=True)

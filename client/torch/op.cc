@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 
@@ -413,11 +414,19 @@ PlanT PlanOnce(std::map<std::string, PlanT>& plans, const std::string& key, cons
   return plans.emplace(key, *planned).first->second;
 }
 
+// Whether KeptTables keeps tables: CUBRIDGE_KEEP_TABLES=1 in the environment, read each call so
+// that one process times both (off until measured on a GPU: session 25 had no device time left
+// for it).
+bool KeepTables() {
+  const char* on = std::getenv("CUBRIDGE_KEEP_TABLES");
+  return on != nullptr && on[0] == '1';
+}
+
 // The block tables of a call geometry, built once and kept, where they depend on the geometry
 // alone: a kernel without captured tensors (its masks read indices and constants only) whose
 // plan builds tables (`bytes` of them). The caller copies them into each call's workspace and
 // enqueues the call without its table kernels: a per-head mask classifies every tile of every
-// head (its tables at 8k cost more than its sparse attention, bench/NOTES.md session 25), as
+// head (~1 ms predicted for longformer_head_dilation at 8k, bench/NOTES.md session 25), as
 // FlexAttention's users keep a BlockMask. Built outside any capture (a captured first call
 // classifies in the graph instead) and waited for, since a later call may run on another
 // stream. Undefined where not kept. Call with loaded.mu held.
@@ -425,7 +434,7 @@ template <typename Build>
 at::Tensor KeptTables(std::map<std::string, at::Tensor>& kept, const std::string& key, bool keep,
                       uint64_t bytes, const gpu::Driver& cu, CUstream stream,
                       const at::Tensor& like, Build build) {
-  if (!keep || bytes == 0) return {};
+  if (!keep || bytes == 0 || !KeepTables()) return {};
   auto it = kept.find(key);
   if (it != kept.end()) return it->second;
   CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_NONE;
