@@ -27,8 +27,11 @@
 #            COMPARE_TRACE=1: each also built with CUBRIDGE_BWD_TRACE, its CTAs' phases
 #            (backward_expert_check.py --trace)
 #   ncu_op   ncu of the op's lowered backward (preprocess, attention, postprocess) for each variant
-#            of $NCU_VARIANTS (torch_backward.py's names, default "causal"), bf16 d 128 at S = 8k,
-#            Flex not run; the sections as `ncu`'s (issue 30 asks for causal's)
+#            of $NCU_VARIANTS (torch_backward.py's names, default "causal"; set empty: none)
+#            and each spec of $NCU_SPECS (example or generality names, e.g.
+#            "unstructured_keep_mask"; carry .lowered/G), bf16 d 128 at S = 8k, Flex not run;
+#            the sections as `ncu`'s (issue 30 asks for causal's); each within $NCU_TIMEOUT s
+#            (default 400)
 #   ncu      ncu of the fa3_sm90 base tile's preprocess, attention and postprocess kernels at the
 #            bench shape (speed of light, tensor pipes, warp stalls, per-instruction stall
 #            samples), as is and with each variant; the clocks left as they are
@@ -194,10 +197,18 @@ if [ "$built" = 0 ]; then
   if has ncu_op; then
     # The first three matching launches: the warm-up call's preprocess, attention and
     # postprocess (the same kernels the timed calls run).
-    for v in ${NCU_VARIANTS:-causal}; do
+    for v in ${NCU_VARIANTS-causal}; do
       # shellcheck disable=SC2086  # $ncu_bwd: the profiler's command line, one word each
       run "ncu_op_$v" timeout "${NCU_TIMEOUT:-400}" $ncu_bwd python3 bench/torch_backward.py --variants "$v" \
         --seqlen 8192 --reps 1 --no-flex .
+    done
+    # And each example or generality spec named in $NCU_SPECS (carry the suite's kernels,
+    # .lowered/G: bench/make_kernels.sh).
+    for v in ${NCU_SPECS:-}; do
+      # shellcheck disable=SC2086
+      run "ncu_op_$v" timeout "${NCU_TIMEOUT:-400}" $ncu_bwd python3 bench/torch_backward.py \
+        --specs "^(example|generality) $v\$" --suite-kernels .lowered/G --seqlen 8192 --reps 1 \
+        --no-flex .
     done
   fi
 fi
