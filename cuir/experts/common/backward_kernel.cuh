@@ -368,6 +368,48 @@ __device__ __forceinline__ void bwd_dq_finish(const cubridge_attn_bwd_params& p,
   bwd_dq_convert_head<T, NTHREADS>(p, bh, tid);
 }
 
+// The postprocess's fragment-order dQ through shared memory (CUBRIDGE_BWD_POST_ROWS): a CTA's
+// 64 x 64 panel converted into 64 row pieces of 128 bytes, then written out 16 bytes a lane, a
+// warp's stores 4 whole rows, instead of each lane's 4-byte pairs (a warp's store 8 rows' 16-byte
+// halves of sectors). Where dQ's rows are 16-byte aligned; otherwise bwd_dq_store.
+#ifndef CUBRIDGE_BWD_POST_ROWS
+#define CUBRIDGE_BWD_POST_ROWS 0
+#endif
+__device__ __forceinline__ bool bwd_dq_rows_16(const cubridge_attn_bwd_params& p) {
+  return (reinterpret_cast<uintptr_t>(p.dq) & 15) == 0 &&
+         ((p.dq_batch_stride | p.dq_head_stride | p.dq_row_stride) & 7) == 0;
+}
+// Warp j's piece of panel `panel` of query block m_block (bwd_dq_load) into `rows` (64 rows of
+// 64 elements of T, 16-byte pieces swizzled by the row: a store's 8 rows on 8 pieces), then,
+// after the CTA's barrier, the panel's valid rows out, each of the 256 threads two pieces.
+template <typename T>
+__device__ __forceinline__ void bwd_dq_store_rows(const cubridge_attn_bwd_params& p,
+                                                  const DqPiece& piece, long long bh, int m_block,
+                                                  int panel, int j, int lane, uint32_t* rows) {
+  const cubridge_attn_fwd_params& f = p.fwd;
+#pragma unroll
+  for (int warp = 0; warp < 4; ++warp) {
+    const float4 x = piece.x[warp];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = warp * 16 + (lane >> 2) + 8 * r;
+      T two[2] = {bwd_from_float<T>(r == 0 ? x.x : x.z), bwd_from_float<T>(r == 0 ? x.y : x.w)};
+      rows[row * 32 + ((j ^ (row & 7)) * 4) + (lane & 3)] = *reinterpret_cast<const uint32_t*>(two);
+    }
+  }
+  __syncthreads();
+  const int h = static_cast<int>(bh % f.heads_q), b = static_cast<int>(bh / f.heads_q);
+  T* const out = static_cast<T*>(p.dq) + b * p.dq_batch_stride + h * p.dq_head_stride + panel * 64;
+#pragma unroll
+  for (int i = threadIdx.x; i < 64 * 8; i += kRowThreads) {
+    const int row = i >> 3, at = i & 7, q = m_block * 64 + row;
+    if (q >= f.seqlen_q) continue;
+    *reinterpret_cast<uint4*>(out + static_cast<int64_t>(q) * p.dq_row_stride + at * 8) =
+        *reinterpret_cast<const uint4*>(rows + row * 32 + ((at ^ (row & 7)) * 4));
+  }
+  __syncthreads();  // the next panel's stores into `rows` after these reads
+}
+
 // Whether the postprocess has work: dQ unless the attention kernel converts it, GQA's dK and
 // dV, deterministic mode's buffer gradients.
 __host__ __device__ __forceinline__ bool bwd_needs_postprocess(const cubridge_attn_bwd_params& p) {
@@ -410,15 +452,20 @@ __global__ void __launch_bounds__(kRowThreads)
     // Fragment order: a CTA per 64 x 64 panel (bwd_dq_load), warp j its column group j.
     const int panels = f.head_dim / 64, q_blocks = cuir_cdiv(f.seqlen_q, 64);
     const long long n_panels = bwd_dq_rows(f) / 64 * panels;
-    const bool pairs = bwd_dq_pairs(p);
+    const bool pairs = bwd_dq_pairs(p), rows_16 = CUBRIDGE_BWD_POST_ROWS && bwd_dq_rows_16(p);
     const int j = threadIdx.x >> 5;
+    __shared__ __align__(16) uint32_t rows[CUBRIDGE_BWD_POST_ROWS ? 64 * 32 : 1];
     for (long long at = blockIdx.x; at < n_panels; at += gridDim.x) {
       const int panel = static_cast<int>(at % panels);
       const long long block = at / panels;
       const int m_block = static_cast<int>(block % q_blocks);
       const long long bh = block / q_blocks;
-      bwd_dq_store<T>(p, bwd_dq_load(p, ws + w.dq, bh, m_block, panel, j, lane, det), bh,
-                      m_block, panel, j, lane, pairs);
+      const DqPiece piece = bwd_dq_load(p, ws + w.dq, bh, m_block, panel, j, lane, det);
+      if (rows_16) {
+        bwd_dq_store_rows<T>(p, piece, bh, m_block, panel, j, lane, rows);
+      } else {
+        bwd_dq_store<T>(p, piece, bh, m_block, panel, j, lane, pairs);
+      }
     }
   }
   if (f.heads_q != f.heads_kv) {
