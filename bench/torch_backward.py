@@ -379,8 +379,8 @@ def main():
                     help="the variants or specs Flex does not run (a regular expression; '.': "
                          "none, e.g. under ncu)")
     ap.add_argument("--skip-timed", metavar="LOG",
-                    help="with --specs: leave out the variants an earlier run's log has a row "
-                         "for (to finish a matrix that a device call's time cut)")
+                    help="with --specs: leave out the variants an earlier run's log has a "
+                         "complete row for (to finish a matrix that a device call's time cut)")
     ap.add_argument("--warm", type=int, default=0, metavar="N",
                     help="first compile every variant in N processes side by side (CuBridge's "
                          "modules and Flex's graphs into the caches on disk), then time them "

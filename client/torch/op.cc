@@ -424,17 +424,17 @@ bool KeepTables() {
 
 // The block tables of a call geometry, built once and kept, where they depend on the geometry
 // alone: a kernel without captured tensors (its masks read indices and constants only) whose
-// plan builds tables (`bytes` of them). The caller copies them into each call's workspace and
-// enqueues the call without its table kernels: a per-head mask classifies every tile of every
-// head (~1 ms predicted for longformer_head_dilation at 8k, bench/NOTES.md session 25), as
-// FlexAttention's users keep a BlockMask. Built outside any capture (a captured first call
-// classifies in the graph instead) and waited for, since a later call may run on another
+// plan builds tables (`classify_grid` > 0, `bytes` of them). UseKeptTables copies them into each
+// call's workspace, which then runs without its table kernels: a per-head mask classifies every
+// tile of every head (~1 ms predicted for longformer_head_dilation at 8k, bench/NOTES.md session
+// 25), as FlexAttention's users keep a BlockMask. Built outside any capture (a captured first
+// call classifies in the graph instead) and waited for, since a later call may run on another
 // stream. Undefined where not kept. Call with loaded.mu held.
 template <typename Build>
-at::Tensor KeptTables(std::map<std::string, at::Tensor>& kept, const std::string& key, bool keep,
-                      uint64_t bytes, const gpu::Driver& cu, CUstream stream,
-                      const at::Tensor& like, Build build) {
-  if (!keep || bytes == 0 || !KeepTables()) return {};
+at::Tensor KeptTables(std::map<std::string, at::Tensor>& kept, const std::string& key,
+                      const KernelInfo& kn, uint32_t classify_grid, uint64_t bytes,
+                      const gpu::Driver& cu, CUstream stream, const at::Tensor& like, Build build) {
+  if (!kn.buffers.empty() || classify_grid == 0 || bytes == 0 || !KeepTables()) return {};
   auto it = kept.find(key);
   if (it != kept.end()) return it->second;
   CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_NONE;
@@ -444,6 +444,16 @@ at::Tensor KeptTables(std::map<std::string, at::Tensor>& kept, const std::string
   Ok(build(tables.data_ptr()), "build the block tables");
   Ok(cu.Check(cu.CtxSynchronize(), "cuCtxSynchronize"), "build the block tables");
   return kept.emplace(key, tables).first->second;
+}
+
+// KeptTables' tables (if any) into the call's workspace at `offset`, on the call's stream; the
+// call then builds none (its plan's classify_grid 0).
+void UseKeptTables(const at::Tensor& tables, at::Tensor& scratch, uint64_t offset,
+                   uint32_t* classify_grid) {
+  if (!tables.defined()) return;
+  scratch.narrow(0, static_cast<int64_t>(offset), tables.numel())
+      .copy_(tables, /*non_blocking=*/true);
+  *classify_grid = 0;
 }
 
 // Device scratch from the caching allocator, on the call's stream.
@@ -480,8 +490,8 @@ std::tuple<at::Tensor, at::Tensor> AttentionCuda(const at::Tensor& q, const at::
       return loaded.module->Plan(p, scratch);
     });
     // The forward's tables are its whole workspace_bytes (the split's scratch follows).
-    tables = KeptTables(loaded.tables, key, kn.buffers.empty() && plan.classify_grid > 0,
-                        plan.workspace_bytes, cu, stream, q, [&](void* at) {
+    tables = KeptTables(loaded.tables, key, kn, plan.classify_grid, plan.workspace_bytes, cu,
+                        stream, q, [&](void* at) {
                           return loaded.module->EnqueueTables(p, plan, at, stream);
                         });
   }
@@ -492,10 +502,7 @@ std::tuple<at::Tensor, at::Tensor> AttentionCuda(const at::Tensor& q, const at::
     p.workspace = scratch.data_ptr();
     p.workspace_size = workspace;
   }
-  if (tables.defined()) {
-    scratch.narrow(0, 0, tables.numel()).copy_(tables, /*non_blocking=*/true);
-    plan.classify_grid = 0;
-  }
+  UseKeptTables(tables, scratch, 0, &plan.classify_grid);
   Ok(loaded.module->Enqueue(p, plan, stream), "launch");
   return {o, lse};
 }
@@ -562,7 +569,7 @@ BackwardOutputs AttentionBackwardCuda(const at::Tensor& grad_o, const at::Tensor
     plan = PlanOnce(loaded.backward_plans, key, cu, stream, q, [&](CUdeviceptr scratch) {
       return backward->Plan(p, scratch);
     });
-    tables = KeptTables(loaded.tables, key, kn.buffers.empty() && plan.classify_grid > 0,
+    tables = KeptTables(loaded.tables, key, kn, plan.classify_grid,
                         plan.workspace_bytes - plan.tables_offset, cu, stream, q, [&](void* at) {
                           return backward->EnqueueTables(p, plan, at, stream);
                         });
@@ -570,11 +577,7 @@ BackwardOutputs AttentionBackwardCuda(const at::Tensor& grad_o, const at::Tensor
   at::Tensor scratch = Workspace(plan.workspace_bytes, q);
   p.workspace = scratch.data_ptr();
   p.workspace_size = static_cast<size_t>(scratch.numel());
-  if (tables.defined()) {
-    scratch.narrow(0, static_cast<int64_t>(plan.tables_offset), tables.numel())
-        .copy_(tables, /*non_blocking=*/true);
-    plan.classify_grid = 0;
-  }
+  UseKeptTables(tables, scratch, plan.tables_offset, &plan.classify_grid);
   Ok(backward->Enqueue(p, plan, stream), "launch the backward");
   for (size_t i = 0, g = 0; i < buffers.size(); ++i) {
     if (learning[i]) {

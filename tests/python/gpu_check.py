@@ -310,9 +310,10 @@ def spec_cases(shape, suite_kernels, keep=lambda name: True):
         mod = _load(os.path.join(folder, f))
         for label, values in [("", {"doc": doc_ids(tokens)})] + (
                 [(" (prefix=256)", {"prefix": 256})] if f == "prefix_lm.py" else []):
-            if not keep("example " + f[:-3] + label):
+            case = "example " + f[:-3] + label
+            if not keep(case):
                 continue
-            cases.append(("example " + f[:-3] + label,
+            cases.append((case,
                           dict(mask_mod=_bind(getattr(mod, "mask_mod", None), 4, values),
                                score_mod=_bind(getattr(mod, "score_mod", None), 5, values))))
     suite = suites.Suite(ROOT, "generality")

@@ -281,6 +281,12 @@ __device__ __forceinline__ DqPiece bwd_dq_load(const cubridge_attn_bwd_params& p
   }
   return piece;
 }
+// Whether a tensor's rows start 16-byte aligned (row_stride in elements of 2 bytes; pass the OR
+// of several strides for all of them).
+__host__ __device__ __forceinline__ bool aligned_16(const void* ptr, int64_t row_stride) {
+  return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && row_stride % 8 == 0;
+}
+
 // dQ's pointer and strides keep a row's two columns aligned for one 4-byte store.
 __device__ __forceinline__ bool bwd_dq_pairs(const cubridge_attn_bwd_params& p) {
   return ((reinterpret_cast<uintptr_t>(p.dq) & 3) |
@@ -375,10 +381,6 @@ __device__ __forceinline__ void bwd_dq_finish(const cubridge_attn_bwd_params& p,
 #ifndef CUBRIDGE_BWD_POST_ROWS
 #define CUBRIDGE_BWD_POST_ROWS 0
 #endif
-__device__ __forceinline__ bool bwd_dq_rows_16(const cubridge_attn_bwd_params& p) {
-  return (reinterpret_cast<uintptr_t>(p.dq) & 15) == 0 &&
-         ((p.dq_batch_stride | p.dq_head_stride | p.dq_row_stride) & 7) == 0;
-}
 // Warp j's piece of panel `panel` of query block m_block (bwd_dq_load) into `rows` (64 rows of
 // 64 elements of T, 16-byte pieces swizzled by the row: a store's 8 rows on 8 pieces), then,
 // after the CTA's barrier, the panel's valid rows out, each of the 256 threads two pieces.
@@ -452,7 +454,10 @@ __global__ void __launch_bounds__(kRowThreads)
     // Fragment order: a CTA per 64 x 64 panel (bwd_dq_load), warp j its column group j.
     const int panels = f.head_dim / 64, q_blocks = cuir_cdiv(f.seqlen_q, 64);
     const long long n_panels = bwd_dq_rows(f) / 64 * panels;
-    const bool pairs = bwd_dq_pairs(p), rows_16 = CUBRIDGE_BWD_POST_ROWS && bwd_dq_rows_16(p);
+    // Every row 16-byte aligned: the batch's, head's and row's strides all multiples of 8.
+    const bool pairs = bwd_dq_pairs(p),
+               rows_16 = CUBRIDGE_BWD_POST_ROWS &&
+                         aligned_16(p.dq, p.dq_batch_stride | p.dq_head_stride | p.dq_row_stride);
     const int j = threadIdx.x >> 5;
     __shared__ __align__(16) uint32_t rows[CUBRIDGE_BWD_POST_ROWS ? 64 * 32 : 1];
     for (long long at = blockIdx.x; at < n_panels; at += gridDim.x) {
@@ -482,10 +487,6 @@ __global__ void __launch_bounds__(kRowThreads)
       p.buffer_grads[slot][i] = acc_read(ws + w.grad[slot], i, true);
     }
   }
-}
-
-__host__ __device__ __forceinline__ bool aligned_16(const void* ptr, int64_t row_stride) {
-  return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && row_stride % 8 == 0;
 }
 
 // The parameters every backward expert refuses: missing tensors, empty or oversized shapes, head

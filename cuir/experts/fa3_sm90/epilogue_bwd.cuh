@@ -6,11 +6,11 @@
 // S = 512 (bench/NOTES.md, session 25). Part of kernel_bwd.cu, included before the tile's code.
 #pragma once
 
-// Whether dK's and dV's rows start 16-byte aligned, whatever the batch, head and row.
+// Whether dK's and dV's rows start 16-byte aligned, whatever the batch, head and row
+// (backward_kernel.cuh's aligned_16 over the strides' OR: all multiples of 8).
 __device__ __forceinline__ bool bwd_dkv_rows_16(const cubridge_attn_bwd_params& p) {
-  return ((reinterpret_cast<uintptr_t>(p.dk) | reinterpret_cast<uintptr_t>(p.dv)) & 15) == 0 &&
-         ((p.dk_batch_stride | p.dk_head_stride | p.dk_row_stride | p.dv_batch_stride |
-           p.dv_head_stride | p.dv_row_stride) & 7) == 0;
+  return aligned_16(p.dk, p.dk_batch_stride | p.dk_head_stride | p.dk_row_stride) &&
+         aligned_16(p.dv, p.dv_batch_stride | p.dv_head_stride | p.dv_row_stride);
 }
 
 // dK = scale * dk and dV = dv of the tile's keys [kv_lo, kv_hi): this thread holds keys key0 and
@@ -43,10 +43,11 @@ __device__ __forceinline__ void store_dkv_staged(const BwdTile& tile, uint32_t s
   }
   sync();
   const cubridge_attn_bwd_params& p = tile.bp;
+  const int64_t kv_lo = tile.kv_lo;
   T* const dk_tile = static_cast<T*>(p.dk) + tile.b * p.dk_batch_stride +
-                     tile.kv_h * p.dk_head_stride + static_cast<int64_t>(tile.kv_lo) * p.dk_row_stride;
+                     tile.kv_h * p.dk_head_stride + kv_lo * p.dk_row_stride;
   T* const dv_tile = static_cast<T*>(p.dv) + tile.b * p.dv_batch_stride +
-                     tile.kv_h * p.dv_head_stride + static_cast<int64_t>(tile.kv_lo) * p.dv_row_stride;
+                     tile.kv_h * p.dv_head_stride + kv_lo * p.dv_row_stride;
   const int rows = tile.kv_hi - tile.kv_lo;
   for (int i = tid; i < rows * kPieces; i += kConsumerThreads) {
     const int row = i / kPieces, piece = i % kPieces;

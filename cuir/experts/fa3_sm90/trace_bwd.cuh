@@ -33,8 +33,8 @@ __device__ long long cubridge_bwd_trace[kTraceCtas * kTraceSlots];
 // `value` into this CTA's `slot`, by the consumers' thread 0 (tid counts the consumers).
 __device__ __forceinline__ void bwd_trace_note(int tid, BwdTraceSlot slot, long long value) {
 #if CUBRIDGE_BWD_TRACE
-  const long long cta = blockIdx.x + static_cast<long long>(gridDim.x) *
-                                         (blockIdx.y + static_cast<long long>(gridDim.y) * blockIdx.z);
+  const long long grid_yz = blockIdx.y + static_cast<long long>(gridDim.y) * blockIdx.z;
+  const long long cta = blockIdx.x + static_cast<long long>(gridDim.x) * grid_yz;
   if (tid == 0 && cta < kTraceCtas) cubridge_bwd_trace[cta * kTraceSlots + slot] = value;
 #else
   (void)tid, (void)slot, (void)value;
