@@ -13,7 +13,9 @@ CuBridge's backward is timed again under torch.use_deterministic_algorithms (iss
 15% of the fast mode). With --kernels one more forward + backward of CuBridge's runs under
 torch.profiler and the row gets the backward's kernels by name with their GPU times (the
 preprocess, the block tables, the attention, the postprocess), so that a short walk's fixed
-costs show beside its main kernel. The first call of each variant adapts it (not timed). Where
+costs show beside its main kernel. With --kept-tables CuBridge is timed again with the op
+keeping each geometry's block tables (CUBRIDGE_KEEP_TABLES=1: no table kernels a call where they
+depend on the geometry alone), paired in the process. The first call of each variant adapts it (not timed). Where
 both ran, a row's dQ, dK and dV are compared with Flex's on the same inputs (`grads_vs_flex`:
 the largest difference over Flex's largest element; the row says GRADIENTS DIFFER past
 GRADS_VS_FLEX), so that a fast row is also a right one.
@@ -257,7 +259,7 @@ def warm_variants(fns, table, per_bh, no_flex, flex, q, k, v, do, gqa):
 
 
 def run_shape(heads, d, s, variants, reps, deterministic, flex, kernels=False, specs=None,
-              warm_shard=None, no_flex=None):
+              warm_shard=None, no_flex=None, kept_tables=False):
     hq, hkv = heads
     hq, hkv = max(1, hq * 128 // d), max(1, hkv * 128 // d)
     b = max(1, 16384 // s)
@@ -301,6 +303,15 @@ def run_shape(heads, d, s, variants, reps, deterministic, flex, kernels=False, s
             row["cubridge_ms"] = measure(lambda q, k, v: fn(q, k, v, enable_gqa=gqa),
                                          q, k, v, do, reps)[1]
             grads = [t.grad.clone() for t in (q, k, v)] if reps > 0 else None
+            if kept_tables:
+                # The op keeps a geometry's block tables where they depend on it alone
+                # (CUBRIDGE_KEEP_TABLES, read each call): the same calls timed with them kept.
+                os.environ["CUBRIDGE_KEEP_TABLES"] = "1"
+                try:
+                    row["cubridge_kept_ms"] = measure(
+                        lambda q, k, v: fn(q, k, v, enable_gqa=gqa), q, k, v, do, reps)[1]
+                finally:
+                    os.environ.pop("CUBRIDGE_KEEP_TABLES")
             if kernels:
                 row["cubridge_kernels_ms"] = backward_kernels(
                     lambda q, k, v: fn(q, k, v, enable_gqa=gqa), q, k, v, do)
@@ -334,13 +345,15 @@ def run_shape(heads, d, s, variants, reps, deterministic, flex, kernels=False, s
             best = sdpa_best(mask_mod, q, k, v, do, reps, gqa)
             if best:
                 row["sdpa_backend"], row["sdpa_ms"] = best
-        for key in ("cubridge", "cubridge_det", "flex", "sdpa"):
+        for key in ("cubridge", "cubridge_kept", "cubridge_det", "flex", "sdpa"):
             if f"{key}_ms" in row:
                 row[f"{key}_tflops"] = flops_bwd / (row[f"{key}_ms"] * 1e-3) / 1e12
         rows.append(row)
         line = f"{name:20s} cubridge "
         line += (f"{row['cubridge_tflops']:6.1f} ({row['cubridge_ms']:.2f})" if "cubridge_ms" in row
                  else f"-- ({row['cubridge_error'][:60]})")
+        if "cubridge_kept_ms" in row:
+            line += f"  kept tables {row['cubridge_kept_tflops']:6.1f} ({row['cubridge_kept_ms']:.2f})"
         if "cubridge_det_ms" in row:
             line += f"  deterministic {row['cubridge_det_tflops']:6.1f} ({row['cubridge_det_ms']:.2f})"
         line += (f"  flex {row['flex_tflops']:6.1f} ({row['flex_ms']:.2f})" if "flex_ms" in row
@@ -369,6 +382,9 @@ def main():
                     help="also time CuBridge's deterministic mode")
     ap.add_argument("--kernels", action="store_true",
                     help="also CuBridge's kernels' GPU times (torch.profiler), per row")
+    ap.add_argument("--kept-tables", action="store_true",
+                    help="also time CuBridge with the op keeping each geometry's block tables "
+                         "(CUBRIDGE_KEEP_TABLES=1) in the same process")
     ap.add_argument("--specs", metavar="REGEX",
                     help="every example and generality spec whose case name matches, instead "
                          "of --variants")
@@ -426,7 +442,8 @@ def main():
         for d in (int(x) for x in args.head_dim.split(",")):
             for s in (int(x) for x in args.seqlen.split(",")):
                 for row in run_shape(HEADS[heads], d, s, variants, args.reps, args.deterministic,
-                                     flex, args.kernels, specs, warm_shard, args.no_flex):
+                                     flex, args.kernels, specs, warm_shard, args.no_flex,
+                                     args.kept_tables):
                     rows.append(dict(row, heads=heads))
     if warm_shard is not None:
         return

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "cuir/ir/status_macros.h"
 #include "cuir/lower/region_writer.h"
+#include "cuir/lower/tile_corners.h"
 
 namespace cubridge::lower {
 namespace {
@@ -126,6 +127,9 @@ absl::StatusOr<std::string> RegionWriter::ClassifyKernel(const TableInfo& t) {
   scope.Bind("q_idx", "q_idx", CType::kInt);
   scope.Bind("kv_idx", "kv_idx", CType::kInt);
   CUBRIDGE_ASSIGN_OR_RETURN(auto pred, EmitExpr(t.decl->value, scope));
+  CUBRIDGE_ASSIGN_OR_RETURN(const std::string corners,
+                            CornerVerdict(t, scope, local, p, table, row, num_cols, col_block,
+                                          m_block, n_block, q_end, kv_end));
   // A thread goes on while its columns have not shown both a kept and a dropped element.
   const std::string undecided = absl::StrCat("(", all, " || !", any, ")");
   if (pred.type != CType::kBool) {
@@ -138,7 +142,7 @@ absl::StatusOr<std::string> RegionWriter::ClassifyKernel(const TableInfo& t) {
       "  const int ", num_n, " = cuir_cdiv(", p, ".seqlen_kv, BLOCK_N);\n", decode,
       "  const int ", q_end, " = min(", m_block, " * BLOCK_M + BLOCK_M, ", p, ".seqlen_q);\n",
       "  const int ", kv_end, " = min(", n_block, " * BLOCK_N + BLOCK_N, ", p, ".seqlen_kv);\n",
-      "  bool ", any, " = false;\n  bool ", all, " = true;\n",
+      corners, "  bool ", any, " = false;\n  bool ", all, " = true;\n",
       "  for (int ", col, " = threadIdx.x; ", col, " < BLOCK_N && ", undecided, "; ", col,
       " += blockDim.x) {\n",
       "    const int kv_idx = ", n_block, " * BLOCK_N + ", col, ";\n",
@@ -162,6 +166,59 @@ absl::StatusOr<std::string> RegionWriter::ClassifyKernel(const TableInfo& t) {
       " + ", col_block, "] = ", any, " ? (", all, " ? 2 : 1) : 0;\n",
       // The next tile's classification reuses the CTA: no thread may still read any/all.
       "  __syncthreads();\n}\n");
+}
+
+// The classifier's verdict from a tile's four corners (tile_corners.h), before it evaluates the
+// tile element by element: empty where a half-plane conjunct fails at all four, full where the
+// predicate is half-plane conjuncts alone and all hold at all four. Uniform over the CTA, so the
+// whole CTA returns together; nothing when no conjunct qualifies.
+absl::StatusOr<std::string> RegionWriter::CornerVerdict(
+    const TableInfo& t, const EmitScope& scope, Namer& local, const std::string& p,
+    const std::string& table, const std::string& row, const std::string& num_cols,
+    const std::string& col_block, const std::string& m_block, const std::string& n_block,
+    const std::string& q_end, const std::string& kv_end) {
+  TileCorners found = FindTileCorners(t.decl->value);
+  std::vector<std::string> texts;
+  for (const cuir::ExprPtr& c : found.decided) {
+    CUBRIDGE_ASSIGN_OR_RETURN(auto a, EmitExpr(c->args[0], scope));
+    CUBRIDGE_ASSIGN_OR_RETURN(auto b, EmitExpr(c->args[1], scope));
+    CUBRIDGE_ASSIGN_OR_RETURN(auto text, EmitExpr(c, scope));
+    // Integer sides only: exact, so the half-plane holds as computed.
+    if (IsInt(a.type) && IsInt(b.type)) texts.push_back(text.text);
+    else found.all_decided = false;
+  }
+  if (texts.empty()) return std::string();
+  const std::string qa = local.Fresh("q_first"), qb = local.Fresh("q_last"),
+                    ka = local.Fresh("kv_first"), kb = local.Fresh("kv_last"),
+                    out = local.Fresh("outside"), in = local.Fresh("inside"),
+                    held = local.Fresh("held");
+  std::string code = absl::StrCat(
+      "  // The corners' verdict (tile_corners.h).\n", "  const int ", qa, " = ", m_block,
+      " * BLOCK_M, ", qb, " = ", q_end, " - 1, ", ka, " = ", n_block, " * BLOCK_N, ", kb, " = ",
+      kv_end, " - 1;\n  bool ", out, " = false;\n",
+      found.all_decided ? absl::StrCat("  bool ", in, " = true;\n") : "");
+  for (const std::string& text : texts) {
+    const std::string c = local.Fresh("corner");
+    absl::StrAppend(&code, "  {\n    const auto ", c,
+                    " = [&](const int q_idx, const int kv_idx) { return ", text, "; };\n",
+                    "    const int ", held, " = ", c, "(", qa, ", ", ka, ") + ", c, "(", qa, ", ",
+                    kb, ") + ", c, "(", qb, ", ", ka, ") + ", c, "(", qb, ", ", kb, ");\n    ",
+                    out, " = ", out, " || ", held, " == 0;\n",
+                    found.all_decided
+                        ? absl::StrCat("    ", in, " = ", in, " && ", held, " == 4;\n")
+                        : "",
+                    "  }\n");
+  }
+  const std::string entry =
+      absl::StrCat(table, "[", t.rows_fn, "(", p, ") + ", row, " * ", num_cols, " + ", col_block,
+                   "]");
+  absl::StrAppend(&code, "  if (", out, ") {\n    if (threadIdx.x == 0) ", entry,
+                  " = 0;\n    return;\n  }\n");
+  if (found.all_decided) {
+    absl::StrAppend(&code, "  if (", in, ") {\n    if (threadIdx.x == 0) ", entry,
+                    " = 2;\n    return;\n  }\n");
+  }
+  return code;
 }
 
 // Tables are laid out one after the other, 256-byte aligned: counts[rows], entries[rows][cols]

@@ -106,6 +106,14 @@ class RegionWriter {
   absl::Status Tables();
   absl::StatusOr<std::string> RowsFunction(const TableInfo& t);
   absl::StatusOr<std::string> ClassifyKernel(const TableInfo& t);
+  absl::StatusOr<std::string> CornerVerdict(const TableInfo& t, const EmitScope& scope,
+                                            Namer& local, const std::string& p,
+                                            const std::string& table, const std::string& row,
+                                            const std::string& num_cols,
+                                            const std::string& col_block,
+                                            const std::string& m_block,
+                                            const std::string& n_block,
+                                            const std::string& q_end, const std::string& kv_end);
   std::string WorkspaceFunctions() const;
 
   // ---- region_work_tile.cc ----

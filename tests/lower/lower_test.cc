@@ -541,6 +541,11 @@ TEST(Lower, DocumentTableIsBuiltByAPreKernelAndReadByTheLoop) {
   EXPECT_THAT(classify, HasSubstr("__device__ __forceinline__ void T_classify("));
   EXPECT_THAT(classify,
               HasSubstr("((q_idx >= kv_idx) & (cuir_ld(doc + q_idx) == cuir_ld(doc + kv_idx)))"));
+  // A tile above the diagonal is empty by its corners (tile_corners.h); the documents' test is
+  // left to the element-wise scan, so no tile is called full by its corners.
+  EXPECT_THAT(classify, HasSubstr("return (q_idx >= kv_idx); };"));
+  EXPECT_THAT(classify, HasSubstr("if (outside) {\n    if (threadIdx.x == 0) "));
+  EXPECT_THAT(classify, Not(HasSubstr("inside")));
   // The declared length max(seqlen_q, seqlen_kv) is checked by the launch plan, before anything
   // is launched.
   const std::string check = RegionText(k, "buffer_check");

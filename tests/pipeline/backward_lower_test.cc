@@ -182,7 +182,7 @@ TEST(BackwardLowering, LoweredKernelsCompile) {
     static const std::vector<std::string> kPicked = {
         "causal", "softcap", "alibi_learned_slopes", "t5_relative_buckets", "prefix_lm",
         "per_batch_head_scale", "alibi_window_softcap", "clip_logit_scale", "causal_document",
-        "graphormer_spatial"};
+        "graphormer_spatial", "unstructured_keep_mask"};
     if (std::find(kPicked.begin(), kPicked.end(), g.name) == kPicked.end()) continue;
     SCOPED_TRACE(expert + " " + g.name);
     const cuir::AttentionConfig c = Config(8, 2);

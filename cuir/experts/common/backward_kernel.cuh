@@ -379,7 +379,7 @@ __device__ __forceinline__ void bwd_dq_finish(const cubridge_attn_bwd_params& p,
 // warp's stores 4 whole rows, instead of each lane's 4-byte pairs (a warp's store 8 rows' 16-byte
 // halves of sectors). Where dQ's rows are 16-byte aligned; otherwise bwd_dq_store.
 #ifndef CUBRIDGE_BWD_POST_ROWS
-#define CUBRIDGE_BWD_POST_ROWS 0
+#define CUBRIDGE_BWD_POST_ROWS 1
 #endif
 // Warp j's piece of panel `panel` of query block m_block (bwd_dq_load) into `rows` (64 rows of
 // 64 elements of T, 16-byte pieces swizzled by the row: a store's 8 rows on 8 pieces), then,

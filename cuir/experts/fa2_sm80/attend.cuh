@@ -20,10 +20,7 @@ __device__ __forceinline__ void attend_tile(const VariantTile& tile) {
   uint8_t* const s_stream = smem + Tiling<D>::kBaseBytes;
   const CuirStreamSource<StreamElem> stream_src =
       cuir_stream_source<StreamElem, kStreamBuffer, kStreamRank>(p, tile.stream_c2, tile.stream_c3);
-  // cp.async takes rows that all start 16-byte aligned.
-  const bool stream_vector =
-      reinterpret_cast<uintptr_t>(stream_src.data) % 16 == 0 &&
-      stream_src.row_stride * static_cast<long long>(sizeof(StreamElem)) % 16 == 0;
+  const bool stream_vector = Stream::vector_rows(stream_src);  // cp.async takes every row
 
   const int tid = threadIdx.x, lane = tid & 31, warp_row0 = (tid >> 5) * MT * 16;
   // load Q = q[b, h, q_lo:q_hi]

@@ -70,10 +70,10 @@ int cubridge_attn_fwd_attention(const cubridge_attn_fwd_params* p, struct CUstre
 #include "../common/cuir_scalar.cuh"
 #include "../common/kv_blocks.cuh"
 #include "../common/score_visit.cuh"
+#include "../common/stream_rows.cuh"
 #include "epilogue.cuh"
 #include "mainloop.cuh"
 #include "softmax.cuh"
-#include "stream.cuh"
 #include "tile.cuh"
 
 namespace cubridge_fa2 {
@@ -165,8 +165,8 @@ struct Tiling {
   // otherwise the instance reads it per score from global memory.
   static constexpr bool kStream =
       kStreamBuffer >= 0 &&
-      kBaseBytes + cubridge::fa2::StreamTile80<StreamElem, BLOCK_M, BLOCK_N, true>::kBytes <= 160 * 1024;
-  using Stream = cubridge::fa2::StreamTile80<StreamElem, BLOCK_M, BLOCK_N, kStream>;
+      kBaseBytes + CuirStreamRows<StreamElem, BLOCK_M, BLOCK_N, true>::kBytes <= 160 * 1024;
+  using Stream = CuirStreamRows<StreamElem, BLOCK_M, BLOCK_N, kStream>;
   static constexpr size_t kSmemBytes = kBaseBytes + Stream::kBytes;
   static_assert(MT >= 1 && BLOCK_M == MT * 16 * kWarps, "BLOCK_M must be 16 * warps * m-tiles");
   static_assert(BLOCK_N % 16 == 0, "BLOCK_N must be a multiple of 16");

@@ -46,6 +46,10 @@ struct BwdSmem {
   __device__ __forceinline__ uint32_t stage(int s) const {
     return s_base + BwdTiling<D>::kStage0 + s * BwdTiling<D>::kStageBytes;  // Q, then dO
   }
+  // Stage s's tile of the streamed tensor (BwdTiling::kStream).
+  __device__ __forceinline__ uint8_t* stream(int s) const {
+    return base + BwdTiling<D>::kStreamAt + s * BwdTiling<D>::kStreamTileBytes;
+  }
 };
 template <int D>
 __device__ __forceinline__ BwdSmem<D> bwd_smem() {
@@ -57,12 +61,16 @@ __device__ __forceinline__ BwdSmem<D> bwd_smem() {
           reinterpret_cast<BwdBars*>(smem + BwdTiling<D>::kBars)};
 }
 
-// load Q = q[b, h, q_lo:q_hi], load DO = do[b, h, q_lo:q_hi] into a stage by NTHREADS threads
-// (committed), and the rows' LSE and D by threads 0 .. BLOCK_M - 1. A row past q_hi, or one that
-// kept nothing (LSE = -inf), gets LSE = +inf: its P is exp(-inf) = 0.
+// load Q = q[b, h, q_lo:q_hi], load DO = do[b, h, q_lo:q_hi] and the streamed tensor's tile of the
+// block (BwdTiling::kStream) into a stage by NTHREADS threads (committed), and the rows' LSE and
+// D by threads 0 .. BLOCK_M - 1. A row past q_hi, or one that kept nothing (LSE = -inf), gets
+// LSE = +inf: its P is exp(-inf) = 0. `stream_vector`: cp.async takes the tensor's rows
+// (otherwise the threads store the tile, complete on return).
 template <int NTHREADS, typename T, int D>
 __device__ __forceinline__ void load_q_block(const BwdTile& tile, const BwdSmem<D>& sm, int m_block,
-                                             int stage, int tid) {
+                                             int stage, int tid,
+                                             const CuirStreamSource<StreamElem>& stream_src,
+                                             bool stream_vector) {
   using QTile = typename BwdTiling<D>::QTile;
   const cubridge_attn_bwd_params& p = tile.bp;
   const cubridge_attn_fwd_params& f = p.fwd;
@@ -74,6 +82,8 @@ __device__ __forceinline__ void load_q_block(const BwdTile& tile, const BwdSmem<
   const uint32_t q_tile = sm.stage(stage);
   QTile::template load_async<NTHREADS>(q_tile, q, f.q_row_stride, rows, tid);
   QTile::template load_async<NTHREADS>(q_tile + QTile::kBytes, d_o, p.do_row_stride, rows, tid);
+  BwdTiling<D>::Stream::template load<NTHREADS>(sm.stream(stage), stream_src, q_lo, tile.kv_lo,
+                                                stream_vector, tid);
   cp_async_commit();
   const int64_t row0 = (static_cast<int64_t>(tile.b) * f.heads_q + tile.h) * tile.seqlen_q;
   bwd_load_rows<BLOCK_M>(tile, reinterpret_cast<const float*>(tile.scratch + tile.ws.delta) + row0,
@@ -91,6 +101,8 @@ __device__ __forceinline__ void produce_bwd_tile(const BwdTile& tile, int tid, i
   const BwdSmem<D> sm = bwd_smem<D>();
   const cubridge_attn_fwd_params& f = tile.p;
   const int kv_rows = tile.kv_hi - tile.kv_lo;
+  const CuirStreamSource<StreamElem> stream_src = tile.stream_source();
+  const bool stream_vector = BwdTiling<D>::Stream::vector_rows(stream_src);
   KvTile::template load_async<128>(
       sm.s_base + BwdTiling<D>::kK,
       static_cast<const T*>(f.k) + tile.b * f.k_batch_stride + tile.kv_h * f.k_head_stride +
@@ -104,9 +116,7 @@ __device__ __forceinline__ void produce_bwd_tile(const BwdTile& tile, int tid, i
   cp_async_commit();
   // The copy groups in flight, oldest first: K and V's (if kv_pending), then `pending` blocks'
   // stages from ring index `first`; each published (landed, fenced for wgmma, its barrier
-  // arrived on) oldest first. Under kEarlyFill a tile's K, V and first STAGES stages go out
-  // back to back, so that the consumers' first block waits one load's latency instead of
-  // each in turn; past them, a stage is published as soon as it is issued, as before.
+  // arrived on) oldest first.
   bool kv_pending = true;
   int first = ring, pending = 0;
   const auto publish = [&] {
@@ -125,7 +135,7 @@ __device__ __forceinline__ void produce_bwd_tile(const BwdTile& tile, int tid, i
       }
     }
   };
-  if constexpr (!kEarlyFill) publish();
+  publish();
   int i = ring;
   tile.for_each_q_block([&](int m_block, int, bool) {
     const int stage = i & 1, use = i >> 1;
@@ -133,9 +143,9 @@ __device__ __forceinline__ void produce_bwd_tile(const BwdTile& tile, int tid, i
       publish();
       mbar_wait(&sm.bars->empty[stage], (use - 1) & 1);
     }
-    load_q_block<128, T, D>(tile, sm, m_block, stage, tid);
+    load_q_block<128, T, D>(tile, sm, m_block, stage, tid, stream_src, stream_vector);
     ++pending;
-    if (!kEarlyFill || use > 0) publish();
+    publish();
     ++i;
   });
   publish();
@@ -151,13 +161,14 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid, in
   using Tiling = BwdTiling<D>;
   using KvTile = typename Tiling::KvTile;
   using QTile = typename Tiling::QTile;
+  using Block = BwdBlock<D>;
   static_assert(Tiling::kServed, "the tile does not serve this head dim (bwd_smem_bytes is 0)");
   constexpr int NT = BLOCK_M / 8;  // 8-column query n-tiles of S^T
   constexpr int kPartCols = Tiling::kPartCols;  // this warpgroup's columns of dK and dV
   // dQ one block late (BwdTiling::kLagDq), except where the variant's gradient hooks keep the
   // raw scores: their 32 registers beside dQ's spill (bench/NOTES.md, session 18).
   constexpr bool kSplitKeys = Tiling::kSplitKeys;
-  constexpr bool kLagDq = Tiling::kLagDq && !BwdBlock::kKeepsRawScores;
+  constexpr bool kLagDq = Tiling::kLagDq && !Block::kKeepsRawScores;
   constexpr int DQ_N = Tiling::kDqCols;  // dQ's head-dim columns per warpgroup
   constexpr int DQ_K = kSplitKeys ? 64 : BLOCK_N;  // keys each warpgroup's dQ product sums
   static_assert(DQ_N % 64 == 0, "dQ in 64-column panels of K");
@@ -165,6 +176,8 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid, in
   const cubridge_attn_fwd_params& f = p.fwd;
   const int kv_lo = tile.kv_lo, kv_hi = tile.kv_hi, seqlen_q = tile.seqlen_q;
   const BwdSmem<D> sm = bwd_smem<D>();
+  const CuirStreamSource<StreamElem> stream_src = tile.stream_source();
+  [[maybe_unused]] const bool stream_vector = Tiling::Stream::vector_rows(stream_src);
   const uint32_t s_base = sm.s_base;
   const uint32_t sK = s_base + Tiling::kK, sV = s_base + Tiling::kV;
   const uint32_t sdS = s_base + Tiling::kDs;
@@ -323,7 +336,14 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid, in
 
   tile.for_each_q_block([&](int m_block, int m_next, bool block_full) {
     const int q_lo = m_block * BLOCK_M, q_hi = min(q_lo + BLOCK_M, seqlen_q);
-    const BwdBlock block{tile, m_block, q_lo, q_hi, block_full};
+    const Block block{tile, m_block, q_lo, q_hi, block_full, [&] {
+                        if constexpr (Tiling::kStream) {
+                          return typename Tiling::StreamView{sm.stream(stage), {}, q_lo, kv_lo};
+                        } else {
+                          return typename Tiling::StreamView{tile.p, tile.stream_c2,
+                                                             tile.stream_c3};
+                        }
+                      }()};
     if constexpr (kProducer) {
       // This stage's copies landed (the producer fenced them for wgmma); under kLagDq the
       // previous block's dS^T of both warpgroups is there too.
@@ -332,7 +352,8 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid, in
       if constexpr (kLagDq) consumers_sync();
     } else {
       if (first_block) {  // the prologue: no earlier block prefetched this one
-        load_q_block<kConsumerThreads, T, D>(tile, sm, m_block, stage, tid);
+        load_q_block<kConsumerThreads, T, D>(tile, sm, m_block, stage, tid, stream_src,
+                                             stream_vector);
         first_block = false;
       }
       cp_async_wait<0>();
@@ -343,7 +364,8 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid, in
         bwd_trace_stamp(tid, kTraceFirst);
       }
       if (m_next != KvUnion<1>::kEnd) {
-        load_q_block<kConsumerThreads, T, D>(tile, sm, m_next, stage ^ 1, tid);
+        load_q_block<kConsumerThreads, T, D>(tile, sm, m_next, stage ^ 1, tid, stream_src,
+                                             stream_vector);
       }
     }
     const int block_stage = stage;
@@ -393,7 +415,7 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid, in
       x = at.kv(c) < kv_hi ? x * qk_scale : -INFINITY;
     });
     [[maybe_unused]] float raw[1][NT][4];
-    if constexpr (BwdBlock::kKeepsRawScores) {
+    if constexpr (Block::kKeepsRawScores) {
       for_each_fragment_t<NT>(sf, [&](int j, int c, float& x) { raw[0][j][c] = x; });
     }
     const BwdFragBounds bounds{at, q_hi, kv_hi};
@@ -428,7 +450,7 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid, in
         dsf[0][j][2 * r + 1] = sf[0][j][2 * r + 1] * (dsf[0][j][2 * r + 1] - dl.y);
       }
     }
-    if constexpr (BwdBlock::kKeepsRawScores) {
+    if constexpr (Block::kKeepsRawScores) {
       bwd_grad_hooks<NT>(block, dsf, raw, bounds, first_part);
     }
     // dK += dS^T Q (scaled at the end)
@@ -499,8 +521,9 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid, in
 
   // grad.epilogue: dK = scale * dk, dV; under GQA the group's query heads add up in fp32.
   const bool gqa = f.heads_q != f.heads_kv;
-  if constexpr (kStagedStore) {
-    if (!gqa && bwd_dkv_rows_16(p)) {
+  if constexpr (kStagedStore != 0) {
+    static_assert(2 * BLOCK_N * D * 2 <= STAGES * Tiling::kStageBytes, "dK and dV fit the stages");
+    if (!gqa && (kStagedStore == 1 || det) && bwd_dkv_rows_16(p)) {
       // Every warpgroup's products retired before any stage is overwritten.
       consumers_sync();
       store_dkv_staged<T, D, kPartCols>(tile, s_base + Tiling::kStage0, dk, dv, scale, key0,

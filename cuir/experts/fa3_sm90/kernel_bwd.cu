@@ -62,6 +62,7 @@ int cubridge_attn_bwd(const cubridge_attn_bwd_params* p, struct CUstream_st* str
 #include "../common/kv_blocks.cuh"
 #include "../common/score_visit.cuh"
 #include "../common/backward_hooks.cuh"
+#include "../common/stream_rows.cuh"
 #include "mainloop_bwd.cuh"
 #include "softmax.cuh"
 #include "tma.cuh"
@@ -113,6 +114,17 @@ __device__ __forceinline__ void variant_compact_row(const cubridge_attn_fwd_para
 // The block-table kernels (classify, then compact), on the regions above.
 #include "../common/table_kernels.cuh"
 
+// The captured tensor a score_mod or mask reads at [..., q_idx, kv_idx], which can come a query
+// block's tile at a time beside its Q and dO (common/stream_rows.cuh): its slot in p.buffers
+// (-1: none), rank and element type. Not yet a region, nor stream_coords below: the lowering
+// streams where an expert declares both (`tile_stream`, `stream_coords`), and the backward's
+// stream is built but not yet verified or timed on a GPU (bench/NOTES.md session 26). Declared
+// as regions, the hooks read the tensor through `stream_tile` (BwdBlock), from shared memory
+// where BwdTiling::kStream.
+constexpr int kStreamBuffer = -1;
+constexpr int kStreamRank = 2;
+using StreamElem = unsigned char;
+
 // Two warpgroups; the query block is one 64-column swizzle panel of dS^T. A 128-key tile gives
 // each warpgroup its own 64 keys; a 64-key tile gives both the same keys and each half of dK's
 // and dV's columns (kDParts = 2): both then compute the same S^T and dP^T over the whole head
@@ -138,21 +150,16 @@ constexpr bool kProducer = CUBRIDGE_BWD_PRODUCER && BLOCK_N == 128;
 #define CUBRIDGE_BWD_PERSISTENT 0
 #endif
 constexpr bool kPersistent = CUBRIDGE_BWD_PERSISTENT && kProducer;
-// The producer issues a tile's K, V and its first two stages' copies back to back and
-// publishes each as it lands, instead of waiting for each before it issues the next
-// (attend_bwd.cuh, produce_bwd_tile): the consumers' first block waits one latency.
-#ifndef CUBRIDGE_BWD_EARLY_FILL
-#define CUBRIDGE_BWD_EARLY_FILL 0
-#endif
-constexpr bool kEarlyFill = CUBRIDGE_BWD_EARLY_FILL && kProducer;
-static_assert(kProducer || !kEarlyFill, "only a producer fills early");  // a tile without one
 // dK and dV leave through shared memory (the walk's stages) in 16-byte row pieces instead of
-// each thread's 4-byte fragment pairs (epilogue_bwd.cuh); not in a persistent CTA, whose
-// producer refills the stages for its next tile meanwhile.
+// each thread's 4-byte fragment pairs (epilogue_bwd.cuh): 1 always, 2 in deterministic mode
+// only, 0 never (the default). Off: with either compiled in, the fast mode's walk is 7-8%
+// slower at 8k (a block 2.40 -> 2.49 us, whether or not the call stores through the stages);
+// deterministic mode gains 1-7% (H100, bench/NOTES.md session 26). Not in a persistent CTA,
+// whose producer refills the stages for its next tile meanwhile.
 #ifndef CUBRIDGE_BWD_STAGED_STORE
 #define CUBRIDGE_BWD_STAGED_STORE 0
 #endif
-constexpr bool kStagedStore = CUBRIDGE_BWD_STAGED_STORE && !kPersistent;
+constexpr int kStagedStore = kPersistent ? 0 : CUBRIDGE_BWD_STAGED_STORE;
 constexpr int kConsumerThreads = WARPS * 32;
 constexpr int kThreads = kConsumerThreads + (kProducer ? 128 : 0);
 // Registers per thread after setmaxnreg: the launch gives 65536 / 384 (168) each; the producer
@@ -177,6 +184,30 @@ constexpr int kDParts = 2 / kKeyGroups;
 #ifndef CUBRIDGE_BWD_LAG_DQ
 #define CUBRIDGE_BWD_LAG_DQ 1
 #endif
+// The streamed tensor per score from global memory (an instance without the tiles), its address
+// taken from the call's parameters at each read, as the lowering's other buffer reads are, so
+// that no register holds it across the walk (held in the block, it cost graphormer_spatial 40
+// more bytes of spills).
+// (A template, so that `at` is instantiated only where a hook reads it.)
+template <typename E, int SLOT, int RANK>
+struct BwdStreamGlobal {
+  const cubridge_attn_fwd_params& p;
+  int c2, c3;  // the leading indices (stream_coords)
+  __device__ __forceinline__ auto at(int q_idx, int kv_idx) const {
+    return cuir_stream_source<E, SLOT, RANK>(p, c2, c3).at(q_idx, kv_idx);
+  }
+};
+
+// A if B, else C (no <type_traits> under NVRTC).
+template <bool B, typename A, typename C>
+struct BwdPick {
+  using type = A;
+};
+template <typename A, typename C>
+struct BwdPick<false, A, C> {
+  using type = C;
+};
+
 template <int D>
 struct BwdTiling {
   using KvTile = cubridge::fa3::PanelTile<BLOCK_N, D>;
@@ -210,31 +241,57 @@ struct BwdTiling {
   // reductions through the LSU: two buffers a warpgroup, so that a panel's add has a block to
   // read its buffer before the buffer's next store (attend_bwd.cuh).
   static constexpr bool kDqBulk = CUBRIDGE_BWD_DQ_BULK && kDqCols == 64;
-  // In deterministic mode (CUBRIDGE_BWD_DET_BULK), a warpgroup's fixed-point panel (32 KB, the
-  // bytes of its two fp32 buffers) is staged and added by one bulk add.u64 instead of 32 scalar
-  // 64-bit atomics a thread (4.5x -> 1.4x the fast mode's time, bench/NOTES.md session 24); one
-  // buffer, so the panel waits for the previous one's add to have read it (a block earlier: done
-  // by then).
-  static constexpr bool kDetBulk = CUBRIDGE_BWD_DET_BULK && kDqCols == 64;
   static constexpr int kDqPanelBytes = 64 * 64 * 4;
   static constexpr int kRows = kDs + kDsBuffers * kDsBytes;
   static constexpr int kBars = kRows + 2 * STAGES * BLOCK_M * 4;  // the producer's mbarriers
   // BwdBars: kv_full, full and empty per stage, kv_empty and the two tile slots.
   static constexpr int kBarsBytes = kProducer ? 8 * (2 + 2 * STAGES) + 2 * 4 : 0;
-  // The staged dQ panels last, so that a call that stages none (the fast mode without kDqBulk)
-  // allocates none of them: the fast mode keeps its 167 KB at head dim 128, and the L1 that the
-  // rest leaves (measured alike within 0.3%, session 24).
-  static constexpr int kDqStage = (kBars + kBarsBytes + 127) / 128 * 128;
-  // Dynamic shared memory is only 16-byte aligned: 1024 bytes of slack.
+  // A streamed tensor's tile per stage (the query block's [BLOCK_M x BLOCK_N] of it, loaded with
+  // its Q and dO: common/stream_rows.cuh) after the barriers, then the staged dQ panels last, so
+  // that a call that stages none (the fast mode without kDqBulk) allocates none of them: the
+  // fast mode keeps its 167 KB at head dim 128, and the L1 that the rest leaves (measured alike
+  // within 0.3%, session 24). Dynamic shared memory is only 16-byte aligned: 1024 bytes of
+  // slack.
+  static constexpr int kStreamAt = (kBars + kBarsBytes + 15) / 16 * 16;
+  static constexpr int kStreamTileBytes =
+      kStreamBuffer >= 0 ? CuirStreamRows<StreamElem, BLOCK_M, BLOCK_N, true>::kBytes : 0;
+  __host__ __device__ static constexpr int stream_end(bool stream) {
+    return stream ? kStreamAt + STAGES * kStreamTileBytes : kBars + kBarsBytes;
+  }
+  __host__ __device__ static constexpr int dq_stage_at(bool stream) {
+    return (stream_end(stream) + 127) / 128 * 128;
+  }
+  __host__ __device__ static constexpr int layout_bytes(bool stream, bool dq_stage) {
+    return (dq_stage ? dq_stage_at(stream) + 2 * 2 * kDqPanelBytes : stream_end(stream)) + 1024;
+  }
+  static constexpr int kSmemLimit = 227 * 1024;  // sm_90's per block
+  // The tile streams where its tiles fit beside what the fast mode stages, and where the loads'
+  // registers are there: a producer's, or consumers below head dim 256 (at 256 the prefetch
+  // beside dK's and dV's accumulators spills); otherwise the hooks read the tensor per score
+  // from global memory.
+  static constexpr bool kStream = kStreamBuffer >= 0 && (kProducer || D < 256) &&
+                                  layout_bytes(true, kDqBulk) <= kSmemLimit;
+  using Stream = CuirStreamRows<StreamElem, BLOCK_M, BLOCK_N, kStream>;  // the loader
+  using StreamView =  // what the hooks read
+      typename BwdPick<kStream, Stream,
+                       BwdStreamGlobal<StreamElem, kStreamBuffer, kStreamRank>>::type;
+  static constexpr int kDqStage = dq_stage_at(kStream);
+  // In deterministic mode (CUBRIDGE_BWD_DET_BULK), a warpgroup's fixed-point panel (32 KB, the
+  // bytes of its two fp32 buffers) is staged and added by one bulk add.u64 instead of 32 scalar
+  // 64-bit atomics a thread (4.5x -> 1.4x the fast mode's time, bench/NOTES.md session 24); one
+  // buffer, so the panel waits for the previous one's add to have read it (a block earlier: done
+  // by then). Where a streamed tile leaves no room for it (bf16 at head dim 128), the atomics.
+  static constexpr bool kDetBulk = CUBRIDGE_BWD_DET_BULK && kDqCols == 64 &&
+                                   layout_bytes(kStream, true) <= kSmemLimit;
   __host__ __device__ static constexpr int smem_bytes(bool deterministic) {
-    return (kDqBulk || (deterministic && kDetBulk) ? kDqStage + 2 * 2 * kDqPanelBytes
-                                                   : kBars + kBarsBytes) +
-           1024;
+    return layout_bytes(kStream, kDqBulk || (deterministic && kDetBulk));
   }
   // Whether the tile serves head dim D: a warpgroup's part whole 64-column panels, at most 128
-  // columns of each accumulator (64 + 64 registers), within sm_90's 227 KiB of shared memory.
+  // columns of each accumulator (64 + 64 registers), within sm_90's 227 KiB of shared memory
+  // (without a stream, which yields where it does not fit).
   static constexpr bool kServed =
-      kPartCols % 64 == 0 && kPartCols <= 128 && smem_bytes(true) <= 227 * 1024;
+      kPartCols % 64 == 0 && kPartCols <= 128 &&
+      layout_bytes(false, kDqBulk || (CUBRIDGE_BWD_DET_BULK && kDqCols == 64)) <= kSmemLimit;
 };
 
 // Dynamic shared memory of the head dims the kernel serves at this tile (BwdTiling::kServed),
@@ -308,6 +365,14 @@ struct BwdTile : BwdCall {
   // @cuir-end head_map
   // @cuir-region program_lets
   // @cuir-end program_lets
+  // The streamed tensor's indices before [q_idx, kv_idx] for this work tile (dimensions
+  // rank - 3 and rank - 4): none here (the region `stream_coords` once streamed, above).
+  const int stream_c2 = 0, stream_c3 = 0;
+
+  // The streamed tensor at this work tile's leading indices (an empty source without one).
+  __device__ __forceinline__ CuirStreamSource<StreamElem> stream_source() const {
+    return cuir_stream_source<StreamElem, kStreamBuffer, kStreamRank>(p, stream_c2, stream_c3);
+  }
 
   // body(m_block, m_next, block_full) per visited query block, ascending; m_next is the block
   // after it (KvUnion's kEnd: none), which the mainloop prefetches.
@@ -333,9 +398,13 @@ struct BwdTile : BwdCall {
 // leaves d score_mod / d score in `score`, by which the visitor multiplies dS; buffer_grad's adds
 // into the learnable buffers' gradients itself. MT x 2 row slots are the thread's query columns,
 // NT x 2 column slots its keys (the fragment is transposed).
+template <int D>
 struct BwdBlock : BwdTile {
   int m_block, q_lo, q_hi;
   bool block_full;
+  // The streamed tensor's [q_lo, q_lo + BLOCK_M) x [kv_lo, kv_lo + BLOCK_N) tile, which the
+  // hooks read as stream_tile.at(q_idx, kv_idx).
+  typename BwdTiling<D>::StreamView stream_tile;
   // @cuir-region block_class
   // @cuir-end block_class
   // @cuir-region qk_scale

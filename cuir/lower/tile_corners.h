@@ -1,0 +1,34 @@
+// TileCorners, an analysis of a block table's predicate (`blocks(...)`, region_tables.cc): the
+// conjuncts that a tile's four corners decide. A conjunct `a OP b` (OP one of < <= > >=) whose two
+// sides are affine in q_idx and kv_idx (sums, differences and negations of the indices and of
+// terms that mention neither, products with such terms) holds on a half-plane of (q_idx,
+// kv_idx): a rectangle of indices lies outside it exactly when its four corners do, and inside
+// exactly when its four corners do. That needs exact arithmetic: the classifier keeps only the
+// conjuncts whose sides it computes in integers (float rounding could step the two sides apart
+// between corners).
+//
+// The classifier of a table then settles a tile from its corners where it can: empty if a
+// conjunct fails at all four, full if the predicate is such conjuncts alone and all hold at all
+// four; otherwise it evaluates the tile element by element as before. A windowed mask far from
+// its band (a dilated per-head window at 8k: 97% of the tiles) had every element of every empty
+// tile evaluated: 1.2 ms a call for longformer_head_dilation's table (bench/NOTES.md, session 26).
+#pragma once
+
+#include <vector>
+
+#include "cuir/ir/expr.h"
+
+namespace cubridge::lower {
+
+struct TileCorners {
+  std::vector<cuir::ExprPtr> decided;  // the conjuncts the corners decide, in predicate order
+  bool all_decided = false;            // the predicate is those conjuncts alone
+};
+
+// The top-level conjuncts of `pred` (split at &&) that the corners decide.
+TileCorners FindTileCorners(const cuir::ExprPtr& pred);
+
+// Whether `e` is affine in q_idx and kv_idx as above (true where it mentions neither).
+bool AffineInTheIndices(const cuir::ExprPtr& e);
+
+}  // namespace cubridge::lower
