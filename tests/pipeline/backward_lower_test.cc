@@ -5,6 +5,8 @@
 // with its derivative, learnable captured tensors) compile with nvcc, warnings as errors.
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <string>
@@ -13,7 +15,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "cuir/experts/expert.h"
+#include "cuir/lower/expert.h"
 #include "cuir/lower/lower.h"
 #include "cuir/pipeline/backward.h"
 #include "cuir/pipeline/stages.h"
@@ -218,6 +222,56 @@ TEST(BackwardLowering, LoweredKernelsCompile) {
       EXPECT_EQ(r.exit_code, 0) << label << "\n" << r.output;
     }
   }
+  lower::testing::CleanUpTempDir(dir, HasFailure());
+}
+
+// The Hopper backward's tile stream (common/stream_rows.cuh), built but not yet declared as
+// regions until a GPU verifies it (bench/NOTES.md session 26): in a copy of the experts with
+// kernel_bwd.cu's `tile_stream` and `stream_coords` marked, the tensors read per score at
+// [..., q_idx, kv_idx] are streamed, and the kernels compile without warnings.
+TEST(BackwardLowering, TheTileStreamCompilesWithItsRegionsDeclared) {
+  const std::string nvcc = lower::testing::FindNvcc();
+  if (nvcc.empty()) GTEST_SKIP() << "no nvcc (CUBRIDGE_NVCC unset, /usr/local/cuda/bin/nvcc absent)";
+  const std::string dir = lower::testing::MakeTempDir("cubridge_bwd_stream_");
+  const std::string experts = lower::ExpertsDir();
+  ASSERT_EQ(lower::testing::RunCommand("cp -r '" + experts + "' '" + dir + "/experts'").exit_code, 0);
+  const std::string kernel = dir + "/experts/fa3_sm90/kernel_bwd.cu";
+  std::ifstream in(kernel);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string decl =
+      "constexpr int kStreamBuffer = -1;\nconstexpr int kStreamRank = 2;\n"
+      "using StreamElem = unsigned char;\n";
+  const std::string coords = "  const int stream_c2 = 0, stream_c3 = 0;\n";
+  ASSERT_TRUE(absl::StrContains(text, decl) && absl::StrContains(text, coords));
+  text = absl::StrReplaceAll(
+      text, {{decl, absl::StrCat("// @cuir-region tile_stream\n", decl, "// @cuir-end tile_stream\n")},
+             {coords, absl::StrCat("  // @cuir-region stream_coords\n", coords,
+                                   "  // @cuir-end stream_coords\n")}});
+  lower::testing::WriteFile(kernel, text);
+  const char* before = std::getenv("CUBRIDGE_EXPERTS_DIR");
+  const std::string restore = before != nullptr ? before : "";
+  setenv("CUBRIDGE_EXPERTS_DIR", (dir + "/experts").c_str(), 1);
+  for (const GeneralitySpec& g : AllSpecs()) {
+    if (g.name != "unstructured_keep_mask" && g.name != "graphormer_spatial") continue;
+    SCOPED_TRACE(g.name);
+    const cuir::AttentionConfig c = Config(8, 2);
+    auto program = BackwardProgram(g, c, "fa3_sm90");
+    ASSERT_TRUE(program.ok()) << program.status();
+    auto k = lower::Lower(*program, c, lower::Arch::kSm90);
+    ASSERT_TRUE(k.ok()) << k.status();
+    // The keep mask's bools at [q, kv]; graphormer's adjacency (bool, narrower than its int32
+    // distances) at [b, q, kv].
+    EXPECT_TRUE(absl::StrContains(k->cuda_source, "using StreamElem = bool;"));
+    EXPECT_TRUE(absl::StrContains(k->cuda_source, "stream_tile.at(q_idx, kv_idx)"));
+    const std::string stem = absl::StrCat(dir, "/", g.name);
+    lower::testing::WriteFile(stem + ".cu", k->cuda_source);
+    const auto r = lower::testing::RunCommand(
+        absl::StrCat(nvcc, " -c -std=c++17 -gencode arch=compute_90a,code=sm_90a -Werror "
+                           "all-warnings -o ", stem, ".o ", stem, ".cu"));
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+  }
+  if (restore.empty()) unsetenv("CUBRIDGE_EXPERTS_DIR");
+  else setenv("CUBRIDGE_EXPERTS_DIR", restore.c_str(), 1);
   lower::testing::CleanUpTempDir(dir, HasFailure());
 }
 
