@@ -1,11 +1,18 @@
 // TileCorners, an analysis of a block table's predicate (`blocks(...)`, region_tables.cc): the
-// conjuncts that a tile's four corners decide. A conjunct `a OP b` (OP one of < <= > >=) whose two
-// sides are affine in q_idx and kv_idx (sums, differences and negations of the indices and of
-// terms that mention neither, products with such terms) holds on a half-plane of (q_idx,
-// kv_idx): a rectangle of indices lies outside it exactly when its four corners do, and inside
-// exactly when its four corners do. That needs exact arithmetic: the classifier keeps only the
-// conjuncts whose sides it computes in integers (float rounding could step the two sides apart
-// between corners).
+// conjuncts that a tile's four corners decide. A conjunct `a OP b` (OP one of < <= > >=) whose
+// difference a - b, as a function of (q_idx, kv_idx), never turns in either index (it moves one
+// way in q_idx whatever kv_idx, and one way in kv_idx whatever q_idx) takes its least and its
+// greatest value over a rectangle of indices at two of the rectangle's corners; so the conjunct
+// fails on the whole rectangle when it fails at all four corners, and holds on the whole
+// rectangle when it holds at all four. Such differences: sides affine in the indices (sums,
+// differences and negations of the indices and of terms that mention neither, products with
+// such terms), or built from the indices by sums, differences, negations, products and floor
+// divisions by integer literals, shr, shl by a literal up to 31, min and max
+// (`q_idx - shr(kv_idx, shift) < blocks`, `q_idx // 64 >= kv_idx // 64`). `abs(a) <= b` counts as
+// its two half-planes `a <= b` and `-a <= b` (a band, which may cross a tile whose corners all
+// lie outside it). The argument needs exact arithmetic: the classifier keeps only the conjuncts
+// whose sides it computes in integers (float rounding could step the two sides apart between
+// corners).
 //
 // The classifier of a table then settles a tile from its corners where it can: empty if a
 // conjunct fails at all four, full if the predicate is such conjuncts alone and all hold at all

@@ -36,10 +36,29 @@ TEST(TileCorners, HalfPlanesOfAWindowAreDecidedItsModuloIsNot) {
   EXPECT_TRUE(all);
 }
 
+TEST(TileCorners, MonotoneDifferencesAndBandsAreDecided) {
+  bool all = false;
+  // hourglass_shortened: shl by a parameter may wrap (left to the scan), shr never turns.
+  EXPECT_EQ(Decided("kv_idx < shl(q_idx + 1, shift) && q_idx - shr(kv_idx, shift) < blocks", &all),
+            (std::vector<std::string>{"q_idx - shr(kv_idx, shift) < blocks"}));
+  EXPECT_FALSE(all);
+  EXPECT_EQ(Decided("q_idx // 64 >= kv_idx // 64 && kv_idx < shl(q_idx + 1, 3)", &all).size(), 2u);
+  EXPECT_TRUE(all);
+  // dilated_window: the band's two sides.
+  EXPECT_EQ(Decided("abs(q_idx - kv_idx) <= window && (q_idx - kv_idx) % dilation == 0", &all),
+            (std::vector<std::string>{"q_idx - kv_idx <= window", "-(q_idx - kv_idx) <= window"}));
+  EXPECT_FALSE(all);
+  EXPECT_EQ(Decided("window > abs(kv_idx - q_idx)", &all).size(), 2u);
+  EXPECT_TRUE(all);
+  EXPECT_EQ(Decided("min(q_idx, 100) - max(kv_idx, 3) >= 0").size(), 1u);
+}
+
 TEST(TileCorners, LeavesWhatIsNotAHalfPlane) {
   // Not affine in the indices, an equality, a read at an index, no index at all.
   EXPECT_TRUE(Decided("q_idx * kv_idx < 64").empty());
-  EXPECT_TRUE(Decided("q_idx // 64 >= kv_idx // 64").empty());
+  EXPECT_TRUE(Decided("q_idx - q_idx // 2 * 3 >= kv_idx").empty());  // up and down in q_idx
+  EXPECT_TRUE(Decided("abs(q_idx - kv_idx) >= window").empty());  // outside a band: no half-plane
+  EXPECT_TRUE(Decided("q_idx // width >= kv_idx").empty());       // a divisor of unknown sign
   EXPECT_TRUE(Decided("q_idx == kv_idx").empty());
   EXPECT_TRUE(Decided("doc[q_idx] >= doc[kv_idx]").empty());
   EXPECT_TRUE(Decided("h < 4").empty());
@@ -57,12 +76,15 @@ TEST(TileCorners, TheCornersVerdictHoldsOnEveryElement) {
       "kv_idx <= q_idx && q_idx - kv_idx <= window",
       "2 * q_idx + 3 > -kv_idx * stride + offset && 3 * kv_idx - q_idx <= window * 2",
       "-(q_idx - 2 * kv_idx) < window - h * stride",
+      "abs(q_idx - kv_idx) <= window && q_idx - shr(kv_idx, 2) < 40 && q_idx // 7 >= kv_idx // 5",
+      "min(q_idx, 100) - max(kv_idx * 3, 3) >= -stride && shl(kv_idx + 1, 2) > q_idx - offset",
       // Conjuncts the corners cannot decide beside one they can: were any of the first three
-      // taken, the check below would find elements that contradict its corners.
-      "q_idx * kv_idx < window * 40 && q_idx // 8 >= kv_idx // 8 && (q_idx - kv_idx) % 3 == 0 "
-      "&& q_idx - kv_idx < window"};
+      // taken (the second goes up and down in q_idx), the check below would find elements
+      // that contradict its corners.
+      "q_idx * kv_idx < window * 40 && q_idx - q_idx // 8 * 16 >= kv_idx - 160 && "
+      "(q_idx - kv_idx) % 3 == 0 && q_idx - kv_idx < window"};
   std::mt19937 rng(7);
-  std::uniform_int_distribution<int> start(-40, 200), extent(1, 24), small(-5, 9);
+  std::uniform_int_distribution<int> start(0, 200), extent(1, 24), small(-5, 9);
   for (const std::string& text : preds) {
     const TileCorners found = FindTileCorners(Parse(text));
     ASSERT_FALSE(found.decided.empty()) << text;
