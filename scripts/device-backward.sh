@@ -41,7 +41,9 @@
 #   suite    Suite/BackwardOnGpu: every example and generality spec as `lowered` does them, in
 #            $SUITE_SHARDS shards (default 16), of which those in $SUITE_RUN (default all, e.g.
 #            "0 1 2 3 4 5") run, $SHARD_JOBS at a time, each within $SUITE_TIMEOUT s (default
-#            500): a call runs what fits in it, the next call the rest
+#            500): a call runs what fits in it, the next call the rest; $SUITE_FILTER another
+#            gtest filter instead (e.g. '*OnGpu*longformer_head_dilation*:*OnGpu*dilated_window*':
+#            those specs' forward and backward checks)
 #   sanitize the fa3_sm90 base tile's ragged cases under compute-sanitizer's memcheck and
 #            synccheck (a new barrier or mbarrier protocol's first check; $SANITIZE_ARGS more
 #            options, e.g. "--define CUBRIDGE_BWD_PERSISTENT=1")
@@ -187,7 +189,7 @@ if [ "$built" = 0 ]; then
   has lowered && sharded lowered 'Variants/BackwardOnGpu.*' 4 420 0 1 2 3
   suite_shards=${SUITE_SHARDS:-16}
   # shellcheck disable=SC2046  # the shard indices, one word each
-  has suite && sharded suite 'Suite/BackwardOnGpu.*' "$suite_shards" "${SUITE_TIMEOUT:-500}" \
+  has suite && sharded suite "${SUITE_FILTER:-Suite/BackwardOnGpu.*}" "$suite_shards" "${SUITE_TIMEOUT:-500}" \
     ${SUITE_RUN:-$(seq 0 $((suite_shards - 1)))}
   has adapt && run adapt timeout 500 ./build-dev/tests/gpu_tests --gtest_filter='Examples/EveryExample.*'
   export PYTHONPATH=$PWD/build-dev/python CUBRIDGE_ADAPT_ARGS="--gpu off"
