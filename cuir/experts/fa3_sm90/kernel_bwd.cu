@@ -185,10 +185,8 @@ constexpr int kDParts = 2 / kKeyGroups;
 #define CUBRIDGE_BWD_LAG_DQ 1
 #endif
 // The streamed tensor per score from global memory (an instance without the tiles), its address
-// taken from the call's parameters at each read, as the lowering's other buffer reads are, so
-// that no register holds it across the walk (held in the block, it cost graphormer_spatial 40
-// more bytes of spills).
-// (A template, so that `at` is instantiated only where a hook reads it.)
+// taken from the call's parameters at each read, as the lowering's other buffer reads are. (A
+// template, so that `at` is instantiated only where a hook reads it.)
 template <typename E, int SLOT, int RANK>
 struct BwdStreamGlobal {
   const cubridge_attn_fwd_params& p;
@@ -280,7 +278,8 @@ struct BwdTiling {
   // bytes of its two fp32 buffers) is staged and added by one bulk add.u64 instead of 32 scalar
   // 64-bit atomics a thread (4.5x -> 1.4x the fast mode's time, bench/NOTES.md session 24); one
   // buffer, so the panel waits for the previous one's add to have read it (a block earlier: done
-  // by then). Where a streamed tile leaves no room for it (bf16 at head dim 128), the atomics.
+  // by then). Where a streamed tile leaves no room for it (any at head dim 128: ~186 KB with
+  // bools, and the panels' 64 KB on top), the atomics (deterministic mode ~3x slower there).
   static constexpr bool kDetBulk = CUBRIDGE_BWD_DET_BULK && kDqCols == 64 &&
                                    layout_bytes(kStream, true) <= kSmemLimit;
   __host__ __device__ static constexpr int smem_bytes(bool deterministic) {
