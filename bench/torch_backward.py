@@ -15,10 +15,10 @@ torch.profiler and the row gets the backward's kernels by name with their GPU ti
 preprocess, the block tables, the attention, the postprocess), so that a short walk's fixed
 costs show beside its main kernel. With --kept-tables CuBridge is timed again with the op
 keeping each geometry's block tables (CUBRIDGE_KEEP_TABLES=1: no table kernels a call where they
-depend on the geometry alone), paired in the process. The first call of each variant adapts it (not timed). Where
-both ran, a row's dQ, dK and dV are compared with Flex's on the same inputs (`grads_vs_flex`:
-the largest difference over Flex's largest element; the row says GRADIENTS DIFFER past
-GRADS_VS_FLEX), so that a fast row is also a right one.
+depend on the geometry alone), paired in the process. The first call of each variant adapts it
+(not timed). Where both ran, a row's dQ, dK and dV are compared with Flex's on the same inputs
+(`grads_vs_flex`: the largest difference over Flex's largest element; the row says GRADIENTS
+DIFFER past GRADS_VS_FLEX), so that a fast row is also a right one.
 
 Issue 30's matrix over every example and generality spec (their functions bound to their params
 and captured tensors as tests/python/gpu_check.py binds them; the generality tensors' shapes from
@@ -295,31 +295,31 @@ def run_shape(heads, d, s, variants, reps, deterministic, flex, kernels=False, s
         n = kept_by_head(mask_mod, b, hq, s, name in per_bh)
         flops_bwd = 2.5 * 4 * d * n
         fn = fns[name]
+
+        def ours(q, k, v):  # CuBridge's call of this row, in every timing of it
+            return fn(q, k, v, enable_gqa=gqa)
+
         row = {"variant": name, "shape": [b, hq, hkv, s, d], "density": n / (b * hq * s * s)}
         grads = None  # CuBridge's dQ, dK, dV, against Flex's where both ran
         try:
             if specs is not None:
                 adapted[name].result()
-            row["cubridge_ms"] = measure(lambda q, k, v: fn(q, k, v, enable_gqa=gqa),
-                                         q, k, v, do, reps)[1]
+            row["cubridge_ms"] = measure(ours, q, k, v, do, reps)[1]
             grads = [t.grad.clone() for t in (q, k, v)] if reps > 0 else None
             if kept_tables:
                 # The op keeps a geometry's block tables where they depend on it alone
                 # (CUBRIDGE_KEEP_TABLES, read each call): the same calls timed with them kept.
                 os.environ["CUBRIDGE_KEEP_TABLES"] = "1"
                 try:
-                    row["cubridge_kept_ms"] = measure(
-                        lambda q, k, v: fn(q, k, v, enable_gqa=gqa), q, k, v, do, reps)[1]
+                    row["cubridge_kept_ms"] = measure(ours, q, k, v, do, reps)[1]
                 finally:
                     os.environ.pop("CUBRIDGE_KEEP_TABLES")
             if kernels:
-                row["cubridge_kernels_ms"] = backward_kernels(
-                    lambda q, k, v: fn(q, k, v, enable_gqa=gqa), q, k, v, do)
+                row["cubridge_kernels_ms"] = backward_kernels(ours, q, k, v, do)
             if deterministic:
                 torch.use_deterministic_algorithms(True)
                 try:
-                    row["cubridge_det_ms"] = measure(lambda q, k, v: fn(q, k, v, enable_gqa=gqa),
-                                                     q, k, v, do, reps)[1]
+                    row["cubridge_det_ms"] = measure(ours, q, k, v, do, reps)[1]
                 finally:
                     torch.use_deterministic_algorithms(False)
         except Exception as e:  # noqa: BLE001 - recorded (e.g. a head dim without a backward)
@@ -353,7 +353,8 @@ def run_shape(heads, d, s, variants, reps, deterministic, flex, kernels=False, s
         line += (f"{row['cubridge_tflops']:6.1f} ({row['cubridge_ms']:.2f})" if "cubridge_ms" in row
                  else f"-- ({row['cubridge_error'][:60]})")
         if "cubridge_kept_ms" in row:
-            line += f"  kept tables {row['cubridge_kept_tflops']:6.1f} ({row['cubridge_kept_ms']:.2f})"
+            line += (f"  kept tables {row['cubridge_kept_tflops']:6.1f} "
+                     f"({row['cubridge_kept_ms']:.2f})")
         if "cubridge_det_ms" in row:
             line += f"  deterministic {row['cubridge_det_tflops']:6.1f} ({row['cubridge_det_ms']:.2f})"
         line += (f"  flex {row['flex_tflops']:6.1f} ({row['flex_ms']:.2f})" if "flex_ms" in row
@@ -364,7 +365,8 @@ def run_shape(heads, d, s, variants, reps, deterministic, flex, kernels=False, s
         if "sdpa_ms" in row:
             line += f"  sdpa[{row['sdpa_backend']}] {row['sdpa_tflops']:6.1f} ({row['sdpa_ms']:.2f})"
         if row.get("grads_vs_flex", 0.0) > GRADS_VS_FLEX:
-            line += f"  GRADIENTS DIFFER from Flex's (max |d| / max |flex| {row['grads_vs_flex']:.3g})"
+            line += ("  GRADIENTS DIFFER from Flex's (max |d| / max |flex| "
+                     f"{row['grads_vs_flex']:.3g})")
         print(line, flush=True)
         for kname, ms in row.get("cubridge_kernels_ms", {}).items():
             print(f"    {ms:8.3f} ms  {kname}", flush=True)

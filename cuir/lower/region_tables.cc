@@ -127,9 +127,11 @@ absl::StatusOr<std::string> RegionWriter::ClassifyKernel(const TableInfo& t) {
   scope.Bind("q_idx", "q_idx", CType::kInt);
   scope.Bind("kv_idx", "kv_idx", CType::kInt);
   CUBRIDGE_ASSIGN_OR_RETURN(auto pred, EmitExpr(t.decl->value, scope));
+  // The tile's entry in the table, which the corners' verdict or the scan writes.
+  const std::string entry = absl::StrCat(table, "[", t.rows_fn, "(", p, ") + ", row, " * ",
+                                         num_cols, " + ", col_block, "]");
   CUBRIDGE_ASSIGN_OR_RETURN(const std::string corners,
-                            CornerVerdict(t, scope, local, p, table, row, num_cols, col_block,
-                                          m_block, n_block, q_end, kv_end));
+                            CornerVerdict(t, scope, local, entry, m_block, n_block, q_end, kv_end));
   // A thread goes on while its columns have not shown both a kept and a dropped element.
   const std::string undecided = absl::StrCat("(", all, " || !", any, ")");
   if (pred.type != CType::kBool) {
@@ -162,8 +164,7 @@ absl::StatusOr<std::string> RegionWriter::ClassifyKernel(const TableInfo& t) {
       ");\n",
       "  }\n",
       "  ", any, " = __syncthreads_or(", any, ");\n  ", all, " = __syncthreads_and(", all, ");\n",
-      "  if (threadIdx.x == 0) ", table, "[", t.rows_fn, "(", p, ") + ", row, " * ", num_cols,
-      " + ", col_block, "] = ", any, " ? (", all, " ? 2 : 1) : 0;\n",
+      "  if (threadIdx.x == 0) ", entry, " = ", any, " ? (", all, " ? 2 : 1) : 0;\n",
       // The next tile's classification reuses the CTA: no thread may still read any/all.
       "  __syncthreads();\n}\n");
 }
@@ -173,10 +174,9 @@ absl::StatusOr<std::string> RegionWriter::ClassifyKernel(const TableInfo& t) {
 // predicate is half-plane conjuncts alone and all hold at all four. Uniform over the CTA, so the
 // whole CTA returns together; nothing when no conjunct qualifies.
 absl::StatusOr<std::string> RegionWriter::CornerVerdict(
-    const TableInfo& t, const EmitScope& scope, Namer& local, const std::string& p,
-    const std::string& table, const std::string& row, const std::string& num_cols,
-    const std::string& col_block, const std::string& m_block, const std::string& n_block,
-    const std::string& q_end, const std::string& kv_end) {
+    const TableInfo& t, const EmitScope& scope, Namer& local, const std::string& entry,
+    const std::string& m_block, const std::string& n_block, const std::string& q_end,
+    const std::string& kv_end) {
   TileCorners found = FindTileCorners(t.decl->value);
   std::vector<std::string> texts;
   for (const cuir::ExprPtr& c : found.decided) {
@@ -209,9 +209,6 @@ absl::StatusOr<std::string> RegionWriter::CornerVerdict(
                         : "",
                     "  }\n");
   }
-  const std::string entry =
-      absl::StrCat(table, "[", t.rows_fn, "(", p, ") + ", row, " * ", num_cols, " + ", col_block,
-                   "]");
   absl::StrAppend(&code, "  if (", out, ") {\n    if (threadIdx.x == 0) ", entry,
                   " = 0;\n    return;\n  }\n");
   if (found.all_decided) {

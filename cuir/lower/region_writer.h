@@ -106,14 +106,12 @@ class RegionWriter {
   absl::Status Tables();
   absl::StatusOr<std::string> RowsFunction(const TableInfo& t);
   absl::StatusOr<std::string> ClassifyKernel(const TableInfo& t);
+  // `entry`: the tile's table element; the others, the classifier's names of the tile's bounds.
   absl::StatusOr<std::string> CornerVerdict(const TableInfo& t, const EmitScope& scope,
-                                            Namer& local, const std::string& p,
-                                            const std::string& table, const std::string& row,
-                                            const std::string& num_cols,
-                                            const std::string& col_block,
+                                            Namer& local, const std::string& entry,
                                             const std::string& m_block,
-                                            const std::string& n_block,
-                                            const std::string& q_end, const std::string& kv_end);
+                                            const std::string& n_block, const std::string& q_end,
+                                            const std::string& kv_end);
   std::string WorkspaceFunctions() const;
 
   // ---- region_work_tile.cc ----

@@ -41,14 +41,8 @@ LoweredKernel LowerOrDie(const std::string& name, Arch arch = Arch::kSm80) {
 
 std::set<std::string> AsSet(const std::vector<std::string>& v) { return {v.begin(), v.end()}; }
 
-// The text between a region's markers in the lowered source.
 std::string RegionText(const LoweredKernel& k, const std::string& region) {
-  const std::string begin = "// @cuir-region " + region + "\n";
-  const size_t a = k.cuda_source.find(begin);
-  size_t b = k.cuda_source.find("// @cuir-end " + region + "\n");
-  if (a == std::string::npos || b == std::string::npos) return "<region " + region + " missing>";
-  b = k.cuda_source.rfind('\n', b) + 1;  // the end marker's line starts with its indentation
-  return k.cuda_source.substr(a + begin.size(), b - a - begin.size());
+  return testing::RegionText(k.cuda_source, region);
 }
 
 struct RegionCase {

@@ -64,6 +64,15 @@ void CleanUpTempDir(const std::string& dir, bool test_failed) {
   RunCommand("rm -rf '" + dir + "'");
 }
 
+std::string RegionText(const std::string& source, const std::string& region) {
+  const std::string begin = "// @cuir-region " + region + "\n";
+  const size_t a = source.find(begin);
+  size_t b = source.find("// @cuir-end " + region + "\n");
+  if (a == std::string::npos || b == std::string::npos) return "<region " + region + " missing>";
+  b = source.rfind('\n', b) + 1;  // the end marker's line starts with its indentation
+  return source.substr(a + begin.size(), b - a - begin.size());
+}
+
 void WriteFile(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);
   out << text;

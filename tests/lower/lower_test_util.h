@@ -33,6 +33,9 @@ void CleanUpTempDir(const std::string& dir, bool test_failed);
 
 void WriteFile(const std::string& path, const std::string& text);
 
+// The text between a region's markers in a lowered source ("<region NAME missing>" without them).
+std::string RegionText(const std::string& source, const std::string& region);
+
 struct CommandResult {
   int exit_code = -1;
   std::string output;  // stdout and stderr together

@@ -53,14 +53,6 @@ kernel attn_fwd {
 )");
 }
 
-std::string Region(const std::string& source, const std::string& name) {
-  const std::string begin = "// @cuir-region " + name + "\n";
-  const size_t a = source.find(begin);
-  const size_t b = source.find("// @cuir-end " + name);
-  if (a == std::string::npos || b == std::string::npos) return "";
-  return source.substr(a + begin.size(), b - a - begin.size());
-}
-
 // Each tile's class by the evaluator: 0 empty, 1 partial, 2 full.
 std::vector<int> Expected(const cuir::ExprPtr& pred) {
   std::vector<int> out;
@@ -92,15 +84,18 @@ class TableClassify : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(TableClassify, EveryTileAsItsElementsSay) {
   const std::string nvcc = testing::FindNvcc();
-  if (nvcc.empty()) GTEST_SKIP() << "no nvcc (CUBRIDGE_NVCC unset, /usr/local/cuda/bin/nvcc absent)";
+  if (nvcc.empty()) {
+    GTEST_SKIP() << "no nvcc (CUBRIDGE_NVCC unset, /usr/local/cuda/bin/nvcc absent)";
+  }
   auto program = cuir::ParseProgram(Program(GetParam()), "table_classify");
   ASSERT_TRUE(program.ok()) << program.status();
   auto lowered = Lower(*program, cuir::AttentionConfig{}, Arch::kSm80);
   ASSERT_TRUE(lowered.ok()) << lowered.status();
-  std::string table = Region(lowered->cuda_source, "table_kernel");
-  ASSERT_FALSE(table.empty()) << lowered->cuda_source;
+  std::string table = testing::RegionText(lowered->cuda_source, "table_kernel");
+  ASSERT_NE(table.find("void T_classify("), std::string::npos) << lowered->cuda_source;
   // One thread a CTA on the host: the CTA-wide votes are the thread's own.
-  table = absl::StrReplaceAll(table, {{"__device__ __forceinline__", "__host__ __device__ inline"}});
+  table = absl::StrReplaceAll(table,
+                              {{"__device__ __forceinline__", "__host__ __device__ inline"}});
   const std::string experts = ExpertsDir();
   const std::string source = absl::StrCat(
       "#include <stdio.h>\n#include <vector>\n#include \"", experts,

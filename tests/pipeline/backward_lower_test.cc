@@ -5,8 +5,6 @@
 // with its derivative, learnable captured tensors) compile with nvcc, warnings as errors.
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <optional>
 #include <string>
@@ -231,20 +229,22 @@ TEST(BackwardLowering, LoweredKernelsCompile) {
 // [..., q_idx, kv_idx] are streamed, and the kernels compile without warnings.
 TEST(BackwardLowering, TheTileStreamCompilesWithItsRegionsDeclared) {
   const std::string nvcc = lower::testing::FindNvcc();
-  if (nvcc.empty()) GTEST_SKIP() << "no nvcc (CUBRIDGE_NVCC unset, /usr/local/cuda/bin/nvcc absent)";
+  if (nvcc.empty()) {
+    GTEST_SKIP() << "no nvcc (CUBRIDGE_NVCC unset, /usr/local/cuda/bin/nvcc absent)";
+  }
   const std::string dir = lower::testing::MakeTempDir("cubridge_bwd_stream_");
-  const std::string experts = lower::ExpertsDir();
-  ASSERT_EQ(lower::testing::RunCommand("cp -r '" + experts + "' '" + dir + "/experts'").exit_code, 0);
+  const std::string copy = "cp -r '" + lower::ExpertsDir() + "' '" + dir + "/experts'";
+  ASSERT_EQ(lower::testing::RunCommand(copy).exit_code, 0);
   const std::string kernel = dir + "/experts/fa3_sm90/kernel_bwd.cu";
-  std::ifstream in(kernel);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string text = cuir::testing::ReadFileOrDie(kernel);
   const std::string decl =
       "constexpr int kStreamBuffer = -1;\nconstexpr int kStreamRank = 2;\n"
       "using StreamElem = unsigned char;\n";
   const std::string coords = "  const int stream_c2 = 0, stream_c3 = 0;\n";
   ASSERT_TRUE(absl::StrContains(text, decl) && absl::StrContains(text, coords));
   text = absl::StrReplaceAll(
-      text, {{decl, absl::StrCat("// @cuir-region tile_stream\n", decl, "// @cuir-end tile_stream\n")},
+      text, {{decl, absl::StrCat("// @cuir-region tile_stream\n", decl,
+                                 "// @cuir-end tile_stream\n")},
              {coords, absl::StrCat("  // @cuir-region stream_coords\n", coords,
                                    "  // @cuir-end stream_coords\n")}});
   lower::testing::WriteFile(kernel, text);

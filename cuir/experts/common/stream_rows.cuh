@@ -29,7 +29,9 @@ __device__ __forceinline__ void cuir_st_shared(uint32_t addr, E v) {
     unsigned bits = 0;
     memcpy(&bits, &v, sizeof(E));
     if constexpr (sizeof(E) == 1) asm volatile("st.shared.b8 [%0], %1;\n" ::"r"(addr), "r"(bits));
-    if constexpr (sizeof(E) == 2) asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(addr), "h"(static_cast<unsigned short>(bits)));
+    if constexpr (sizeof(E) == 2) {
+      asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(addr), "h"(static_cast<unsigned short>(bits)));
+    }
     if constexpr (sizeof(E) == 4) asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(bits));
   }
 }
