@@ -1,5 +1,6 @@
 // RegionWriter's block tables (region_writer.h): for each `table T per AXES = blocks(PRED)`, the
-// rows function and the classifier a CTA runs per tile (region table_kernel), and the workspace
+// rows function, the corners' verdict a thread gives a tile and the classifier a CTA runs per
+// tile the corners left open (region table_kernel), and the workspace
 // functions that lay the tables out and route the expert's table kernels
 // (cuir/experts/common/table_kernels.cuh) to them (region workspace). The text is built here, not
 // kept as templates beside table_kernels.cuh: the classifier's locals are named by a Namer that
@@ -43,8 +44,8 @@ absl::Status RegionWriter::Tables() {
           s->loc.ToString(), ": the lowering does not know more than ", kMaxTables,
           " block tables (`", StmtHeader(*s), "`)"));
     }
-    TableInfo t{s, Fresh(s->name), Fresh(s->name + "_rows"), Fresh(s->name + "_classify"),
-                s->names, {}, static_cast<int>(tables_.size())};
+    TableInfo t{s, Fresh(s->name), Fresh(s->name + "_rows"), Fresh(s->name + "_decide"),
+                Fresh(s->name + "_classify"), s->names, {}, static_cast<int>(tables_.size())};
     t.transposed = !s->attr.empty();
     for (const std::string& axis : t.axes) {
       auto it = std::find(plan_.grid->names.begin(), plan_.grid->names.end(), axis);
@@ -80,15 +81,20 @@ absl::StatusOr<std::string> RegionWriter::RowsFunction(const TableInfo& t) {
                   absl::StrCat("  return ", product, ";\n"));
 }
 
-// A CTA classifies one tile (axes..., m_block, n_block): evaluates the predicate on every
-// element of the tile inside the sequence bounds and stores 0 (empty), 1 (partial) or 2 (full)
-// into the table's entry array, which cuir_compact_row then turns into the row's block list.
-// Each thread walks whole key columns, rows innermost: what the predicate reads per key (a
-// document id) is loop-invariant there and hoisted by the compiler, what it reads per query
-// is the same address across the warp (one broadcast load), and a thread stops once its
-// columns have shown a kept and a dropped element, because the tile is then partial whatever
-// the others find. (Element order with two loads per element took 105 us of an 8k causal
-// document call's 1.07 ms on an H100.)
+// A tile (axes..., m_block, n_block) gets its table entry, 0 (empty), 1 (partial) or 2 (full),
+// which cuir_compact_row then turns into the row's block list, in two steps:
+// - `T_decide`, one thread a tile: the corners' verdict (CornerVerdict), which writes the entry
+//   and returns true where the corners settle the tile. A thread a tile, not a CTA: where most
+//   tiles are settled (a dilated window's far from its band), the CTA-wide decode and verdict
+//   of each tile cost more than the attention (longformer_head_dilation at 8k: 0.50 ms of
+//   tables against a 0.80-ms backward kernel, H100, bench/NOTES.md session 27).
+// - `T_classify`, a whole CTA a tile, for the others: evaluates the predicate on every element
+//   of the tile inside the sequence bounds. Each thread walks whole key columns, rows innermost:
+//   what the predicate reads per key (a document id) is loop-invariant there and hoisted by the
+//   compiler, what it reads per query is the same address across the warp (one broadcast
+//   load), and a thread stops once its columns have shown a kept and a dropped element, because
+//   the tile is then partial whatever the others find. (Element order with two loads per
+//   element took 105 us of an 8k causal document call's 1.07 ms on an H100.)
 absl::StatusOr<std::string> RegionWriter::ClassifyKernel(const TableInfo& t) {
   std::set<std::string> seed = assigned_;
   seed.insert({params_type_, "BLOCK_M", "BLOCK_N"});
@@ -127,24 +133,35 @@ absl::StatusOr<std::string> RegionWriter::ClassifyKernel(const TableInfo& t) {
   scope.Bind("q_idx", "q_idx", CType::kInt);
   scope.Bind("kv_idx", "kv_idx", CType::kInt);
   CUBRIDGE_ASSIGN_OR_RETURN(auto pred, EmitExpr(t.decl->value, scope));
+  if (pred.type != CType::kBool) {
+    return InvalidAt(*t.decl, absl::StrCat("table `", t.decl->name, "`: blocks(...) needs a bool"));
+  }
+  // Both functions' start: the tile decoded, its bounds.
+  const std::string signature = absl::StrCat("(const ", params_type_, "& ", p,
+                                             ", int* __restrict__ ", table, ", const long long ",
+                                             tile, ")");
+  const std::string prologue = absl::StrCat(
+      "  const int ", num_m, " = cuir_cdiv(", p, ".seqlen_q, BLOCK_M);\n",
+      "  const int ", num_n, " = cuir_cdiv(", p, ".seqlen_kv, BLOCK_N);\n", decode,
+      "  const int ", q_end, " = min(", m_block, " * BLOCK_M + BLOCK_M, ", p, ".seqlen_q);\n",
+      "  const int ", kv_end, " = min(", n_block, " * BLOCK_N + BLOCK_N, ", p, ".seqlen_kv);\n");
   // The tile's entry in the table, which the corners' verdict or the scan writes.
   const std::string entry = absl::StrCat(table, "[", t.rows_fn, "(", p, ") + ", row, " * ",
                                          num_cols, " + ", col_block, "]");
   CUBRIDGE_ASSIGN_OR_RETURN(const std::string corners,
                             CornerVerdict(t, scope, local, entry, m_block, n_block, q_end, kv_end));
+  const std::string decide = absl::StrCat(
+      kDevice, "bool ", t.decide, signature, " {\n",
+      corners.empty()
+          ? absl::StrCat("  // No conjunct the corners decide: every tile is scanned.\n  (void)", p,
+                         ", (void)", table, ", (void)", tile, ";\n")
+          : absl::StrCat(prologue, corners),
+      "  return false;\n}\n");
   // A thread goes on while its columns have not shown both a kept and a dropped element.
   const std::string undecided = absl::StrCat("(", all, " || !", any, ")");
-  if (pred.type != CType::kBool) {
-    return InvalidAt(*t.decl, absl::StrCat("table `", t.decl->name, "`: blocks(...) needs a bool"));
-  }
   return absl::StrCat(
-      "__device__ __forceinline__ void ", t.classify, "(const ", params_type_, "& ", p,
-      ", int* __restrict__ ", table, ", const long long ", tile, ") {\n",
-      "  const int ", num_m, " = cuir_cdiv(", p, ".seqlen_q, BLOCK_M);\n",
-      "  const int ", num_n, " = cuir_cdiv(", p, ".seqlen_kv, BLOCK_N);\n", decode,
-      "  const int ", q_end, " = min(", m_block, " * BLOCK_M + BLOCK_M, ", p, ".seqlen_q);\n",
-      "  const int ", kv_end, " = min(", n_block, " * BLOCK_N + BLOCK_N, ", p, ".seqlen_kv);\n",
-      corners, "  bool ", any, " = false;\n  bool ", all, " = true;\n",
+      decide, kDevice, "void ", t.classify, signature, " {\n", prologue, "  bool ", any,
+      " = false;\n  bool ", all, " = true;\n",
       "  for (int ", col, " = threadIdx.x; ", col, " < BLOCK_N && ", undecided, "; ", col,
       " += blockDim.x) {\n",
       "    const int kv_idx = ", n_block, " * BLOCK_N + ", col, ";\n",
@@ -169,10 +186,10 @@ absl::StatusOr<std::string> RegionWriter::ClassifyKernel(const TableInfo& t) {
       "  __syncthreads();\n}\n");
 }
 
-// The classifier's verdict from a tile's four corners (tile_corners.h), before it evaluates the
-// tile element by element: empty where a half-plane conjunct fails at all four, full where the
-// predicate is half-plane conjuncts alone and all hold at all four. Uniform over the CTA, so the
-// whole CTA returns together; nothing when no conjunct qualifies.
+// The corners' verdict on a tile (tile_corners.h), in one thread: empty where a half-plane
+// conjunct fails at all four corners, full where the predicate is half-plane conjuncts alone
+// and all hold at all four; the entry written and `return true` then. Empty text when no
+// conjunct qualifies.
 absl::StatusOr<std::string> RegionWriter::CornerVerdict(
     const TableInfo& t, const EmitScope& scope, Namer& local, const std::string& entry,
     const std::string& m_block, const std::string& n_block, const std::string& q_end,
@@ -209,11 +226,9 @@ absl::StatusOr<std::string> RegionWriter::CornerVerdict(
                         : "",
                     "  }\n");
   }
-  absl::StrAppend(&code, "  if (", out, ") {\n    if (threadIdx.x == 0) ", entry,
-                  " = 0;\n    return;\n  }\n");
+  absl::StrAppend(&code, "  if (", out, ") {\n    ", entry, " = 0;\n    return true;\n  }\n");
   if (found.all_decided) {
-    absl::StrAppend(&code, "  if (", in, ") {\n    if (threadIdx.x == 0) ", entry,
-                    " = 2;\n    return;\n  }\n");
+    absl::StrAppend(&code, "  if (", in, ") {\n    ", entry, " = 2;\n    return true;\n  }\n");
   }
   return code;
 }
@@ -224,7 +239,7 @@ absl::StatusOr<std::string> RegionWriter::CornerVerdict(
 // range to its table.
 std::string RegionWriter::WorkspaceFunctions() const {
   const std::string P = absl::StrCat("const ", params_type_, "& p");
-  std::string layout, tiles, rows, classify, compact;
+  std::string layout, tiles, rows, decide, classify, compact;
   bool any_transposed = false, any_plain = false;
   for (const TableInfo& t : tables_) {
     any_transposed |= t.transposed;
@@ -241,6 +256,9 @@ std::string RegionWriter::WorkspaceFunctions() const {
                     ") * sizeof(int);\n  bytes = (bytes + 255) / 256 * 256;\n");
     absl::StrAppend(&tiles, " + ", t.rows_fn, "(p) * ", num_n);
     absl::StrAppend(&rows, " + ", t.rows_fn, "(p)");
+    absl::StrAppend(&decide, "  if (tile < ", t.rows_fn, "(p) * ", cols, ") return ",
+                    t.decide, "(p, ", at, ", tile);\n  tile -= ", t.rows_fn, "(p) * ", cols,
+                    ";\n");
     absl::StrAppend(&classify, "  if (tile < ", t.rows_fn, "(p) * ", cols, ") return ",
                     t.classify, "(p, ", at, ", tile);\n  tile -= ", t.rows_fn, "(p) * ", cols,
                     ";\n");
@@ -268,6 +286,9 @@ std::string RegionWriter::WorkspaceFunctions() const {
                absl::StrCat("  return 0", tiles, ";\n")),
       Function(kHostDevice, absl::StrCat("long long variant_table_rows(", P, ")"),
                absl::StrCat("  return 0", rows, ";\n")),
+      Function(kDevice,
+               absl::StrCat("bool variant_decide_tile(", P, ", char* workspace, long long tile)"),
+               absl::StrCat(locate, decide, "  return false;\n")),
       Function(kDevice,
                absl::StrCat("void variant_classify_tile(", P, ", char* workspace, long long tile)"),
                locate + classify),

@@ -52,6 +52,7 @@ class RegionWriter {
     const cuir::Stmt* decl;
     std::string cpp;       // device pointer to the table (attention kernel local)
     std::string rows_fn;   // host+device: number of rows
+    std::string decide;    // device: the corners' verdict on one tile (one thread calls it)
     std::string classify;  // device: classifies one tile (a whole CTA calls it)
     std::vector<std::string> axes;
     std::vector<cuir::ExprPtr> extents;  // grid extents of `axes`

@@ -535,11 +535,17 @@ TEST(Lower, DocumentTableIsBuiltByAPreKernelAndReadByTheLoop) {
   EXPECT_THAT(classify, HasSubstr("__device__ __forceinline__ void T_classify("));
   EXPECT_THAT(classify,
               HasSubstr("((q_idx >= kv_idx) & (cuir_ld(doc + q_idx) == cuir_ld(doc + kv_idx)))"));
-  // A tile above the diagonal is empty by its corners (tile_corners.h); the documents' test is
-  // left to the element-wise scan, so no tile is called full by its corners.
+  // A tile above the diagonal is empty by its corners (tile_corners.h), which one thread a tile
+  // settles before any CTA scans; the documents' test is left to the element-wise scan, so no
+  // tile is called full by its corners.
+  EXPECT_THAT(classify, HasSubstr("__device__ __forceinline__ bool T_decide("));
   EXPECT_THAT(classify, HasSubstr("return (q_idx >= kv_idx); };"));
-  EXPECT_THAT(classify, HasSubstr("if (outside) {\n    if (threadIdx.x == 0) "));
+  EXPECT_THAT(classify, HasSubstr("if (outside) {\n    table[T_rows(p) + "));
+  EXPECT_THAT(classify, HasSubstr(" = 0;\n    return true;\n  }\n  return false;\n}\n"));
   EXPECT_THAT(classify, Not(HasSubstr("inside")));
+  // The scan no longer repeats the verdict.
+  const std::string scan = classify.substr(classify.find("void T_classify("));
+  EXPECT_THAT(scan, Not(HasSubstr("outside")));
   // The declared length max(seqlen_q, seqlen_kv) is checked by the launch plan, before anything
   // is launched.
   const std::string check = RegionText(k, "buffer_check");
@@ -550,6 +556,7 @@ TEST(Lower, DocumentTableIsBuiltByAPreKernelAndReadByTheLoop) {
   EXPECT_THAT(check, HasSubstr("p.buffers[0].strides[0] != 1"));
   const std::string workspace = RegionText(k, "workspace");
   EXPECT_THAT(workspace, HasSubstr("size_t variant_workspace("));
+  EXPECT_THAT(workspace, HasSubstr("return T_decide(p, "));
   EXPECT_THAT(workspace, HasSubstr("return T_classify(p, "));
   EXPECT_THAT(workspace, HasSubstr("return cuir_compact_row("));
   const std::string loop = RegionText(k, "kv_loop");

@@ -80,8 +80,10 @@ __device__ __forceinline__ void load_q_block(const BwdTile& tile, const BwdSmem<
   const T* d_o = static_cast<const T*>(p.d_o) + tile.b * p.do_batch_stride +
                  tile.h * p.do_head_stride + static_cast<int64_t>(q_lo) * p.do_row_stride;
   const uint32_t q_tile = sm.stage(stage);
-  QTile::template load_async<NTHREADS>(q_tile, q, f.q_row_stride, rows, tid);
-  QTile::template load_async<NTHREADS>(q_tile + QTile::kBytes, d_o, p.do_row_stride, rows, tid);
+  if constexpr (!(kProbe & 1)) {
+    QTile::template load_async<NTHREADS>(q_tile, q, f.q_row_stride, rows, tid);
+    QTile::template load_async<NTHREADS>(q_tile + QTile::kBytes, d_o, p.do_row_stride, rows, tid);
+  }
   BwdTiling<D>::Stream::template load<NTHREADS>(sm.stream(stage), stream_src, q_lo, tile.kv_lo,
                                                 stream_vector, tid);
   cp_async_commit();
@@ -320,6 +322,7 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid, in
         acc_add(dq_acc, at + 128 * (i >> 2) + (i & 3), dq[i] * scale, true);
       }
     } else {
+      if constexpr ((kProbe & 2) != 0) return;
       float* const span = reinterpret_cast<float*>(dq_acc) + at;
 #pragma unroll
       for (int j = 0; j < 8; ++j) {

@@ -141,6 +141,11 @@ __host__ __device__ __forceinline__ long long variant_table_rows(const cubridge_
   (void)p;
   return 0;
 }
+__device__ __forceinline__ bool variant_decide_tile(const cubridge_attn_fwd_params& p,
+                                                    char* workspace, long long tile) {
+  (void)p, (void)workspace, (void)tile;
+  return false;
+}
 __device__ __forceinline__ void variant_classify_tile(const cubridge_attn_fwd_params& p,
                                                       char* workspace, long long tile) {
   (void)p, (void)workspace, (void)tile;

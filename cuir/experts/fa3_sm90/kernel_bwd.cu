@@ -101,6 +101,11 @@ __host__ __device__ __forceinline__ long long variant_table_rows(const cubridge_
   (void)p;
   return 0;
 }
+__device__ __forceinline__ bool variant_decide_tile(const cubridge_attn_fwd_params& p,
+                                                    char* workspace, long long tile) {
+  (void)p, (void)workspace, (void)tile;
+  return false;
+}
 __device__ __forceinline__ void variant_classify_tile(const cubridge_attn_fwd_params& p,
                                                       char* workspace, long long tile) {
   (void)p, (void)workspace, (void)tile;
@@ -141,6 +146,13 @@ static_assert(STAGES == 2, "Q and dO are double-buffered");
 #define CUBRIDGE_BWD_PRODUCER 1
 #endif
 constexpr bool kProducer = CUBRIDGE_BWD_PRODUCER && BLOCK_N == 128;
+// Speed-of-light probes, for timing only (their results are wrong; bench/NOTES.md session 27):
+// bit 1, the Q/dO tiles are not copied (the stages keep what they held); bit 2, the fast mode's
+// dQ is computed but not added. What a lever on the loads or on the adds could buy at most.
+#ifndef CUBRIDGE_BWD_PROBE
+#define CUBRIDGE_BWD_PROBE 0
+#endif
+constexpr int kProbe = CUBRIDGE_BWD_PROBE;
 // Persistent CTAs beside a producer (CUBRIDGE_BWD_PERSISTENT): a CTA an SM takes (n_block, h, b)
 // tiles from a counter in the workspace until none is left, and its producer loads the next
 // tile's K and V (and fills the ring) while the consumers store the last tile's dK and dV. Off:
