@@ -160,9 +160,10 @@ if has compare; then
     summary+=("compare  not run: \$AB_DEFINES names no variant")
   fi
 fi
-# ncu of the backward's first three kernels (preprocess, attention, postprocess), the clocks as
+# ncu of the backward's first three kernels (preprocess, attention, postprocess; the regex
+# leaves out the plan kernel, attn_bwd_plan, which came first in session 27's), the clocks as
 # they are: the `ncu` and `ncu_op` steps' profiler, the program after it.
-ncu_bwd="ncu --clock-control none -k regex:attn_bwd_ -c 3 --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats --section SourceCounters --print-details all"
+ncu_bwd="ncu --clock-control none -k regex:attn_bwd_[kp][eor] -c 3 --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats --section SourceCounters --print-details all"
 if has ncu; then
   for v in "${variants[@]}"; do
     run "ncu_${v%%:*}" bash -c "cd tests/gpu/backward && $ncu_bwd $base_check --profile ${v#*:}"

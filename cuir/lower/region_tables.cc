@@ -13,6 +13,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "cuir/ir/status_macros.h"
 #include "cuir/lower/region_writer.h"
 #include "cuir/lower/tile_corners.h"
@@ -29,6 +30,12 @@ constexpr char kDevice[] = "__device__ __forceinline__ ";
 std::string Function(absl::string_view qualifiers, absl::string_view signature,
                      absl::string_view body) {
   return absl::StrCat(qualifiers, signature, " {\n", body, "}\n");
+}
+
+// `parts` joined by `sep`, in parentheses when there are several.
+std::string Joined(const std::vector<std::string>& parts, absl::string_view sep) {
+  if (parts.size() == 1) return parts[0];
+  return absl::StrCat("(", absl::StrJoin(parts, sep), ")");
 }
 
 }  // namespace
@@ -88,13 +95,15 @@ absl::StatusOr<std::string> RegionWriter::RowsFunction(const TableInfo& t) {
 //   tiles are settled (a dilated window's far from its band), the CTA-wide decode and verdict
 //   of each tile cost more than the attention (longformer_head_dilation at 8k: 0.50 ms of
 //   tables against a 0.80-ms backward kernel, H100, bench/NOTES.md session 27).
-// - `T_classify`, a whole CTA a tile, for the others: evaluates the predicate on every element
-//   of the tile inside the sequence bounds. Each thread walks whole key columns, rows innermost:
-//   what the predicate reads per key (a document id) is loop-invariant there and hoisted by the
-//   compiler, what it reads per query is the same address across the warp (one broadcast
-//   load), and a thread stops once its columns have shown a kept and a dropped element, because
-//   the tile is then partial whatever the others find. (Element order with two loads per
-//   element took 105 us of an 8k causal document call's 1.07 ms on an H100.)
+// - `T_classify`, a whole CTA a tile, for the others: evaluates the predicate on the tile's
+//   elements inside the sequence bounds, eight rows at a time. Each thread takes whole key
+//   columns: what the predicate reads per query is the same address across the warp (one
+//   broadcast load), what it reads per key is loaded once per eight rows. (Element order with
+//   two loads per element took 105 us of an 8k causal document call's 1.07 ms on an H100.)
+//   After each eight rows the CTA votes, and stops once its threads together have seen a kept
+//   and a dropped element: the tile is partial then. A thread stopping on its own columns
+//   alone walked every row of a column that kept nothing, which is most columns of a band's
+//   edge tiles (longformer_head_dilation's tables 0.16 ms at 8k, H200, session 27).
 absl::StatusOr<std::string> RegionWriter::ClassifyKernel(const TableInfo& t) {
   std::set<std::string> seed = assigned_;
   seed.insert({params_type_, "BLOCK_M", "BLOCK_N"});
@@ -157,28 +166,30 @@ absl::StatusOr<std::string> RegionWriter::ClassifyKernel(const TableInfo& t) {
                          ", (void)", table, ", (void)", tile, ";\n")
           : absl::StrCat(prologue, corners),
       "  return false;\n}\n");
-  // A thread goes on while its columns have not shown both a kept and a dropped element.
-  const std::string undecided = absl::StrCat("(", all, " || !", any, ")");
   return absl::StrCat(
       decide, kDevice, "void ", t.classify, signature, " {\n", prologue, "  bool ", any,
       " = false;\n  bool ", all, " = true;\n",
-      "  for (int ", col, " = threadIdx.x; ", col, " < BLOCK_N && ", undecided, "; ", col,
-      " += blockDim.x) {\n",
-      "    const int kv_idx = ", n_block, " * BLOCK_N + ", col, ";\n",
-      "    if (kv_idx >= ", kv_end, ") break;\n",
-      "    auto ", visit, " = [&](const int q_idx) {\n",
-      "      const bool ", keep, " = ", pred.text, ";\n",
-      "      ", any, " = ", any, " || ", keep, ";\n      ", all, " = ", all, " && ", keep, ";\n",
-      "    };\n",
-      // Eight rows at a time: their loads are independent, the stop test runs per eight, and
-      // only a last short group tests the row bound per row.
-      "    int ", q0, " = ", m_block, " * BLOCK_M;\n",
-      "    for (; ", q0, " + 8 <= ", q_end, " && ", undecided, "; ", q0, " += 8) {\n",
+      // Eight rows at a time, then the CTA's vote: once its threads together have seen a kept
+      // and a dropped element the tile is partial, whatever the rest holds.
+      "  for (int ", q0, " = ", m_block, " * BLOCK_M; ", q0, " < ", q_end, "; ", q0, " += 8) {\n",
+      "    for (int ", col, " = threadIdx.x; ", col, " < BLOCK_N; ", col, " += blockDim.x) {\n",
+      "      const int kv_idx = ", n_block, " * BLOCK_N + ", col, ";\n",
+      "      if (kv_idx >= ", kv_end, ") break;\n",
+      "      auto ", visit, " = [&](const int q_idx) {\n",
+      "        const bool ", keep, " = ", pred.text, ";\n",
+      "        ", any, " = ", any, " || ", keep, ";\n        ", all, " = ", all, " && ", keep,
+      ";\n",
+      "      };\n",
+      // The eight loads are independent; only a last short group tests the row bound per row.
+      "      if (", q0, " + 8 <= ", q_end, ") {\n",
       "#pragma unroll\n",
-      "      for (int ", r, " = 0; ", r, " < 8; ++", r, ") ", visit, "(", q0, " + ", r, ");\n",
-      "    }\n",
-      "    for (; ", q0, " < ", q_end, " && ", undecided, "; ++", q0, ") ", visit, "(", q0,
+      "        for (int ", r, " = 0; ", r, " < 8; ++", r, ") ", visit, "(", q0, " + ", r, ");\n",
+      "      } else {\n",
+      "        for (int ", r, " = ", q0, "; ", r, " < ", q_end, "; ++", r, ") ", visit, "(", r,
       ");\n",
+      "      }\n",
+      "    }\n",
+      "    if (__syncthreads_or(", any, ") && !__syncthreads_and(", all, ")) break;\n",
       "  }\n",
       "  ", any, " = __syncthreads_or(", any, ");\n  ", all, " = __syncthreads_and(", all, ");\n",
       "  if (threadIdx.x == 0) ", entry, " = ", any, " ? (", all, " ? 2 : 1) : 0;\n",
@@ -195,34 +206,48 @@ absl::StatusOr<std::string> RegionWriter::CornerVerdict(
     const std::string& m_block, const std::string& n_block, const std::string& q_end,
     const std::string& kv_end) {
   TileCorners found = FindTileCorners(t.decl->value);
-  std::vector<std::string> texts;
+  // Each decided conjunct's disjuncts, as C++ (a plain comparison is one disjunct).
+  std::vector<std::vector<std::string>> conjuncts;
   for (const cuir::ExprPtr& c : found.decided) {
-    CUBRIDGE_ASSIGN_OR_RETURN(auto a, EmitExpr(c->args[0], scope));
-    CUBRIDGE_ASSIGN_OR_RETURN(auto b, EmitExpr(c->args[1], scope));
-    CUBRIDGE_ASSIGN_OR_RETURN(auto text, EmitExpr(c, scope));
-    // Integer sides only: exact, so the half-plane holds as computed.
-    if (IsInt(a.type) && IsInt(b.type)) texts.push_back(text.text);
+    std::vector<std::string> texts;
+    for (const cuir::ExprPtr& d : Disjuncts(c)) {
+      CUBRIDGE_ASSIGN_OR_RETURN(auto a, EmitExpr(d->args[0], scope));
+      CUBRIDGE_ASSIGN_OR_RETURN(auto b, EmitExpr(d->args[1], scope));
+      CUBRIDGE_ASSIGN_OR_RETURN(auto text, EmitExpr(d, scope));
+      // Integer sides only: exact, so the half-plane holds as computed.
+      if (!IsInt(a.type) || !IsInt(b.type)) break;
+      texts.push_back(text.text);
+    }
+    if (texts.size() == Disjuncts(c).size()) conjuncts.push_back(texts);
     else found.all_decided = false;
   }
-  if (texts.empty()) return std::string();
+  if (conjuncts.empty()) return std::string();
   const std::string qa = local.Fresh("q_first"), qb = local.Fresh("q_last"),
                     ka = local.Fresh("kv_first"), kb = local.Fresh("kv_last"),
-                    out = local.Fresh("outside"), in = local.Fresh("inside"),
-                    held = local.Fresh("held");
+                    out = local.Fresh("outside"), in = local.Fresh("inside");
   std::string code = absl::StrCat(
       "  // The corners' verdict (tile_corners.h).\n", "  const int ", qa, " = ", m_block,
       " * BLOCK_M, ", qb, " = ", q_end, " - 1, ", ka, " = ", n_block, " * BLOCK_N, ", kb, " = ",
       kv_end, " - 1;\n  bool ", out, " = false;\n",
       found.all_decided ? absl::StrCat("  bool ", in, " = true;\n") : "");
-  for (const std::string& text : texts) {
-    const std::string c = local.Fresh("corner");
-    absl::StrAppend(&code, "  {\n    const auto ", c,
-                    " = [&](const int q_idx, const int kv_idx) { return ", text, "; };\n",
-                    "    const int ", held, " = ", c, "(", qa, ", ", ka, ") + ", c, "(", qa, ", ",
-                    kb, ") + ", c, "(", qb, ", ", ka, ") + ", c, "(", qb, ", ", kb, ");\n    ",
-                    out, " = ", out, " || ", held, " == 0;\n",
+  for (const std::vector<std::string>& texts : conjuncts) {
+    // The conjunct fails on the tile if every disjunct fails at the four corners, holds on it
+    // if one disjunct holds at all four.
+    std::vector<std::string> none, all;
+    absl::StrAppend(&code, "  {\n");
+    for (const std::string& text : texts) {
+      const std::string c = local.Fresh("corner"), held = local.Fresh("held");
+      absl::StrAppend(&code, "    const auto ", c,
+                      " = [&](const int q_idx, const int kv_idx) { return ", text, "; };\n",
+                      "    const int ", held, " = ", c, "(", qa, ", ", ka, ") + ", c, "(", qa,
+                      ", ", kb, ") + ", c, "(", qb, ", ", ka, ") + ", c, "(", qb, ", ", kb,
+                      ");\n");
+      none.push_back(held + " == 0");
+      all.push_back(held + " == 4");
+    }
+    absl::StrAppend(&code, "    ", out, " = ", out, " || ", Joined(none, " && "), ";\n",
                     found.all_decided
-                        ? absl::StrCat("    ", in, " = ", in, " && ", held, " == 4;\n")
+                        ? absl::StrCat("    ", in, " = ", in, " && ", Joined(all, " || "), ";\n")
                         : "",
                     "  }\n");
   }

@@ -114,13 +114,32 @@ Dir DirectionIn(const ExprPtr& e, const std::string& var) {
 
 // Decided by the corners: a comparison whose two sides are affine in the indices, or whose
 // difference never turns in either index.
-bool CornersDecide(const ExprPtr& e) {
+bool ComparisonDecided(const ExprPtr& e) {
   if (e->kind != ExprKind::kBinary || !IsOrdering(e->binary_op) || !MentionsAnIndex(e)) {
     return false;
   }
   if (AffineInTheIndices(e->args[0]) && AffineInTheIndices(e->args[1])) return true;
   const ExprPtr diff = cuir::Binary(BinaryOp::kSub, e->args[0], e->args[1]);
   return DirectionIn(diff, "q_idx") != Dir::kNone && DirectionIn(diff, "kv_idx") != Dir::kNone;
+}
+
+void SplitOr(const ExprPtr& e, std::vector<ExprPtr>* out) {
+  if (e->kind == ExprKind::kBinary && e->binary_op == BinaryOp::kOr) {
+    SplitOr(e->args[0], out);
+    SplitOr(e->args[1], out);
+    return;
+  }
+  out->push_back(e);
+}
+
+// A conjunct is decided when each of its disjuncts is.
+bool CornersDecide(const ExprPtr& e) {
+  std::vector<ExprPtr> parts;
+  SplitOr(e, &parts);
+  for (const ExprPtr& part : parts) {
+    if (!ComparisonDecided(part)) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -148,6 +167,12 @@ bool AffineInTheIndices(const ExprPtr& e) {
     default:
       return false;  // a read of a tensor at an index, a select, ...: not monotone in general
   }
+}
+
+std::vector<ExprPtr> Disjuncts(const ExprPtr& conjunct) {
+  std::vector<ExprPtr> out;
+  SplitOr(conjunct, &out);
+  return out;
 }
 
 TileCorners FindTileCorners(const ExprPtr& pred) {

@@ -14,9 +14,15 @@
 // whose sides it computes in integers (float rounding could step the two sides apart between
 // corners).
 //
+// A conjunct may also be a disjunction of such comparisons (`q_idx - kv_idx <= window[h] ||
+// kv_idx < sink`, a window beside attention sinks): it fails on the whole rectangle when every
+// disjunct fails at all four corners, and holds on the whole rectangle when one disjunct holds
+// at all four (a disjunction true at the corners alone may still fail inside: two half-planes
+// facing away from each other).
+//
 // The classifier of a table then settles a tile from its corners where it can: empty if a
-// conjunct fails at all four, full if the predicate is such conjuncts alone and all hold at all
-// four; otherwise it evaluates the tile element by element as before. A windowed mask far from
+// conjunct fails on it, full if the predicate is such conjuncts alone and all hold on it;
+// otherwise it evaluates the tile element by element as before. A windowed mask far from
 // its band (a dilated per-head window at 8k: 97% of the tiles) had every element of every empty
 // tile evaluated: 1.2 ms a call for longformer_head_dilation's table (bench/NOTES.md, session 26).
 #pragma once
@@ -34,6 +40,10 @@ struct TileCorners {
 
 // The top-level conjuncts of `pred` (split at &&) that the corners decide.
 TileCorners FindTileCorners(const cuir::ExprPtr& pred);
+
+// The disjuncts of a decided conjunct (split at ||; the conjunct alone if it is a comparison),
+// each a comparison whose corners decide it.
+std::vector<cuir::ExprPtr> Disjuncts(const cuir::ExprPtr& conjunct);
 
 // Whether `e` is affine in q_idx and kv_idx as above (true where it mentions neither).
 bool AffineInTheIndices(const cuir::ExprPtr& e);

@@ -151,8 +151,9 @@ int main() {
 }
 
 // Windows of per-head width with a dilation (longformer_head_dilation), a band with a stride
-// (dilated_window), compressed rows (hourglass_shortened), and a band of half-planes alone (the
-// corners then also find full tiles).
+// (dilated_window), compressed rows (hourglass_shortened), a band of half-planes alone (the
+// corners then also find full tiles), and a per-head window beside attention sinks
+// (duo_attention_head_windows: a disjunction).
 INSTANTIATE_TEST_SUITE_P(
     Predicates, TableClassify,
     ::testing::Values(
@@ -160,7 +161,8 @@ INSTANTIATE_TEST_SUITE_P(
         "1) == 0",
         "abs(q_idx - kv_idx) <= 100 + 20 * h && (q_idx - kv_idx) % 3 == 0",
         "kv_idx < shl(q_idx + 1, 1) && q_idx - shr(kv_idx, 1) < 200 + h",
-        "kv_idx <= q_idx + h && q_idx - kv_idx <= 150 * (h + 1)"));
+        "kv_idx <= q_idx + h && q_idx - kv_idx <= 150 * (h + 1)",
+        "q_idx >= kv_idx && (q_idx - kv_idx <= 100 + 90 * h || kv_idx < 4)"));
 
 }  // namespace
 }  // namespace cubridge::lower

@@ -53,6 +53,17 @@ TEST(TileCorners, MonotoneDifferencesAndBandsAreDecided) {
   EXPECT_EQ(Decided("min(q_idx, 100) - max(kv_idx, 3) >= 0").size(), 1u);
 }
 
+TEST(TileCorners, DisjunctionsOfHalfPlanesAreDecided) {
+  bool all = false;
+  // duo_attention_head_windows: a per-head window beside the attention sinks, under causality.
+  EXPECT_EQ(Decided("q_idx >= kv_idx && (q_idx - kv_idx <= window[h] || kv_idx < sink)", &all),
+            (std::vector<std::string>{"q_idx >= kv_idx",
+                                      "q_idx - kv_idx <= window[h] || kv_idx < sink"}));
+  EXPECT_TRUE(all);
+  EXPECT_EQ(Disjuncts(Parse("q_idx < 4 || kv_idx > 9 || q_idx - kv_idx >= 3")).size(), 3u);
+  EXPECT_EQ(Disjuncts(Parse("q_idx < 4")).size(), 1u);
+}
+
 TEST(TileCorners, LeavesWhatIsNotAHalfPlane) {
   // Not affine in the indices, an equality, a read at an index, no index at all.
   EXPECT_TRUE(Decided("q_idx * kv_idx < 64").empty());
@@ -62,14 +73,16 @@ TEST(TileCorners, LeavesWhatIsNotAHalfPlane) {
   EXPECT_TRUE(Decided("q_idx == kv_idx").empty());
   EXPECT_TRUE(Decided("doc[q_idx] >= doc[kv_idx]").empty());
   EXPECT_TRUE(Decided("h < 4").empty());
-  EXPECT_TRUE(Decided("q_idx >= kv_idx || q_idx < 16").empty());  // a disjunction: no half-plane
+  // A disjunction with a part that is not a half-plane.
+  EXPECT_TRUE(Decided("q_idx >= kv_idx || q_idx % 16 == 0").empty());
   bool all = true;
   EXPECT_TRUE(Decided("q_idx % 2 == 0", &all).empty());
   EXPECT_FALSE(all);
 }
 
-// The corners' verdict against every element of random rectangles: a decided conjunct false at
-// all four corners is false everywhere in the rectangle, true at all four true everywhere.
+// The corners' verdict against every element of random rectangles: a decided conjunct whose
+// disjuncts are all false at the four corners is false everywhere in the rectangle, one with a
+// disjunct true at all four true everywhere.
 TEST(TileCorners, TheCornersVerdictHoldsOnEveryElement) {
   const std::vector<std::string> preds = {
       "q_idx - kv_idx >= 0 && q_idx - kv_idx < (h % 4 + 1) * window",
@@ -82,7 +95,12 @@ TEST(TileCorners, TheCornersVerdictHoldsOnEveryElement) {
       // taken (the second goes up and down in q_idx), the check below would find elements
       // that contradict its corners.
       "q_idx * kv_idx < window * 40 && q_idx - q_idx // 8 * 16 >= kv_idx - 160 && "
-      "(q_idx - kv_idx) % 3 == 0 && q_idx - kv_idx < window"};
+      "(q_idx - kv_idx) % 3 == 0 && q_idx - kv_idx < window",
+      // Disjunctions: a window beside sinks, and two half-planes facing away from each other
+      // (true at a rectangle's four corners while false between them: only a disjunct true at
+      // all four may call the rectangle full).
+      "q_idx >= kv_idx && (q_idx - kv_idx <= window || kv_idx < offset + 8)",
+      "q_idx <= 40 + stride || q_idx >= 120 - offset || kv_idx - q_idx > window"};
   std::mt19937 rng(7);
   std::uniform_int_distribution<int> start(0, 200), extent(1, 24), small(-5, 9);
   for (const std::string& text : preds) {
@@ -105,11 +123,16 @@ TEST(TileCorners, TheCornersVerdictHoldsOnEveryElement) {
         return v.ok() && *v;
       };
       for (const cuir::ExprPtr& c : found.decided) {
-        const int held = at(c, q0, k0) + at(c, q0, k1) + at(c, q1, k0) + at(c, q1, k1);
-        if (held != 0 && held != 4) continue;
+        bool none = true, one = false;  // every disjunct false at the corners; one true at all
+        for (const cuir::ExprPtr& d : Disjuncts(c)) {
+          const int held = at(d, q0, k0) + at(d, q0, k1) + at(d, q1, k0) + at(d, q1, k1);
+          none = none && held == 0;
+          one = one || held == 4;
+        }
+        if (!none && !one) continue;
         for (int q = q0; q <= q1; ++q) {
           for (int kv = k0; kv <= k1; ++kv) {
-            ASSERT_EQ(at(c, q, kv), held == 4)
+            ASSERT_EQ(at(c, q, kv), one)
                 << cuir::PrintExpr(c) << " at (" << q << ", " << kv << ") of [" << q0 << ", "
                 << q1 << "] x [" << k0 << ", " << k1 << "]";
           }
