@@ -275,5 +275,42 @@ TEST(BackwardLowering, TheTileStreamCompilesWithItsRegionsDeclared) {
   lower::testing::CleanUpTempDir(dir, HasFailure());
 }
 
+// The CTA pairs' dQ exchange (fa3_sm90/pair_dq.cuh), built but off until a GPU measures it
+// (CUBRIDGE_BWD_PAIR_DQ, and CUBRIDGE_BWD_SUM_DQ between the warpgroups at head dim 64;
+// bench/NOTES.md session 27): with both on, the lowered backward of a whole walk (full) and of a
+// table walk (causal_document), every head dim, compiles without warnings as clusters of two
+// CTAs that map each other's shared memory.
+TEST(BackwardLowering, ThePairedDqExchangeCompiles) {
+  const std::string nvcc = lower::testing::FindNvcc();
+  if (nvcc.empty()) {
+    GTEST_SKIP() << "no nvcc (CUBRIDGE_NVCC unset, /usr/local/cuda/bin/nvcc absent)";
+  }
+  const std::string dir = lower::testing::MakeTempDir("cubridge_bwd_pair_");
+  int built = 0;
+  for (const GeneralitySpec& g : AllSpecs()) {
+    if (g.name != "full" && g.name != "causal_document") continue;
+    SCOPED_TRACE(g.name);
+    ++built;
+    const cuir::AttentionConfig c = Config(8, 2);
+    auto program = BackwardProgram(g, c, "fa3_sm90");
+    ASSERT_TRUE(program.ok()) << program.status();
+    auto k = lower::Lower(*program, c, lower::Arch::kSm90);
+    ASSERT_TRUE(k.ok()) << k.status();
+    const std::string stem = absl::StrCat(dir, "/", g.name);
+    lower::testing::WriteFile(stem + ".cu", k->cuda_source);
+    const auto r = lower::testing::RunCommand(absl::StrCat(
+        nvcc, " -ptx -std=c++17 -arch=compute_90a -DCUBRIDGE_BWD_PAIR_DQ=1 -DCUBRIDGE_BWD_SUM_DQ=1 "
+              "-Werror all-warnings -o ",
+        stem, ".ptx ", stem, ".cu"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string ptx = cuir::testing::ReadFileOrDie(stem + ".ptx");
+    EXPECT_TRUE(absl::StrContains(ptx, ".reqnctapercluster 2, 1, 1"));
+    EXPECT_TRUE(absl::StrContains(ptx, "mapa.shared::cluster.u32"));
+    EXPECT_TRUE(absl::StrContains(ptx, "st.shared::cluster.v4.f32"));
+  }
+  EXPECT_EQ(built, 2);
+  lower::testing::CleanUpTempDir(dir, HasFailure());
+}
+
 }  // namespace
 }  // namespace cubridge::pipeline

@@ -1,7 +1,7 @@
 // The launch plan and C entry points every backward expert's kernel_bwd.cu ends with
 // (common/backward_abi.cuh): one function computes what a call enqueues, for the nvcc-built
 // launcher below and for the device's plan kernel (`@cuir-entry plan`). The expert defines
-// CUBRIDGE_BWD_EXPERT_NS, the namespace holding its BLOCK_N, kThreads,
+// CUBRIDGE_BWD_EXPERT_NS, the namespace holding its BLOCK_N, kThreads, kBwdClusterX,
 // bwd_smem_bytes(head_dim, deterministic) (0: a head dim its kernel does not serve), the table
 // kernels and attn_bwd_kernel<T, D>, before including this file at its end; the lowering inlines
 // it like the rest.
@@ -59,7 +59,9 @@ __host__ __device__ __forceinline__ void cubridge_attn_bwd_make_plan(
     plan->grid[0] = static_cast<uint32_t>(cuir_min<long long>(tiles, bwd_sm_count()));
     plan->grid[1] = plan->grid[2] = 1;
   } else {
-    plan->grid[0] = static_cast<uint32_t>(cuir_cdiv(f.seqlen_kv, BLOCK_N));
+    // Whole clusters (kBwdClusterX CTAs along the K tiles): a CTA past the keys walks nothing.
+    plan->grid[0] = static_cast<uint32_t>(cuir_cdiv(cuir_cdiv(f.seqlen_kv, BLOCK_N), kBwdClusterX) *
+                                          kBwdClusterX);
     plan->grid[1] = static_cast<uint32_t>(f.heads_q);
     plan->grid[2] = static_cast<uint32_t>(f.batch);
   }

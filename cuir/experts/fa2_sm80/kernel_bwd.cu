@@ -132,6 +132,7 @@ static_assert(BLOCK_M % 16 == 0 && WARPS % kQTiles == 0,
               "the warps split the query block's m-tiles evenly for dQ");
 constexpr int kDqParts = WARPS / kQTiles;
 constexpr int kThreads = WARPS * 32;
+constexpr int kBwdClusterX = 1;  // no clusters (common/backward_launch.cuh)
 
 template <int D>
 struct BwdTiling {

@@ -244,6 +244,7 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid, in
     return static_cast<uint32_t>(bwd_dq_tiled_at(f, 0, 0, 0, warp, lane, 0));
   };
   [[maybe_unused]] int dq_adds = 0;  // under kDqBulk, this warpgroup's panels added so far
+  [[maybe_unused]] int pair_swaps = 0;  // under kPair / kSumHalves, the exchanges so far
   const uint32_t part_panels = part * (kPartCols / 64) * QTile::kPanelBytes;
 
   // grad.init
@@ -321,13 +322,24 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid, in
       for (int i = 0; i < 32; ++i) {
         acc_add(dq_acc, at + 128 * (i >> 2) + (i & 3), dq[i] * scale, true);
       }
-    } else {
-      if constexpr ((kProbe & 2) != 0) return;
+    } else if constexpr ((kProbe & 2) == 0) {  // (the probe adds nothing)
       float* const span = reinterpret_cast<float*>(dq_acc) + at;
+      if constexpr (Tiling::kSumHalves) {
+        // The two key halves' panels summed before one reduction (pair_dq.cuh).
+        PairDq<D>::sum_halves(s_base, pair_swaps++, wg, dq, scale, in_panel() * 4, span);
+      } else {
+        if constexpr (Tiling::kPair) {
+          // A block the CTA pair both visit: its dQ reduced once for the two (pair_dq.cuh).
+          if (PairDq<D>::paired(s_base, q_lo / BLOCK_M)) {
+            PairDq<D>::exchange(s_base, pair_swaps++, wg, dq, scale, in_panel() * 4, span);
+            return;
+          }
+        }
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        red_add_v4(span + 128 * j, dq[4 * j] * scale, dq[4 * j + 1] * scale, dq[4 * j + 2] * scale,
-                   dq[4 * j + 3] * scale);
+        for (int j = 0; j < 8; ++j) {
+          red_add_v4(span + 128 * j, dq[4 * j] * scale, dq[4 * j + 1] * scale,
+                     dq[4 * j + 2] * scale, dq[4 * j + 3] * scale);
+        }
       }
     }
   };

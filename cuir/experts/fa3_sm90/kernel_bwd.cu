@@ -162,6 +162,21 @@ constexpr int kProbe = CUBRIDGE_BWD_PROBE;
 #define CUBRIDGE_BWD_PERSISTENT 0
 #endif
 constexpr bool kPersistent = CUBRIDGE_BWD_PERSISTENT && kProducer;
+// dQ of a CTA pair's two K tiles summed in shared memory before it reaches dQ's accumulator
+// (pair_dq.cuh, BwdTiling::kPair; the grid's K tiles two by two as clusters): half the fast
+// mode's reductions into L2. Not yet measured (bench/NOTES.md session 27).
+#ifndef CUBRIDGE_BWD_PAIR_DQ
+#define CUBRIDGE_BWD_PAIR_DQ 0
+#endif
+constexpr bool kPairDq = CUBRIDGE_BWD_PAIR_DQ && kProducer && !kPersistent;
+// The CTAs of a cluster along the grid's K tiles; the launch plan rounds the grid up to them.
+constexpr int kBwdClusterX = kPairDq ? 2 : 1;
+// At head dim 64, where both warpgroups reduce a panel of the same columns (their own keys), the
+// two summed in shared memory before one reduction (pair_dq.cuh's PairDq::sum_halves,
+// BwdTiling::kSumHalves): half the fast mode's reductions. Not yet measured (session 27).
+#ifndef CUBRIDGE_BWD_SUM_DQ
+#define CUBRIDGE_BWD_SUM_DQ 0
+#endif
 // dK and dV leave through shared memory (the walk's stages) in 16-byte row pieces instead of
 // each thread's 4-byte fragment pairs (epilogue_bwd.cuh): 1 always, 2 in deterministic mode
 // only, 0 never (the default). Off: with either compiled in, the fast mode's walk is 7-8%
@@ -294,8 +309,23 @@ struct BwdTiling {
   // bools, and the panels' 64 KB on top), the atomics (deterministic mode ~3x slower there).
   static constexpr bool kDetBulk = CUBRIDGE_BWD_DET_BULK && kDqCols == 64 &&
                                    layout_bytes(kStream, true) <= kSmemLimit;
+  // CUBRIDGE_BWD_PAIR_DQ's exchange (pair_dq.cuh) where the deterministic mode stages its
+  // panels (a call is in one mode): two receive buffers of a panel, the walk's query blocks as
+  // bitmaps (this CTA's, then those both CTAs of the pair visit), the buffers' full and empty
+  // barriers.
+  static constexpr int kPairMaxBlocks = 4096;  // a longer walk's dQ is not exchanged
+  static constexpr int kPairBits = kDqStage + 2 * kDqPanelBytes;
+  static constexpr int kPairBars = kPairBits + 2 * (kPairMaxBlocks / 8);
+  static constexpr int kPairEnd = kPairBars + 4 * 8;
+  static constexpr bool kPair = kPairDq && kDqCols == 64 && !kSplitKeys && !kDqBulk &&
+                                kPairEnd + 1024 <= kSmemLimit;
+  // CUBRIDGE_BWD_SUM_DQ's exchange between the warpgroups (the same buffers and barriers).
+  static constexpr bool kSumHalves = CUBRIDGE_BWD_SUM_DQ && kSplitKeys && kProducer &&
+                                     !kDqBulk && kPairEnd + 1024 <= kSmemLimit;
   __host__ __device__ static constexpr int smem_bytes(bool deterministic) {
-    return layout_bytes(kStream, kDqBulk || (deterministic && kDetBulk));
+    return kDqBulk || (deterministic && kDetBulk) ? layout_bytes(kStream, true)
+           : kPair || kSumHalves                    ? kPairEnd + 1024
+                                                    : layout_bytes(kStream, false);
   }
   // Whether the tile serves head dim D: a warpgroup's part whole 64-column panels, at most 128
   // columns of each accumulator (64 + 64 registers), within sm_90's 227 KiB of shared memory
@@ -348,6 +378,7 @@ static_assert(!(CUBRIDGE_BWD_FUSED_DQ && CUBRIDGE_BWD_PERSISTENT),
 static_assert(!(CUBRIDGE_BWD_FUSED_DQ && (CUBRIDGE_BWD_DQ_BULK || CUBRIDGE_BWD_DET_BULK)),
               "the fused conversion counts a CTA done after its own reductions, not bulk ones");
 constexpr bool kDqFused = CUBRIDGE_BWD_FUSED_DQ;
+static_assert(!(kDqFused && kPairDq), "the fused conversion counts a head's CTAs, not pairs");
 // The backward's shared pieces: workspace, accumulators, buffer gradients, pre/postprocess.
 #include "../common/backward_kernel.cuh"
 
@@ -460,7 +491,10 @@ struct BwdBlock : BwdTile {
 namespace cubridge_fa3_bwd {
 #include "trace_bwd.cuh"
 #include "epilogue_bwd.cuh"
+template <int D>
+struct PairDq;  // pair_dq.cuh, which reads attend_bwd.cuh's shared-memory layout
 #include "attend_bwd.cuh"
+#include "pair_dq.cuh"
 
 // Under kDqFused, the consumers count the tile done for its head, the head's last converts dQ.
 // The head row from the grid (b, h: blockIdx.z, .y), not from the tile's registers, which would
@@ -528,8 +562,14 @@ __device__ __forceinline__ void persistent_bwd(const BwdCall& call) {
   }
 }
 
+// A cluster of kBwdClusterX CTAs along the K tiles where CTA pairs exchange dQ (kPairDq).
+#if CUBRIDGE_BWD_PAIR_DQ
+#define CUBRIDGE_BWD_CLUSTER __cluster_dims__(kBwdClusterX, 1, 1)
+#else
+#define CUBRIDGE_BWD_CLUSTER
+#endif
 template <typename T, int D>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kThreads, 1) CUBRIDGE_BWD_CLUSTER
     attn_bwd_kernel(const __grid_constant__ cubridge_attn_bwd_params p) {
   const cubridge_attn_fwd_params& f = p.fwd;
   char* const scratch = static_cast<char*>(p.workspace);
@@ -548,16 +588,29 @@ __global__ void __launch_bounds__(kThreads, 1)
   if constexpr (kProducer) {
     // Warpgroup 0 produces, 1 and 2 consume; each role one branch (setmaxnreg, HOPPER.md).
     BwdBars* const bars = bwd_smem<D>().bars;
-    if (threadIdx.x == 0) init_bwd_bars(bars);
-    __syncthreads();
+    // CTA pairs exchange dQ in the fast mode (kPairDq); a CTA of the grid's round-up to whole
+    // pairs, past the keys, only keeps its partner company at the cluster's barriers. At head
+    // dim 64 the warpgroups may exchange instead (kSumHalves; pair_dq_begin sets up their
+    // barriers where pairs are on).
+    const bool pairing = kPairDq && p.deterministic == 0;
+    if (threadIdx.x == 0) {
+      init_bwd_bars(bars);
+      if (BwdTiling<D>::kSumHalves && p.deterministic == 0 && !pairing) init_dq_swap_bars<D>();
+    }
+    const bool live = !kPairDq || kv_lo < f.seqlen_kv;  // only pairs round the grid up
+    if (pairing) pair_dq_begin<D>(tile, live);
+    else __syncthreads();
     int ring = 0;
     if (threadIdx.x < 128) {
       cubridge::fa3::setmaxnreg_dec<kProducerRegs>();
-      produce_bwd_tile<T, D>(tile, threadIdx.x, ring);
+      if (live) produce_bwd_tile<T, D>(tile, threadIdx.x, ring);
+      if (pairing) pair_dq_end();
       return;
     }
     cubridge::fa3::setmaxnreg_inc<kConsumerRegs>();
-    attend_bwd_tile<T, D>(tile, consumer, ring);
+    if (live) attend_bwd_tile<T, D>(tile, consumer, ring);
+    if (pairing) pair_dq_end();
+    if (!live) return;
   } else {
     int ring = 0;
     attend_bwd_tile<T, D>(tile, consumer, ring);

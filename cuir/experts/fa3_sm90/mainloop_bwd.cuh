@@ -109,6 +109,19 @@ __device__ __forceinline__ void st_shared_v4(uint32_t at, float a, float b, floa
                : "memory");
 }
 
+// Four fp32 values from shared memory by one 16-byte load (16-byte aligned), and one 32-bit word.
+__device__ __forceinline__ void ld_shared_v4(uint32_t at, float& a, float& b, float& c, float& d) {
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(a), "=f"(b), "=f"(c), "=f"(d)
+               : "r"(at)
+               : "memory");
+}
+__device__ __forceinline__ uint32_t ld_shared_u32(uint32_t at) {
+  uint32_t v;
+  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(at) : "memory");
+  return v;
+}
+
 // `bytes` of fp32 in shared memory added element-wise into global memory by the bulk-copy engine
 // (each element's add atomic, as a reduction's), committed as one bulk group of this thread.
 __device__ __forceinline__ void bulk_reduce_add_f32(float* global, uint32_t shared, int bytes) {
