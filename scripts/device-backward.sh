@@ -23,7 +23,8 @@
 #   compare  the fa3_sm90 base tile as is against each variant of $AB_DEFINES in one process, their
 #            calls interleaved ($COMPARE_REPS pairs, default 30), fast and deterministic mode:
 #            paired ratios for levers smaller than the 4% between processes; each variant
-#            checked as `expert` checks; at $COMPARE_SEQLEN (default 8192; e.g. 8192,1024);
+#            checked as `expert` checks; at $COMPARE_SEQLEN (default 8192; e.g. 8192,1024)
+#            and $COMPARE_HEAD_DIMS (default the tile's largest, 128; e.g. 64,128);
 #            COMPARE_TRACE=1: each also built with CUBRIDGE_BWD_TRACE, its CTAs' phases
 #            (backward_expert_check.py --trace)
 #   ncu_op   ncu of the op's lowered backward (preprocess, attention, postprocess) for each variant
@@ -155,7 +156,7 @@ if has compare; then
     [ -n "${defines// /}" ] && compare_flags+=(--compare "$defines")
   done
   if [ ${#compare_flags[@]} -gt 0 ]; then
-    run compare timeout "${AB_TIMEOUT:-300}" bash -c "cd tests/gpu/backward && $base_check --reps ${COMPARE_REPS:-30} --seqlen ${COMPARE_SEQLEN:-8192} ${COMPARE_TRACE:+--trace} $(printf '%q ' "${compare_flags[@]}") --out $out/compare.json"
+    run compare timeout "${AB_TIMEOUT:-300}" bash -c "cd tests/gpu/backward && $base_check --reps ${COMPARE_REPS:-30} --seqlen ${COMPARE_SEQLEN:-8192} ${COMPARE_HEAD_DIMS:+--compare-head-dims $COMPARE_HEAD_DIMS} ${COMPARE_TRACE:+--trace} $(printf '%q ' "${compare_flags[@]}") --out $out/compare.json"
   else
     summary+=("compare  not run: \$AB_DEFINES names no variant")
   fi

@@ -380,6 +380,9 @@ def main():
                     help="also the kernel with these macros (beside --define's), checked as the "
                          "baseline is, and timed against it in this process, interleaved "
                          "(--reps pairs; one tile: --tiles)")
+    ap.add_argument("--compare-head-dims", default="",
+                    help="--compare's head dims, e.g. 64,128 (default: the tile's largest; a "
+                         "switch for one head dim, such as CUBRIDGE_BWD_SUM_DQ at 64)")
     ap.add_argument("--trace", action="store_true",
                     help="fa3_sm90: also each tile (and each --compare set) built with "
                          "CUBRIDGE_BWD_TRACE, its CTAs' phases at each --seqlen (trace_bwd.cuh)")
@@ -425,9 +428,12 @@ def main():
                     torch, sos[extra], [c for c in cases if c[3] in head_dims], a.seed)
                 ok &= extra_ok
                 results += [dict(r, tile=list(tile), defines=defines) for r in extra_results]
-            for s in seqlens:
-                compared.append(dict(compare_bench(torch, sos, a.reps, max(head_dims), s),
-                                     tile=list(tile)))
+            dims = ([int(x) for x in a.compare_head_dims.split(",") if int(x) in head_dims]
+                    if a.compare_head_dims else [max(head_dims)])
+            for d in dims:
+                for s in seqlens:
+                    compared.append(dict(compare_bench(torch, sos, a.reps, d, s),
+                                         tile=list(tile)))
         if a.trace and a.expert == "fa3_sm90":
             for extra in [""] + a.compare:
                 defines = a.define + extra.replace(",", " ").split() + ["CUBRIDGE_BWD_TRACE=1"]
