@@ -209,8 +209,9 @@ absl::StatusOr<std::string> RegionWriter::CornerVerdict(
   // Each decided conjunct's disjuncts, as C++ (a plain comparison is one disjunct).
   std::vector<std::vector<std::string>> conjuncts;
   for (const cuir::ExprPtr& c : found.decided) {
+    const std::vector<cuir::ExprPtr> parts = Disjuncts(c);
     std::vector<std::string> texts;
-    for (const cuir::ExprPtr& d : Disjuncts(c)) {
+    for (const cuir::ExprPtr& d : parts) {
       CUBRIDGE_ASSIGN_OR_RETURN(auto a, EmitExpr(d->args[0], scope));
       CUBRIDGE_ASSIGN_OR_RETURN(auto b, EmitExpr(d->args[1], scope));
       CUBRIDGE_ASSIGN_OR_RETURN(auto text, EmitExpr(d, scope));
@@ -218,7 +219,7 @@ absl::StatusOr<std::string> RegionWriter::CornerVerdict(
       if (!IsInt(a.type) || !IsInt(b.type)) break;
       texts.push_back(text.text);
     }
-    if (texts.size() == Disjuncts(c).size()) conjuncts.push_back(texts);
+    if (texts.size() == parts.size()) conjuncts.push_back(texts);
     else found.all_decided = false;
   }
   if (conjuncts.empty()) return std::string();

@@ -132,11 +132,9 @@ void SplitOr(const ExprPtr& e, std::vector<ExprPtr>* out) {
   out->push_back(e);
 }
 
-// A conjunct is decided when each of its disjuncts is.
+// A conjunct is decided when each of its disjuncts (tile_corners.h, below) is.
 bool CornersDecide(const ExprPtr& e) {
-  std::vector<ExprPtr> parts;
-  SplitOr(e, &parts);
-  for (const ExprPtr& part : parts) {
+  for (const ExprPtr& part : Disjuncts(e)) {
     if (!ComparisonDecided(part)) return false;
   }
   return true;
