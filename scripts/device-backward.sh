@@ -45,6 +45,10 @@
 #            500): a call runs what fits in it, the next call the rest; $SUITE_FILTER another
 #            gtest filter instead (e.g. '*OnGpu*longformer_head_dilation*:*OnGpu*dilated_window*':
 #            those specs' forward and backward checks)
+#   op_ab    the op's backward (bench/torch_backward.py, $OP_AB_ARGS its options) as is and with
+#            each variant of $AB_DEFINES, one process each, from a copy of the experts whose
+#            `#define` lines carry the variant's values: a lever timed through the lowering
+#            (e.g. CUBRIDGE_BWD_SUM_DQ at head dim 64, which `compare` does not reach)
 #   sanitize the fa3_sm90 base tile's ragged cases under compute-sanitizer's memcheck and
 #            synccheck (a new barrier or mbarrier protocol's first check; $SANITIZE_ARGS more
 #            options, e.g. "--define CUBRIDGE_BWD_PERSISTENT=1")
@@ -119,7 +123,7 @@ targets=()
 if has build; then targets=(gpu_tests cubridge-cli cubridge-cli-local cubridge-gpu-runner cubridge_torch); fi
 if has lowered || has suite || has adapt; then targets+=(gpu_tests); fi
 if has adapt; then targets+=(cubridge-gpu-runner cubridge-cli-local); fi
-if has train || has bench || has ncu_op; then targets+=(cubridge_torch cubridge-cli cubridge-cli-local); fi
+if has train || has bench || has ncu_op || has op_ab; then targets+=(cubridge_torch cubridge-cli cubridge-cli-local); fi
 if [ ${#targets[@]} -gt 0 ]; then
   # Built in the background while the expert checks use the GPU.
   mapfile -t targets < <(printf '%s\n' "${targets[@]}" | sort -u)
@@ -198,6 +202,25 @@ if [ "$built" = 0 ]; then
   has train && run train bash -c "cd tests/python && timeout 300 python3 gpu_train_check.py --out $out/train.json"
   # shellcheck disable=SC2086  # $BENCH_ARGS: torch_backward.py's options, one word each
   has bench && run bench timeout "${BENCH_TIMEOUT:-300}" python3 bench/torch_backward.py ${BENCH_ARGS:-} --out "$out/torch_backward.json"
+  if has op_ab; then
+    # The op as is and with each variant of $AB_DEFINES, a process each: the expert copied with
+    # its `#define NAME VALUE` lines rewritten, the adapt and torch caches bypassed (neither key
+    # holds the expert's text), so each process lowers from its own copy.
+    for defines in "" "${ab_defines[@]}"; do
+      [ -z "$defines" ] || [ -n "${defines// /}" ] || continue
+      name=base
+      [ -z "$defines" ] || name=$(echo "$defines" | tr -c 'A-Za-z0-9\n' _ | sed 's/CUBRIDGE_BWD_//g; s/_*$//')
+      copy=$(mktemp -d)
+      cp -r cuir/experts "$copy/experts"
+      for d in $defines; do
+        sed -i "s/^#define ${d%%=*} .*/#define ${d%%=*} ${d#*=}/" "$copy/experts/fa3_sm90/kernel_bwd.cu"
+      done
+      # shellcheck disable=SC2086  # $OP_AB_ARGS: torch_backward.py's options, one word each
+      run "op_$name" env CUBRIDGE_EXPERTS_DIR="$copy/experts" CUBRIDGE_TORCH_CACHE="$copy/cache" \
+        CUBRIDGE_ADAPT_ARGS="--gpu off --no-cache" timeout "${BENCH_TIMEOUT:-300}" \
+        python3 bench/torch_backward.py ${OP_AB_ARGS:-} --out "$out/op_$name.json"
+    done
+  fi
   if has ncu_op; then
     # The first three matching launches: the warm-up call's preprocess, attention and
     # postprocess (the same kernels the timed calls run).
