@@ -146,8 +146,9 @@ for defines in "${ab_defines[@]}"; do
   for d in $defines; do flags+=" --define $d"; done
   [ -n "$flags" ] && variants+=("ab${#variants[@]}:$flags")
 done
-# The lever steps' check: the fa3_sm90 base tile (run from tests/gpu/backward).
-base_check="python3 backward_expert_check.py --expert fa3_sm90 --tiles 64x128"
+# The lever steps' check: the fa3_sm90 base tile, or $LEVER_TILE (e.g. 64x64, head dim 256's
+# tile: its `compare` times head dim 256), run from tests/gpu/backward.
+base_check="python3 backward_expert_check.py --expert fa3_sm90 --tiles ${LEVER_TILE:-64x128}"
 if has ab; then
   for v in "${variants[@]:1}"; do
     # Within $AB_TIMEOUT s (default 300): a new barrier protocol that hangs ends its step only.

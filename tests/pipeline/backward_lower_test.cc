@@ -312,5 +312,43 @@ TEST(BackwardLowering, ThePairedDqExchangeCompiles) {
   lower::testing::CleanUpTempDir(dir, HasFailure());
 }
 
+// CUBRIDGE_BWD_SPLIT_Q (off by default): at head dim 256 the warpgroups split the query block,
+// S^T and dP^T of 32 queries each (m64n32), dV and dK from P^T and dS^T in shared memory (A
+// K-major, B transposed). Lowered variants with score_mods, learned buffers' gradients and masks
+// build with it (warnings as errors), and its products appear only with it on.
+TEST(BackwardLowering, TheSplitQueryBlockCompiles) {
+  const std::string nvcc = lower::testing::FindNvcc();
+  if (nvcc.empty()) {
+    GTEST_SKIP() << "no nvcc (CUBRIDGE_NVCC unset, /usr/local/cuda/bin/nvcc absent)";
+  }
+  const std::string dir = lower::testing::MakeTempDir("cubridge_bwd_splitq_");
+  int built = 0;
+  for (const GeneralitySpec& g : AllSpecs()) {
+    if (g.name != "alibi_learned_slopes" && g.name != "causal_document") continue;
+    SCOPED_TRACE(g.name);
+    ++built;
+    cuir::AttentionConfig c = Config(8, 2);
+    c.head_dim = 256;
+    auto program = BackwardProgram(g, c, "fa3_sm90");
+    ASSERT_TRUE(program.ok()) << program.status();
+    auto k = lower::Lower(*program, c, lower::Arch::kSm90);
+    ASSERT_TRUE(k.ok()) << k.status();
+    const std::string stem = absl::StrCat(dir, "/", g.name);
+    lower::testing::WriteFile(stem + ".cu", k->cuda_source);
+    for (const int on : {0, 1}) {
+      const std::string ptx_path = absl::StrCat(stem, "_", on, ".ptx");
+      const auto r = lower::testing::RunCommand(
+          absl::StrCat(nvcc, " -ptx -std=c++17 -arch=compute_90a -DCUBRIDGE_BWD_SPLIT_Q=", on,
+                       " -Werror all-warnings -o ", ptx_path, " ", stem, ".cu"));
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      const std::string ptx = cuir::testing::ReadFileOrDie(ptx_path);
+      EXPECT_EQ(absl::StrContains(ptx, "m64n32k16.f32"), on == 1) << on;
+      EXPECT_EQ(absl::StrContains(ptx, ", p, 1, 1, 0, 1;"), on == 1) << on;
+    }
+  }
+  EXPECT_EQ(built, 2);
+  lower::testing::CleanUpTempDir(dir, HasFailure());
+}
+
 }  // namespace
 }  // namespace cubridge::pipeline

@@ -165,7 +165,11 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid, in
   using QTile = typename Tiling::QTile;
   using Block = BwdBlock<D>;
   static_assert(Tiling::kServed, "the tile does not serve this head dim (bwd_smem_bytes is 0)");
-  constexpr int NT = BLOCK_M / 8;  // 8-column query n-tiles of S^T
+  // The query columns of S^T this warpgroup computes: the block's, or its half of them where the
+  // warpgroups split the block (kSplitQueries), whose P^T and dS^T then meet in shared memory.
+  constexpr bool kSplitQ = Tiling::kSplitQueries;
+  constexpr int QN = kSplitQ ? BLOCK_M / 2 : BLOCK_M;
+  constexpr int NT = QN / 8;  // 8-column query n-tiles of S^T
   constexpr int kPartCols = Tiling::kPartCols;  // this warpgroup's columns of dK and dV
   // dQ one block late (BwdTiling::kLagDq), except where the variant's gradient hooks keep the
   // raw scores: their 32 registers beside dQ's spill (bench/NOTES.md, session 18).
@@ -183,6 +187,7 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid, in
   const uint32_t s_base = sm.s_base;
   const uint32_t sK = s_base + Tiling::kK, sV = s_base + Tiling::kV;
   const uint32_t sdS = s_base + Tiling::kDs;
+  [[maybe_unused]] const uint32_t sP = s_base + Tiling::kPs;
   float* const s_lse = sm.lse;
   float* const s_delta = sm.delta;
   // The consumers' barriers: the dS^T of both warpgroups (id 1), of one (2 + wg), a warpgroup's
@@ -197,7 +202,10 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid, in
   // The warpgroup's 64 keys (key group) and its part of dK's and dV's columns; where both
   // warpgroups hold the same keys, part 0 alone stores dS^T and adds into the buffers' gradients.
   const int key_group = kKeyGroups == 1 ? 0 : wg, part = kDParts == 1 ? 0 : wg;
-  const bool first_part = part == 0;
+  // Whether this warpgroup's S^T columns are its own (the other's are other queries).
+  const bool first_part = part == 0 || kSplitQ;
+  const int q_part = kSplitQ ? wg * QN : 0;  // this warpgroup's first query column of the block
+  static_assert(!(kSplitQ && kLagDq), "the split block's dV and dK wait for its own dS^T");
   const int key0 = key_group * 64 + warp * 16 + g;  // this thread's first key row in the tile
   const BwdWorkspace& ws = tile.ws;
   const bool det = p.deterministic != 0;
@@ -395,7 +403,7 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid, in
     // Under kLagDq the previous block's dQ first (its group empty at the first block), added
     // while S^T = K Q^T runs (dP^T after it: the three accumulators at once would not fit);
     // otherwise S^T and dP^T = V dO^T back to back. Wait for S^T.
-    float s[BLOCK_M / 2], dp[BLOCK_M / 2];
+    float s[QN / 2], dp[QN / 2];
     [[maybe_unused]] float dq[32];
     if constexpr (kLagDq) {
       if (prev_q_lo >= 0) issue_dq(dq, ds_buffer ^ 1, 0);
@@ -404,8 +412,8 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid, in
     reg_fence(s);
     if constexpr (!kLagDq) reg_fence(dp);
     wgmma_fence();
-    mma_kmajor<T, BLOCK_M, D, KvTile::kPanelBytes, QTile::kPanelBytes>(
-        s, k_a, make_desc(sQ, 16, 1024));
+    mma_kmajor<T, QN, D, KvTile::kPanelBytes, QTile::kPanelBytes>(
+        s, k_a, make_desc(sQ + q_part * 128, 16, 1024));
     wgmma_commit();
     if constexpr (kLagDq) {
       wgmma_wait<1>();
@@ -414,8 +422,8 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid, in
       reg_fence(dp);
       wgmma_fence();
     }
-    mma_kmajor<T, BLOCK_M, D, KvTile::kPanelBytes, QTile::kPanelBytes>(
-        dp, v_a, make_desc(sdO, 16, 1024));
+    mma_kmajor<T, QN, D, KvTile::kPanelBytes, QTile::kPanelBytes>(
+        dp, v_a, make_desc(sdO + q_part * 128, 16, 1024));
     wgmma_commit();
     wgmma_wait<1>();
     reg_fence(s);
@@ -424,7 +432,7 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid, in
     // the accumulator's layout is the hooks' fragment).
     float(&sf)[1][NT][4] = *reinterpret_cast<float(*)[1][NT][4]>(&s);
     float(&dsf)[1][NT][4] = *reinterpret_cast<float(*)[1][NT][4]>(&dp);
-    const BwdFrag at{kv_lo + key0, q_lo + 2 * t};
+    const BwdFrag at{kv_lo + key0, q_lo + q_part + 2 * t};
     const float qk_scale = block.qk_scale;
     for_each_fragment_t<NT>(sf, [&](int, int c, float& x) {
       x = at.kv(c) < kv_hi ? x * qk_scale : -INFINITY;
@@ -438,27 +446,48 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid, in
     // P^T = exp(S^T - LSE), in log2 units (the two columns of a pair are adjacent rows of LSE).
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
-      const float2 l = *reinterpret_cast<const float2*>(lse_rows + 8 * j + 2 * t);
+      const float2 l = *reinterpret_cast<const float2*>(lse_rows + q_part + 8 * j + 2 * t);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         sf[0][j][2 * r] = exp2f(sf[0][j][2 * r] * kLog2e - l.x);
         sf[0][j][2 * r + 1] = exp2f(sf[0][j][2 * r + 1] * kLog2e - l.y);
       }
     }
-    // dV += P^T dO
-    uint32_t pa[BLOCK_M / 16][4];
-    p_to_a<T, BLOCK_M>(s, pa);
-    reg_fence(pa);
-    reg_fence(dv);
-    wgmma_fence();
-    mma_rs<T, kPartCols, BLOCK_M>(dv, pa, make_desc(sdO + part_panels, QTile::kPanelBytes, 1024));
-    wgmma_commit();
-    // dP^T retired (dV may still run): dS^T = P^T (dP^T - D), then the chain rule's hooks.
-    wgmma_wait<1>();
+    // dS^T's (or P^T's) buffer of this block: key rows of 128 bytes, n-tile j's 16-byte chunk
+    // at (j ^ g) in row key0 + 8 r (key & 7 == g), this warpgroup's n-tiles from q_part / 8.
+    [[maybe_unused]] const auto store_t = [&](uint32_t buffer, const float(&x)[QN / 2]) {
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(buffer + (key0 + 8 * r) * 128 +
+                                                         (((j + q_part / 8) ^ g) << 4) + 4 * t),
+                       "r"(pack2<T>(x[acc_index(j, r, 0)], x[acc_index(j, r, 1)]))
+                       : "memory");
+        }
+    };
+    if constexpr (kSplitQ) {
+      // P^T into shared memory for dV (both halves read after the barrier below); dP^T retired.
+      store_t(sP + ds_buffer * Tiling::kDsBytes, s);
+      wgmma_wait<0>();
+    } else {
+      // dV += P^T dO
+      uint32_t pa[BLOCK_M / 16][4];
+      p_to_a<T, BLOCK_M>(s, pa);
+      reg_fence(pa);
+      reg_fence(dv);
+      wgmma_fence();
+      mma_rs<T, kPartCols, BLOCK_M>(dv, pa,
+                                    make_desc(sdO + part_panels, QTile::kPanelBytes, 1024));
+      wgmma_commit();
+      // dP^T retired (dV may still run)
+      wgmma_wait<1>();
+    }
+    // dS^T = P^T (dP^T - D), then the chain rule's hooks.
     reg_fence(dp);
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
-      const float2 dl = *reinterpret_cast<const float2*>(delta_rows + 8 * j + 2 * t);
+      const float2 dl = *reinterpret_cast<const float2*>(delta_rows + q_part + 8 * j + 2 * t);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         dsf[0][j][2 * r] = sf[0][j][2 * r] * (dsf[0][j][2 * r] - dl.x);
@@ -468,27 +497,34 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid, in
     if constexpr (Block::kKeepsRawScores) {
       bwd_grad_hooks<NT>(block, dsf, raw, bounds, first_part);
     }
-    // dK += dS^T Q (scaled at the end)
-    uint32_t dsa[BLOCK_M / 16][4];
-    p_to_a<T, BLOCK_M>(dp, dsa);
-    reg_fence(dsa);
-    reg_fence(dk);
-    wgmma_fence();
-    mma_rs<T, kPartCols, BLOCK_M>(dk, dsa, make_desc(sQ + part_panels, QTile::kPanelBytes, 1024));
-    wgmma_commit();
-    // dS^T into shared memory as [key][query], one 128-byte swizzled row per key: dQ's A.
-    if (first_part) {
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int key = key0 + 8 * r;  // key & 7 == g
-          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sdS + ds_buffer * Tiling::kDsBytes +
-                                                           key * 128 + ((j ^ g) << 4) + 4 * t),
-                       "r"(dsa[j >> 1][(j & 1) * 2 + r])
-                       : "memory");
-        }
+    if constexpr (kSplitQ) {
+      // dS^T into shared memory (this warpgroup's queries), dK's A and dQ's.
+      store_t(sdS + ds_buffer * Tiling::kDsBytes, dp);
       fence_proxy_async();
+    } else {
+      // dK += dS^T Q (scaled at the end)
+      uint32_t dsa[BLOCK_M / 16][4];
+      p_to_a<T, BLOCK_M>(dp, dsa);
+      reg_fence(dsa);
+      reg_fence(dk);
+      wgmma_fence();
+      mma_rs<T, kPartCols, BLOCK_M>(dk, dsa,
+                                    make_desc(sQ + part_panels, QTile::kPanelBytes, 1024));
+      wgmma_commit();
+      // dS^T into shared memory as [key][query], one 128-byte swizzled row per key: dQ's A.
+      if (first_part) {
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int key = key0 + 8 * r;  // key & 7 == g
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sdS + ds_buffer * Tiling::kDsBytes +
+                                                             key * 128 + ((j ^ g) << 4) + 4 * t),
+                         "r"(dsa[j >> 1][(j & 1) * 2 + r])
+                         : "memory");
+          }
+        fence_proxy_async();
+      }
     }
     if (kLagDq && m_next != KvUnion<1>::kEnd) {
       // dQ waits for the next block: its first barrier publishes this dS^T. dV and dK retire
@@ -501,6 +537,18 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid, in
       // The dS^T that this warpgroup's dQ reads is there: its own (four warps), or the tile's.
       if constexpr (kSplitKeys) named_barrier_sync(2 + wg, 128);
       else consumers_sync();
+      if constexpr (kSplitQ) {
+        // Both halves of P^T and dS^T are there: dV += P^T dO, dK += dS^T Q, on this
+        // warpgroup's part of the head dim (retired with dQ's first panel below).
+        reg_fence(dv);
+        reg_fence(dk);
+        wgmma_fence();
+        mma_kt<T, kPartCols, BLOCK_M>(dv, make_desc(sP + ds_buffer * Tiling::kDsBytes, 16, 1024),
+                                      make_desc(sdO + part_panels, QTile::kPanelBytes, 1024));
+        mma_kt<T, kPartCols, BLOCK_M>(dk, make_desc(sdS + ds_buffer * Tiling::kDsBytes, 16, 1024),
+                                      make_desc(sQ + part_panels, QTile::kPanelBytes, 1024));
+        wgmma_commit();
+      }
       // dQ[:, this warpgroup's half] = dS K, one 64-column panel of K at a time (a second
       // panel's 32 accumulator registers would not fit beside dK's and dV's at head dim 256).
 #pragma unroll

@@ -177,6 +177,13 @@ constexpr int kBwdClusterX = kPairDq ? 2 : 1;
 #ifndef CUBRIDGE_BWD_SUM_DQ
 #define CUBRIDGE_BWD_SUM_DQ 0
 #endif
+// At head dim 256 (the 64-key tile, each warpgroup half of dK's and dV's columns) the
+// warpgroups split the query block instead of both computing the whole S^T and dP^T: each the
+// products of its 32 queries, P^T and dS^T gathered in shared memory for dV and dK (read from
+// there, not registers). A warpgroup's products 3.5 -> 2.5 M multiply-adds a block.
+#ifndef CUBRIDGE_BWD_SPLIT_Q
+#define CUBRIDGE_BWD_SPLIT_Q 0
+#endif
 // dK and dV leave through shared memory (the walk's stages) in 16-byte row pieces instead of
 // each thread's 4-byte fragment pairs (epilogue_bwd.cuh): 1 always, 2 in deterministic mode
 // only, 0 never (the default). Off: with either compiled in, the fast mode's walk is 7-8%
@@ -267,7 +274,11 @@ struct BwdTiling {
   // read its buffer before the buffer's next store (attend_bwd.cuh).
   static constexpr bool kDqBulk = CUBRIDGE_BWD_DQ_BULK && kDqCols == 64;
   static constexpr int kDqPanelBytes = 64 * 64 * 4;
-  static constexpr int kRows = kDs + kDsBuffers * kDsBytes;
+  // CUBRIDGE_BWD_SPLIT_Q: the warpgroups split the query block (32 queries each) where they
+  // share the keys at head dim 256; P^T's buffers after dS^T's.
+  static constexpr bool kSplitQueries = CUBRIDGE_BWD_SPLIT_Q && kDParts == 2 && D == 256;
+  static constexpr int kPs = kDs + kDsBuffers * kDsBytes;
+  static constexpr int kRows = kPs + (kSplitQueries ? kDsBuffers * kDsBytes : 0);
   static constexpr int kBars = kRows + 2 * STAGES * BLOCK_M * 4;  // the producer's mbarriers
   // BwdBars: kv_full, full and empty per stage, kv_empty and the two tile slots.
   static constexpr int kBarsBytes = kProducer ? 8 * (2 + 2 * STAGES) + 2 * 4 : 0;

@@ -5,6 +5,8 @@
 //   dP^T = V dO^T   SS, the same with V and dO
 //   dV  += P^T dO   RS, P^T packed from S^T's accumulator, dO MN-major (as the forward's P V)
 //   dK  += dS^T Q   RS, the same with dS^T and Q
+//   (at head dim 256, BwdTiling::kSplitQueries: S^T and dP^T of each warpgroup's half of the
+//   block's queries, dV and dK SS from P^T and dS^T gathered in shared memory, mma_kt)
 //   dQ   = dS K     SS, both MN-major: dS^T stored key-major (a [key][query] panel) read as A,
 //                   K's panel of this warpgroup's head-dim half as B
 // Per-k offsets are added to the descriptors' 14-bit address field as in mainloop.cuh.
@@ -75,6 +77,17 @@ __device__ __forceinline__ void mma_mn(float (&c)[N / 2], uint64_t a, uint64_t b
 #pragma unroll
   for (int kk = 0; kk < K / 16; ++kk) {
     Mma<T, N>::ss_mn(c, a + ((kk * 16 * 128) >> 4), b + ((kk * 16 * 128) >> 4), kk > 0 ? 1 : 0);
+  }
+}
+
+// C[64 x N] += A[64 x K] B[K x N], A K-major (K <= 64: one panel of 128-byte rows), B MN-major
+// (K rows of 128 bytes, N in panels LBO apart). Not committed.
+template <typename T, int N, int K>
+__device__ __forceinline__ void mma_kt(float (&c)[N / 2], uint64_t a, uint64_t b) {
+  static_assert(K <= 64, "A's reduction dim inside one 128-byte row");
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) {
+    Mma<T, N>::ss_kt(c, a + ((kk * 32) >> 4), b + ((kk * 16 * 128) >> 4), 1);
   }
 }
 

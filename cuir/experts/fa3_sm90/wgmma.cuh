@@ -123,6 +123,18 @@ struct Mma;
                  : __VA_ARGS__                                                              \
                  : "l"(da), "l"(db), "r"(accumulate));                                      \
   }
+// ss_kt: both from shared memory, A K-major, B MN-major (rs's B with A in shared memory): the
+// backward's dV += P^T dO and dK += dS^T Q where the warpgroups split the query block
+// (BwdTiling::kSplitQueries), P^T and dS^T gathered in shared memory from both halves.
+#define CUBRIDGE_FA3_MMA_SS_KT(PTX, N, NREG, REGS, SS, SS_FLAG, ...)                          \
+  static __device__ __forceinline__ void ss_kt(float (&d)[NREG], uint64_t da, uint64_t db,  \
+                                               int accumulate) {                            \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SS_FLAG ", 0;\n"                       \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PTX "." PTX " {" REGS   \
+                 "}, " SS ", p, 1, 1, 0, 1;\n}\n"                                           \
+                 : __VA_ARGS__                                                              \
+                 : "l"(da), "l"(db), "r"(accumulate));                                      \
+  }
 #define CUBRIDGE_FA3_MMA_RS(PTX, N, NREG, REGS, RS, RS_FLAG, ...)                             \
   static __device__ __forceinline__ void rs(float (&d)[NREG], const uint32_t (&a)[4],       \
                                             uint64_t db, int accumulate) {                  \
@@ -137,6 +149,7 @@ struct Mma;
   template <> struct Mma<CT, N> {                                                           \
     CUBRIDGE_FA3_MMA_SS(PTX, N, NREG, REGS, SS, SS_FLAG, __VA_ARGS__)                       \
     CUBRIDGE_FA3_MMA_SS_MN(PTX, N, NREG, REGS, SS, SS_FLAG, __VA_ARGS__)                    \
+    CUBRIDGE_FA3_MMA_SS_KT(PTX, N, NREG, REGS, SS, SS_FLAG, __VA_ARGS__)                    \
     CUBRIDGE_FA3_MMA_RS(PTX, N, NREG, REGS, RS, RS_FLAG, __VA_ARGS__)                       \
   };
 #define CUBRIDGE_FA3_MMA(N, NREG, REGS, SS, SS_FLAG, RS, RS_FLAG, ...)                        \
@@ -176,12 +189,18 @@ CUBRIDGE_FA3_SCORE_MMA(176, 88, "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%
 CUBRIDGE_FA3_SCORE_MMA(80, 40, "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39", "%40, %41", "%42",
                        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]))
 
+// m64n32: half a 64-query block's S^T, where the backward's warpgroups split the block's queries
+// (BwdTiling::kSplitQueries: head dim 256).
+CUBRIDGE_FA3_SCORE_MMA(32, 16, "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15", "%16, %17", "%18",
+                       "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]))
+
 #undef CUBRIDGE_FA3_SCORE_MMA
 #undef CUBRIDGE_FA3_SCORE_MMA_TYPED
 #undef CUBRIDGE_FA3_MMA
 #undef CUBRIDGE_FA3_MMA_TYPED
 #undef CUBRIDGE_FA3_MMA_RS
 #undef CUBRIDGE_FA3_MMA_SS_MN
+#undef CUBRIDGE_FA3_MMA_SS_KT
 #undef CUBRIDGE_FA3_MMA_SS
 
 }  // namespace fa3
