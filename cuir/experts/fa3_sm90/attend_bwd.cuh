@@ -466,6 +466,17 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid, in
                        : "memory");
         }
     };
+    // acc += X^T B, X^T from its accumulator `x` packed into `a` (the A operand), B this
+    // warpgroup's part of the stage's tile at `tile`: issued and committed (not under kSplitQ).
+    const auto issue_rs = [&](auto& acc, auto& x, auto& a, uint32_t tile) {
+      p_to_a<T, BLOCK_M>(x, a);
+      reg_fence(a);
+      reg_fence(acc);
+      wgmma_fence();
+      mma_rs<T, kPartCols, BLOCK_M>(acc, a,
+                                    make_desc(tile + part_panels, QTile::kPanelBytes, 1024));
+      wgmma_commit();
+    };
     if constexpr (kSplitQ) {
       // P^T into shared memory for dV (both halves read after the barrier below); dP^T retired.
       store_t(sP + ds_buffer * Tiling::kDsBytes, s);
@@ -473,13 +484,7 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid, in
     } else {
       // dV += P^T dO
       uint32_t pa[BLOCK_M / 16][4];
-      p_to_a<T, BLOCK_M>(s, pa);
-      reg_fence(pa);
-      reg_fence(dv);
-      wgmma_fence();
-      mma_rs<T, kPartCols, BLOCK_M>(dv, pa,
-                                    make_desc(sdO + part_panels, QTile::kPanelBytes, 1024));
-      wgmma_commit();
+      issue_rs(dv, s, pa, sdO);
       // dP^T retired (dV may still run)
       wgmma_wait<1>();
     }
@@ -504,13 +509,7 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid, in
     } else {
       // dK += dS^T Q (scaled at the end)
       uint32_t dsa[BLOCK_M / 16][4];
-      p_to_a<T, BLOCK_M>(dp, dsa);
-      reg_fence(dsa);
-      reg_fence(dk);
-      wgmma_fence();
-      mma_rs<T, kPartCols, BLOCK_M>(dk, dsa,
-                                    make_desc(sQ + part_panels, QTile::kPanelBytes, 1024));
-      wgmma_commit();
+      issue_rs(dk, dp, dsa, sQ);
       // dS^T into shared memory as [key][query], one 128-byte swizzled row per key: dQ's A.
       if (first_part) {
 #pragma unroll

@@ -103,35 +103,17 @@ struct Mma;
 // %0..%NREG-1, which __VA_ARGS__ binds to d[]; the operands after them are numbered on: ss takes
 // A, B and the accumulate flag (SS: "%A, %B", then the flag's), rs the four A registers, B and the
 // flag (RS: "{%a0,...,%a3}, %B", then the flag's).
-#define CUBRIDGE_FA3_MMA_SS(PTX, N, NREG, REGS, SS, SS_FLAG, ...)                             \
-  static __device__ __forceinline__ void ss(float (&d)[NREG], uint64_t da, uint64_t db,     \
-                                            int accumulate) {                               \
+// ss_as(NAME, TRANS): a product with both operands in shared memory, TRANS the transpose flags
+// of A and B: ss ("0, 0"), both K-major; ss_mn ("1, 1"), both MN-major (the transposes of ss's:
+// the backward's dQ = dS K, which reads dS stored key-major as A and K as B); ss_kt ("0, 1"), A
+// K-major and B MN-major (rs's B with A in shared memory: the backward's dV += P^T dO and
+// dK += dS^T Q where the warpgroups split the query block, BwdTiling::kSplitQueries).
+#define CUBRIDGE_FA3_MMA_SS_AS(NAME, TRANS, PTX, N, NREG, REGS, SS, SS_FLAG, ...)             \
+  static __device__ __forceinline__ void NAME(float (&d)[NREG], uint64_t da, uint64_t db,   \
+                                              int accumulate) {                             \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SS_FLAG ", 0;\n"                       \
                  "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PTX "." PTX " {" REGS   \
-                 "}, " SS ", p, 1, 1, 0, 0;\n}\n"                                           \
-                 : __VA_ARGS__                                                              \
-                 : "l"(da), "l"(db), "r"(accumulate));                                      \
-  }
-// ss_mn: both from shared memory, both MN-major (the transposes of ss's): the backward's
-// dQ = dS K, which reads dS stored key-major as A and K as B.
-#define CUBRIDGE_FA3_MMA_SS_MN(PTX, N, NREG, REGS, SS, SS_FLAG, ...)                          \
-  static __device__ __forceinline__ void ss_mn(float (&d)[NREG], uint64_t da, uint64_t db,  \
-                                               int accumulate) {                            \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SS_FLAG ", 0;\n"                       \
-                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PTX "." PTX " {" REGS   \
-                 "}, " SS ", p, 1, 1, 1, 1;\n}\n"                                           \
-                 : __VA_ARGS__                                                              \
-                 : "l"(da), "l"(db), "r"(accumulate));                                      \
-  }
-// ss_kt: both from shared memory, A K-major, B MN-major (rs's B with A in shared memory): the
-// backward's dV += P^T dO and dK += dS^T Q where the warpgroups split the query block
-// (BwdTiling::kSplitQueries), P^T and dS^T gathered in shared memory from both halves.
-#define CUBRIDGE_FA3_MMA_SS_KT(PTX, N, NREG, REGS, SS, SS_FLAG, ...)                          \
-  static __device__ __forceinline__ void ss_kt(float (&d)[NREG], uint64_t da, uint64_t db,  \
-                                               int accumulate) {                            \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SS_FLAG ", 0;\n"                       \
-                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PTX "." PTX " {" REGS   \
-                 "}, " SS ", p, 1, 1, 0, 1;\n}\n"                                           \
+                 "}, " SS ", p, 1, 1, " TRANS ";\n}\n"                                      \
                  : __VA_ARGS__                                                              \
                  : "l"(da), "l"(db), "r"(accumulate));                                      \
   }
@@ -147,9 +129,9 @@ struct Mma;
 // Head-dim widths (64, 128, 256): the score product and O += P V.
 #define CUBRIDGE_FA3_MMA_TYPED(CT, PTX, N, NREG, REGS, SS, SS_FLAG, RS, RS_FLAG, ...)         \
   template <> struct Mma<CT, N> {                                                           \
-    CUBRIDGE_FA3_MMA_SS(PTX, N, NREG, REGS, SS, SS_FLAG, __VA_ARGS__)                       \
-    CUBRIDGE_FA3_MMA_SS_MN(PTX, N, NREG, REGS, SS, SS_FLAG, __VA_ARGS__)                    \
-    CUBRIDGE_FA3_MMA_SS_KT(PTX, N, NREG, REGS, SS, SS_FLAG, __VA_ARGS__)                    \
+    CUBRIDGE_FA3_MMA_SS_AS(ss, "0, 0", PTX, N, NREG, REGS, SS, SS_FLAG, __VA_ARGS__)        \
+    CUBRIDGE_FA3_MMA_SS_AS(ss_mn, "1, 1", PTX, N, NREG, REGS, SS, SS_FLAG, __VA_ARGS__)     \
+    CUBRIDGE_FA3_MMA_SS_AS(ss_kt, "0, 1", PTX, N, NREG, REGS, SS, SS_FLAG, __VA_ARGS__)     \
     CUBRIDGE_FA3_MMA_RS(PTX, N, NREG, REGS, RS, RS_FLAG, __VA_ARGS__)                       \
   };
 #define CUBRIDGE_FA3_MMA(N, NREG, REGS, SS, SS_FLAG, RS, RS_FLAG, ...)                        \
@@ -159,7 +141,7 @@ struct Mma;
 // Score-tile widths beside them (176, 80): the score product only.
 #define CUBRIDGE_FA3_SCORE_MMA_TYPED(CT, PTX, N, NREG, REGS, SS, SS_FLAG, ...)                \
   template <> struct Mma<CT, N> {                                                           \
-    CUBRIDGE_FA3_MMA_SS(PTX, N, NREG, REGS, SS, SS_FLAG, __VA_ARGS__)                       \
+    CUBRIDGE_FA3_MMA_SS_AS(ss, "0, 0", PTX, N, NREG, REGS, SS, SS_FLAG, __VA_ARGS__)        \
   };
 #define CUBRIDGE_FA3_SCORE_MMA(N, NREG, REGS, SS, SS_FLAG, ...)                               \
   CUBRIDGE_FA3_SCORE_MMA_TYPED(__nv_bfloat16, "bf16", N, NREG, REGS, SS, SS_FLAG,           \
@@ -199,9 +181,7 @@ CUBRIDGE_FA3_SCORE_MMA(32, 16, "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%1
 #undef CUBRIDGE_FA3_MMA
 #undef CUBRIDGE_FA3_MMA_TYPED
 #undef CUBRIDGE_FA3_MMA_RS
-#undef CUBRIDGE_FA3_MMA_SS_MN
-#undef CUBRIDGE_FA3_MMA_SS_KT
-#undef CUBRIDGE_FA3_MMA_SS
+#undef CUBRIDGE_FA3_MMA_SS_AS
 
 }  // namespace fa3
 }  // namespace cubridge
