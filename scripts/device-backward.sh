@@ -47,7 +47,8 @@
 #            those specs' forward and backward checks)
 #   op_ab    the op's backward (bench/torch_backward.py, $OP_AB_ARGS its options) as is and with
 #            each variant of $AB_DEFINES, one process each, from a copy of the experts whose
-#            `#define` lines carry the variant's values: a lever timed through the lowering
+#            `#define` lines carry the variant's values (a word @NAME: the dormant region NAME
+#            declared, e.g. "@tile_stream @stream_coords"): a lever timed through the lowering
 #            (e.g. CUBRIDGE_BWD_SUM_DQ at head dim 64, which `compare` does not reach)
 #   sanitize the fa3_sm90 base tile's ragged cases under compute-sanitizer's memcheck and
 #            synccheck (a new barrier or mbarrier protocol's first check; $SANITIZE_ARGS more
@@ -210,11 +211,16 @@ if [ "$built" = 0 ]; then
     for defines in "" "${ab_defines[@]}"; do
       [ -z "$defines" ] || [ -n "${defines// /}" ] || continue
       name=base
-      [ -z "$defines" ] || name=$(echo "$defines" | tr -c 'A-Za-z0-9\n' _ | sed 's/CUBRIDGE_BWD_//g; s/_*$//')
+      [ -z "$defines" ] || name=$(echo "$defines" | tr -c 'A-Za-z0-9\n' _ | sed 's/CUBRIDGE_BWD_//g; s/^_*//; s/_*$//')
       copy=$(mktemp -d)
       cp -r cuir/experts "$copy/experts"
       for d in $defines; do
-        sed -i "s/^#define ${d%%=*} .*/#define ${d%%=*} ${d#*=}/" "$copy/experts/fa3_sm90/kernel_bwd.cu"
+        if [[ $d == @* ]]; then  # @NAME: the dormant region NAME declared
+          sed -i "s|// dormant @cuir-region ${d#@}\$|// @cuir-region ${d#@}|; s|// dormant @cuir-end ${d#@}\$|// @cuir-end ${d#@}|" \
+            "$copy/experts/fa3_sm90/kernel_bwd.cu"
+        else
+          sed -i "s/^#define ${d%%=*} .*/#define ${d%%=*} ${d#*=}/" "$copy/experts/fa3_sm90/kernel_bwd.cu"
+        fi
       done
       # shellcheck disable=SC2086  # $OP_AB_ARGS: torch_backward.py's options, one word each
       run "op_$name" env CUBRIDGE_EXPERTS_DIR="$copy/experts" CUBRIDGE_TORCH_CACHE="$copy/cache" \

@@ -125,10 +125,14 @@ __device__ __forceinline__ void variant_compact_row(const cubridge_attn_fwd_para
 // streams where an expert declares both (`tile_stream`, `stream_coords`), and the backward's
 // stream is built but not yet verified or timed on a GPU (bench/NOTES.md session 26). Declared
 // as regions, the hooks read the tensor through `stream_tile` (BwdBlock), from shared memory
-// where BwdTiling::kStream.
+// where BwdTiling::kStream. Their markers wait as "dormant" comments, which the lift reads as
+// plain text; a copy of the experts with "// dormant @cuir-" turned into "// @cuir-" declares
+// them (device-backward.sh op_ab's `@tile_stream @stream_coords`).
+// dormant @cuir-region tile_stream
 constexpr int kStreamBuffer = -1;
 constexpr int kStreamRank = 2;
 using StreamElem = unsigned char;
+// dormant @cuir-end tile_stream
 
 // Two warpgroups; the query block is one 64-column swizzle panel of dS^T. A 128-key tile gives
 // each warpgroup its own 64 keys; a 64-key tile gives both the same keys and each half of dK's
@@ -420,7 +424,9 @@ struct BwdTile : BwdCall {
   // @cuir-end program_lets
   // The streamed tensor's indices before [q_idx, kv_idx] for this work tile (dimensions
   // rank - 3 and rank - 4): none here (the region `stream_coords` once streamed, above).
+  // dormant @cuir-region stream_coords
   const int stream_c2 = 0, stream_c3 = 0;
+  // dormant @cuir-end stream_coords
 
   // The streamed tensor at this work tile's leading indices (an empty source without one).
   __device__ __forceinline__ CuirStreamSource<StreamElem> stream_source() const {
