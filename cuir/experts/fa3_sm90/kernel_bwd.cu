@@ -605,11 +605,12 @@ __global__ void __launch_bounds__(kThreads, 1) CUBRIDGE_BWD_CLUSTER
   if constexpr (kProducer) {
     // Warpgroup 0 produces, 1 and 2 consume; each role one branch (setmaxnreg, HOPPER.md).
     BwdBars* const bars = bwd_smem<D>().bars;
-    // CTA pairs exchange dQ in the fast mode (kPairDq); a CTA of the grid's round-up to whole
-    // pairs, past the keys, only keeps its partner company at the cluster's barriers. At head
-    // dim 64 the warpgroups may exchange instead (kSumHalves; pair_dq_begin sets up their
-    // barriers where pairs are on).
-    const bool pairing = kPairDq && p.deterministic == 0;
+    // CTA pairs exchange dQ in the fast mode where the head dim's tiling pairs (kPair: not at
+    // head dim 64, whose layout then has no room for the pair's bitmaps and barriers, though its
+    // grid still runs in clusters); a CTA of the grid's round-up to whole pairs, past the keys,
+    // only keeps its partner company at the cluster's barriers. At head dim 64 the warpgroups
+    // may exchange instead (kSumHalves).
+    const bool pairing = BwdTiling<D>::kPair && p.deterministic == 0;
     if (threadIdx.x == 0) {
       init_bwd_bars(bars);
       if (BwdTiling<D>::kSumHalves && p.deterministic == 0 && !pairing) init_dq_swap_bars<D>();
