@@ -273,9 +273,9 @@ TEST(BackwardLowering, TheTileStreamCompilesWithItsRegionsDeclared) {
   lower::testing::CleanUpTempDir(dir, HasFailure());
 }
 
-// The CTA pairs' dQ exchange (fa3_sm90/pair_dq.cuh), built but off until a GPU measures it
+// The CTA pairs' dQ exchange (fa3_sm90/pair_dq.cuh), off since the GPU measured it slower
 // (CUBRIDGE_BWD_PAIR_DQ, and CUBRIDGE_BWD_SUM_DQ between the warpgroups at head dim 64;
-// bench/NOTES.md session 27): with both on, the lowered backward of a whole walk (full) and of a
+// bench/NOTES.md sessions 27 and 28) but kept buildable: with both on, the lowered backward of a whole walk (full) and of a
 // table walk (causal_document), every head dim, compiles without warnings as clusters of two
 // CTAs that map each other's shared memory.
 TEST(BackwardLowering, ThePairedDqExchangeCompiles) {

@@ -168,7 +168,9 @@ constexpr int kProbe = CUBRIDGE_BWD_PROBE;
 constexpr bool kPersistent = CUBRIDGE_BWD_PERSISTENT && kProducer;
 // dQ of a CTA pair's two K tiles summed in shared memory before it reaches dQ's accumulator
 // (pair_dq.cuh, BwdTiling::kPair; the grid's K tiles two by two as clusters): half the fast
-// mode's reductions into L2. Not yet measured (bench/NOTES.md session 27).
+// mode's reductions into L2. Off: 1.39-1.42x slower on full and causal at head dim 128 (H100,
+// bench/NOTES.md session 28): a warpgroup that receives waits each block for the other CTA's
+// panel, which ties the two CTAs' walks together block by block.
 #ifndef CUBRIDGE_BWD_PAIR_DQ
 #define CUBRIDGE_BWD_PAIR_DQ 0
 #endif
@@ -177,7 +179,9 @@ constexpr bool kPairDq = CUBRIDGE_BWD_PAIR_DQ && kProducer && !kPersistent;
 constexpr int kBwdClusterX = kPairDq ? 2 : 1;
 // At head dim 64, where both warpgroups reduce a panel of the same columns (their own keys), the
 // two summed in shared memory before one reduction (pair_dq.cuh's PairDq::sum_halves,
-// BwdTiling::kSumHalves): half the fast mode's reductions. Not yet measured (session 27).
+// BwdTiling::kSumHalves): half the fast mode's reductions. Off: no faster (H100, full and causal
+// at 8k within 0.3% against the same process's cuDNN, with the pairs' clusters on;
+// bench/NOTES.md session 28).
 #ifndef CUBRIDGE_BWD_SUM_DQ
 #define CUBRIDGE_BWD_SUM_DQ 0
 #endif
