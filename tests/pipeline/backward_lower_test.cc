@@ -273,11 +273,24 @@ TEST(BackwardLowering, TheTileStreamCompilesWithItsRegionsDeclared) {
   lower::testing::CleanUpTempDir(dir, HasFailure());
 }
 
+// The spec's backward lowered onto fa3_sm90 at `c`, written to DIR/NAME.cu: returns DIR/NAME.
+absl::StatusOr<std::string> WriteHopperBackward(const GeneralitySpec& g,
+                                                const cuir::AttentionConfig& c,
+                                                const std::string& dir) {
+  auto program = BackwardProgram(g, c, "fa3_sm90");
+  if (!program.ok()) return program.status();
+  auto k = lower::Lower(*program, c, lower::Arch::kSm90);
+  if (!k.ok()) return k.status();
+  const std::string stem = absl::StrCat(dir, "/", g.name);
+  lower::testing::WriteFile(stem + ".cu", k->cuda_source);
+  return stem;
+}
+
 // The CTA pairs' dQ exchange (fa3_sm90/pair_dq.cuh), off since the GPU measured it slower
 // (CUBRIDGE_BWD_PAIR_DQ, and CUBRIDGE_BWD_SUM_DQ between the warpgroups at head dim 64;
-// bench/NOTES.md sessions 27 and 28) but kept buildable: with both on, the lowered backward of a whole walk (full) and of a
-// table walk (causal_document), every head dim, compiles without warnings as clusters of two
-// CTAs that map each other's shared memory.
+// bench/NOTES.md sessions 27 and 28) but kept buildable: with both on, the lowered backward of
+// a whole walk (full) and of a table walk (causal_document), every head dim, compiles without
+// warnings as clusters of two CTAs that map each other's shared memory.
 TEST(BackwardLowering, ThePairedDqExchangeCompiles) {
   const std::string nvcc = lower::testing::FindNvcc();
   if (nvcc.empty()) {
@@ -289,13 +302,9 @@ TEST(BackwardLowering, ThePairedDqExchangeCompiles) {
     if (g.name != "full" && g.name != "causal_document") continue;
     SCOPED_TRACE(g.name);
     ++built;
-    const cuir::AttentionConfig c = Config(8, 2);
-    auto program = BackwardProgram(g, c, "fa3_sm90");
-    ASSERT_TRUE(program.ok()) << program.status();
-    auto k = lower::Lower(*program, c, lower::Arch::kSm90);
-    ASSERT_TRUE(k.ok()) << k.status();
-    const std::string stem = absl::StrCat(dir, "/", g.name);
-    lower::testing::WriteFile(stem + ".cu", k->cuda_source);
+    auto written = WriteHopperBackward(g, Config(8, 2), dir);
+    ASSERT_TRUE(written.ok()) << written.status();
+    const std::string& stem = *written;
     const auto r = lower::testing::RunCommand(absl::StrCat(
         nvcc, " -ptx -std=c++17 -arch=compute_90a -DCUBRIDGE_BWD_PAIR_DQ=1 -DCUBRIDGE_BWD_SUM_DQ=1 "
               "-Werror all-warnings -o ",
@@ -327,12 +336,9 @@ TEST(BackwardLowering, TheSplitQueryBlockCompiles) {
     ++built;
     cuir::AttentionConfig c = Config(8, 2);
     c.head_dim = 256;
-    auto program = BackwardProgram(g, c, "fa3_sm90");
-    ASSERT_TRUE(program.ok()) << program.status();
-    auto k = lower::Lower(*program, c, lower::Arch::kSm90);
-    ASSERT_TRUE(k.ok()) << k.status();
-    const std::string stem = absl::StrCat(dir, "/", g.name);
-    lower::testing::WriteFile(stem + ".cu", k->cuda_source);
+    auto written = WriteHopperBackward(g, c, dir);
+    ASSERT_TRUE(written.ok()) << written.status();
+    const std::string& stem = *written;
     for (const int on : {0, 1}) {
       const std::string ptx_path = absl::StrCat(stem, "_", on, ".ptx");
       const auto r = lower::testing::RunCommand(
