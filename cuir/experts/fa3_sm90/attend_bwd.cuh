@@ -453,18 +453,23 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid, in
         sf[0][j][2 * r + 1] = exp2f(sf[0][j][2 * r + 1] * kLog2e - l.y);
       }
     }
-    // dS^T's (or P^T's) buffer of this block: key rows of 128 bytes, n-tile j's 16-byte chunk
-    // at (j ^ g) in row key0 + 8 r (key & 7 == g), this warpgroup's n-tiles from q_part / 8.
-    [[maybe_unused]] const auto store_t = [&](uint32_t buffer, const float(&x)[QN / 2]) {
+    // Into dS^T's (or P^T's) buffer of this block as [key][query], one 128-byte swizzled row
+    // per key: n-tile j's 16-byte chunk at (j ^ g) in row key0 + 8 r (key & 7 == g), this
+    // warpgroup's n-tiles from q_part / 8; `word(j, r)` the thread's two 16-bit values there.
+    const auto store_t = [&](uint32_t buffer, auto&& word) {
 #pragma unroll
       for (int j = 0; j < NT; ++j)
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(buffer + (key0 + 8 * r) * 128 +
                                                          (((j + q_part / 8) ^ g) << 4) + 4 * t),
-                       "r"(pack2<T>(x[acc_index(j, r, 0)], x[acc_index(j, r, 1)]))
+                       "r"(word(j, r))
                        : "memory");
         }
+    };
+    // The words of an accumulator `x` (under kSplitQ, where no A operand was packed).
+    [[maybe_unused]] const auto packed = [](const float(&x)[QN / 2]) {
+      return [&x](int j, int r) { return pack2<T>(x[acc_index(j, r, 0)], x[acc_index(j, r, 1)]); };
     };
     // acc += X^T B, X^T from its accumulator `x` packed into `a` (the A operand), B this
     // warpgroup's part of the stage's tile at `tile`: issued and committed (not under kSplitQ).
@@ -479,7 +484,7 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid, in
     };
     if constexpr (kSplitQ) {
       // P^T into shared memory for dV (both halves read after the barrier below); dP^T retired.
-      store_t(sP + ds_buffer * Tiling::kDsBytes, s);
+      store_t(sP + ds_buffer * Tiling::kDsBytes, packed(s));
       wgmma_wait<0>();
     } else {
       // dV += P^T dO
@@ -504,24 +509,16 @@ __device__ __forceinline__ void attend_bwd_tile(const BwdTile& tile, int tid, in
     }
     if constexpr (kSplitQ) {
       // dS^T into shared memory (this warpgroup's queries), dK's A and dQ's.
-      store_t(sdS + ds_buffer * Tiling::kDsBytes, dp);
+      store_t(sdS + ds_buffer * Tiling::kDsBytes, packed(dp));
       fence_proxy_async();
     } else {
       // dK += dS^T Q (scaled at the end)
       uint32_t dsa[BLOCK_M / 16][4];
       issue_rs(dk, dp, dsa, sQ);
-      // dS^T into shared memory as [key][query], one 128-byte swizzled row per key: dQ's A.
+      // dS^T into shared memory, dQ's A, from dK's packed operand.
       if (first_part) {
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const int key = key0 + 8 * r;  // key & 7 == g
-            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sdS + ds_buffer * Tiling::kDsBytes +
-                                                             key * 128 + ((j ^ g) << 4) + 4 * t),
-                         "r"(dsa[j >> 1][(j & 1) * 2 + r])
-                         : "memory");
-          }
+        store_t(sdS + ds_buffer * Tiling::kDsBytes,
+                [&dsa](int j, int r) { return dsa[j >> 1][(j & 1) * 2 + r]; });
         fence_proxy_async();
       }
     }

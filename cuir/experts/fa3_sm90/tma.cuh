@@ -37,15 +37,17 @@ __device__ __forceinline__ void mbar_arrive(uint64_t* bar) { mbar_arrive(smem_u3
 
 // Waits for the phase with the given parity to complete. A barrier starts in phase 0; waiting on
 // parity 0 returns once phase 0 completed, parity 1 once phase 1 did; with a ring of S stages the
-// k-th use of a stage (k = iteration / S) waits on parity k & 1.
+// k-th use of a stage (k = iteration / S) waits on parity k & 1. SEM: the wait's memory
+// semantics ("" for this CTA's arrivals, ".acquire.cluster" for other CTAs', mbar_wait_cluster).
+#define CUBRIDGE_FA3_MBAR_WAIT(SEM, bar, parity)                                           \
+  asm volatile("{\n.reg .pred done;\n"                                                    \
+               "WAIT_%=:\n"                                                                \
+               "mbarrier.try_wait.parity" SEM ".shared::cta.b64 done, [%0], %1;\n"         \
+               "@!done bra WAIT_%=;\n}\n" ::"r"(bar),                                      \
+               "r"(parity)                                                                 \
+               : "memory")
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred done;\n"
-      "WAIT_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT_%=;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
+  CUBRIDGE_FA3_MBAR_WAIT("", bar, parity);
 }
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
   mbar_wait(smem_u32(bar), parity);
@@ -90,14 +92,9 @@ __device__ __forceinline__ void mbar_arrive_cluster(uint32_t shared_cluster) {
 // mbar_wait, acquiring what the arrivals of other CTAs released.
 // (`bar`: this CTA's shared address.)
 __device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred done;\n"
-      "WAIT_%=:\n"
-      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT_%=;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
+  CUBRIDGE_FA3_MBAR_WAIT(".acquire.cluster", bar, parity);
 }
+#undef CUBRIDGE_FA3_MBAR_WAIT
 
 __device__ __forceinline__ void tma_prefetch_desc(const void* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
