@@ -223,6 +223,19 @@ TEST(BackwardLowering, LoweredKernelsCompile) {
   lower::testing::CleanUpTempDir(dir, HasFailure());
 }
 
+// The spec's backward lowered onto fa3_sm90 at `c`, written to DIR/NAME.cu: returns DIR/NAME.
+absl::StatusOr<std::string> WriteHopperBackward(const GeneralitySpec& g,
+                                                const cuir::AttentionConfig& c,
+                                                const std::string& dir) {
+  auto program = BackwardProgram(g, c, "fa3_sm90");
+  if (!program.ok()) return program.status();
+  auto k = lower::Lower(*program, c, lower::Arch::kSm90);
+  if (!k.ok()) return k.status();
+  const std::string stem = absl::StrCat(dir, "/", g.name);
+  lower::testing::WriteFile(stem + ".cu", k->cuda_source);
+  return stem;
+}
+
 // The Hopper backward's tile stream (common/stream_rows.cuh), built but not yet declared as
 // regions until a GPU verifies it (bench/NOTES.md session 26): in a copy of the experts with
 // kernel_bwd.cu's `tile_stream` and `stream_coords` marked, the tensors read per score at
@@ -252,17 +265,14 @@ TEST(BackwardLowering, TheTileStreamCompilesWithItsRegionsDeclared) {
   for (const GeneralitySpec& g : AllSpecs()) {
     if (g.name != "unstructured_keep_mask" && g.name != "graphormer_spatial") continue;
     SCOPED_TRACE(g.name);
-    const cuir::AttentionConfig c = Config(8, 2);
-    auto program = BackwardProgram(g, c, "fa3_sm90");
-    ASSERT_TRUE(program.ok()) << program.status();
-    auto k = lower::Lower(*program, c, lower::Arch::kSm90);
-    ASSERT_TRUE(k.ok()) << k.status();
+    auto written = WriteHopperBackward(g, Config(8, 2), dir);
+    ASSERT_TRUE(written.ok()) << written.status();
+    const std::string& stem = *written;
+    const std::string source = cuir::testing::ReadFileOrDie(stem + ".cu");
     // The keep mask's bools at [q, kv]; graphormer's adjacency (bool, narrower than its int32
     // distances) at [b, q, kv].
-    EXPECT_TRUE(absl::StrContains(k->cuda_source, "using StreamElem = bool;"));
-    EXPECT_TRUE(absl::StrContains(k->cuda_source, "stream_tile.at(q_idx, kv_idx)"));
-    const std::string stem = absl::StrCat(dir, "/", g.name);
-    lower::testing::WriteFile(stem + ".cu", k->cuda_source);
+    EXPECT_TRUE(absl::StrContains(source, "using StreamElem = bool;"));
+    EXPECT_TRUE(absl::StrContains(source, "stream_tile.at(q_idx, kv_idx)"));
     const auto r = lower::testing::RunCommand(
         absl::StrCat(nvcc, " -c -std=c++17 -gencode arch=compute_90a,code=sm_90a -Werror "
                            "all-warnings -o ", stem, ".o ", stem, ".cu"));
@@ -271,19 +281,6 @@ TEST(BackwardLowering, TheTileStreamCompilesWithItsRegionsDeclared) {
   if (restore.empty()) unsetenv("CUBRIDGE_EXPERTS_DIR");
   else setenv("CUBRIDGE_EXPERTS_DIR", restore.c_str(), 1);
   lower::testing::CleanUpTempDir(dir, HasFailure());
-}
-
-// The spec's backward lowered onto fa3_sm90 at `c`, written to DIR/NAME.cu: returns DIR/NAME.
-absl::StatusOr<std::string> WriteHopperBackward(const GeneralitySpec& g,
-                                                const cuir::AttentionConfig& c,
-                                                const std::string& dir) {
-  auto program = BackwardProgram(g, c, "fa3_sm90");
-  if (!program.ok()) return program.status();
-  auto k = lower::Lower(*program, c, lower::Arch::kSm90);
-  if (!k.ok()) return k.status();
-  const std::string stem = absl::StrCat(dir, "/", g.name);
-  lower::testing::WriteFile(stem + ".cu", k->cuda_source);
-  return stem;
 }
 
 // The CTA pairs' dQ exchange (fa3_sm90/pair_dq.cuh), off since the GPU measured it slower
